@@ -1,0 +1,207 @@
+"""``engram``: the command line.
+
+``engram up`` is what ``make up`` runs: start the embedded server (unless an
+external one is configured), apply migrations and report how to connect.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+
+from orchestrator.config import Settings
+from orchestrator.db.engine import Database
+from orchestrator.db.server import AlreadyRunning, NotRunning
+from orchestrator.errors import EngramError
+
+app = typer.Typer(help="Engram: a PostgreSQL-owned memory engine for AI agents.",
+                  no_args_is_help=True, add_completion=False,
+                  pretty_exceptions_enable=False)
+db_app = typer.Typer(help="The database: embedded server lifecycle and migrations.",
+                     no_args_is_help=True)
+admin_app = typer.Typer(help="DBA tasks: tenants and scopes.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(admin_app, name="admin")
+
+out = Console()
+err = Console(stderr=True)
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _database() -> Database:
+    return Database(Settings())
+
+
+def _embedded_only(db: Database, what: str) -> None:
+    if db.external:
+        _fail(f"`engram db {what}` manages the embedded server; ENGRAM_DATABASE_URL points at an "
+              "external server, which Engram does not start or stop")
+
+
+@db_app.command("start")
+def db_start() -> None:
+    """Start the embedded PostgreSQL server (creating it on first use)."""
+    db = _database()
+    _embedded_only(db, "start")
+    try:
+        status = db.server.start()
+    except AlreadyRunning as exc:
+        out.print(str(exc))
+        return
+    except EngramError as exc:
+        _fail(str(exc))
+    out.print(f"database {status.message}; data in {status.data_dir}")
+
+
+@db_app.command("stop")
+def db_stop() -> None:
+    """Stop the embedded PostgreSQL server."""
+    db = _database()
+    _embedded_only(db, "stop")
+    try:
+        status = db.server.stop()
+    except NotRunning as exc:
+        out.print(f"{exc}; nothing to stop")
+        return
+    except EngramError as exc:
+        _fail(str(exc))
+    out.print(f"database {status.message}")
+
+
+@db_app.command("status")
+def db_status() -> None:
+    """Say whether the database runs, where, and at which migration. Exit 3 if stopped."""
+    from orchestrator.db.migrate import current_revision, head_revision
+
+    db = _database()
+    if db.external:
+        try:
+            info = db.check_server()
+            rev = current_revision(db.admin_url())
+        except Exception as exc:  # a status command reports, it does not crash
+            _fail(f"external database unreachable: {exc}", 3)
+        out.print(f"external database: {info}; migration {rev or 'none'} (head {head_revision()})")
+        return
+    status = db.server.status()
+    out.print(f"embedded database {status.message}; data in {status.data_dir}")
+    if not status.running:
+        raise typer.Exit(3)
+    rev = current_revision(db.admin_url())
+    out.print(f"migration {rev or 'none (run `engram db migrate`)'} (head {head_revision()})")
+
+
+@db_app.command("url")
+def db_url(
+    role: Annotated[str, typer.Option(help="admin, engram_app or engram_auditor")] = "engram_app",
+) -> None:
+    """Print a connection URL (default: the application role)."""
+    db = _database()
+    try:
+        url = db.psql_url(None if role == "admin" else role)
+    except EngramError as exc:
+        _fail(str(exc))
+    out.print(url, highlight=False, soft_wrap=True)
+
+
+@db_app.command("psql", context_settings={"allow_extra_args": True,
+                                          "ignore_unknown_options": True})
+def db_psql(
+    ctx: typer.Context,
+    role: Annotated[str, typer.Option(help="admin, engram_app or engram_auditor")] = "admin",
+) -> None:
+    """Open psql on the database (extra arguments go to psql)."""
+    db = _database()
+    url = db.psql_url(None if role == "admin" else role)
+    psql = str(db.server.client_bin("psql"))
+    os.execvp(psql, [psql, url, *ctx.args])
+
+
+@db_app.command("migrate")
+def db_migrate(revision: Annotated[str, typer.Argument()] = "head") -> None:
+    """Apply migrations up to REVISION (default head)."""
+    from orchestrator.db.migrate import migrate
+
+    db = _database()
+    try:
+        rev = migrate(db, revision)
+    except EngramError as exc:
+        _fail(str(exc))
+    out.print(f"database migrated to {rev}")
+
+
+@db_app.command("reset")
+def db_reset(
+    yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
+) -> None:
+    """Delete the embedded cluster and all its data (asks first)."""
+    db = _database()
+    _embedded_only(db, "reset")
+    if not yes:
+        if not sys.stdin.isatty():
+            _fail("refusing to delete the database without --yes when not on a terminal")
+        typer.confirm(f"Delete every Engram row in {db.server.data_dir}?", abort=True)
+    db.server.reset()
+    out.print(f"embedded database deleted ({db.server.data_dir})")
+
+
+@admin_app.command("create-tenant")
+def admin_create_tenant(org_id: str, name: Annotated[str, typer.Option()] = "") -> None:
+    """Create a tenant for an organization id."""
+    from orchestrator.admin import create_tenant
+
+    try:
+        tenant = create_tenant(_database(), org_id, name or org_id)
+    except EngramError as exc:
+        _fail(str(exc))
+    out.print(f"tenant {org_id} created ({tenant})")
+
+
+@admin_app.command("create-scope")
+def admin_create_scope(org_id: str, name: str,
+                       description: Annotated[str, typer.Option()] = "") -> None:
+    """Create a scope in a tenant."""
+    from orchestrator.admin import create_scope
+
+    try:
+        scope = create_scope(_database(), org_id, name, description)
+    except EngramError as exc:
+        _fail(str(exc))
+    out.print(f"scope {name} created in {org_id} ({scope})")
+
+
+@app.command("up")
+def up() -> None:
+    """Start the embedded database (unless external), migrate, and say how to connect."""
+    from orchestrator.db.migrate import migrate
+
+    db = _database()
+    try:
+        if not db.external:
+            try:
+                status = db.server.start()
+                out.print(f"database {status.message}")
+            except AlreadyRunning as exc:
+                out.print(str(exc))
+        rev = migrate(db)
+    except EngramError as exc:
+        _fail(str(exc))
+    out.print(f"database migrated to {rev}")
+    out.print("connect as the application role:")
+    out.print(f"  {db.psql_url('engram_app')}", highlight=False, soft_wrap=True)
+    out.print("or open psql as the administrator: engram db psql")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

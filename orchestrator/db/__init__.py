@@ -1,0 +1,1 @@
+"""Engine, embedded server, session binding and mapped tables."""

@@ -1,0 +1,48 @@
+"""Binding a verified identity to one transaction.
+
+``bound_session`` is the only way application code reaches tenant data: it
+opens a transaction as ``engram_app``, calls ``auth.bind_identity`` (which sets
+per-transaction settings the RLS policies read) and yields a SQLAlchemy
+``Session``. The binding ends with the transaction, so a pooled connection never
+carries one identity into the next request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+from sqlalchemy import Engine, func, select
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
+
+from orchestrator.auth import Identity
+from orchestrator.errors import EngramError, from_sqlstate
+
+
+def translate(exc: DBAPIError) -> EngramError:
+    """Map a driver error to Engram's hierarchy (SQLSTATE based)."""
+    orig = exc.orig
+    sqlstate = getattr(orig, "sqlstate", None)
+    message = str(orig).split("\n")[0] if orig is not None else str(exc)
+    if isinstance(orig, psycopg.Error) and orig.diag.message_primary:
+        message = orig.diag.message_primary
+    return from_sqlstate(sqlstate, message)
+
+
+@contextmanager
+def bound_session(engine: Engine, identity: Identity) -> Iterator[Session]:
+    """A session whose one transaction runs under ``identity``; commits on success."""
+    session = Session(engine, expire_on_commit=False)
+    try:
+        with session.begin():
+            session.execute(select(func.auth.bind_identity(
+                identity.org_id, identity.user_id,
+                sorted(identity.read_scopes), sorted(identity.write_scopes),
+            )))
+            yield session
+    except DBAPIError as exc:
+        raise translate(exc) from exc
+    finally:
+        session.close()
