@@ -145,8 +145,10 @@ grant update (title, kind, state, area, body, scopes, metadata, pinned, snoozed_
     on sources.documents to engram_app;
 grant insert (document_id, ordinal, text, char_start, char_end)
     on sources.chunks to engram_app;
-grant update (text, char_start, char_end, embedding, embed_state, embed_attempts, embed_error,
-              embed_model, embedded_at)
+-- scopes is updatable only so the propagation trigger (security invoker) can run;
+-- tg_chunks__inherit overwrites any value written with the document's scope set.
+grant update (text, char_start, char_end, scopes, embedding, embed_state, embed_attempts,
+              embed_error, embed_model, embedded_at)
     on sources.chunks to engram_app;
 
 create view sources.current_documents with (security_barrier = true, security_invoker = true) as

@@ -1,0 +1,152 @@
+"""Writing documents: validate, deduplicate by content hash, chunk, queue for embedding.
+
+Every function takes a session from ``bound_session``; what it may write is
+decided by row level security, not here. Input is validated first so that a bad
+document is refused with a message that names the problem and nothing is
+written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
+
+from orchestrator.config import Settings, get_settings
+from orchestrator.db.models import Chunk, Document, Scope
+from orchestrator.db.session import translate
+from orchestrator.errors import BadInput, NotFound
+from orchestrator.ingest.chunking import chunk_text
+
+KNOWN_STATES = ("Active", "Waiting", "Done", "Someday", "Cancelled", "Archived")
+
+
+@dataclass(frozen=True)
+class DocumentInput:
+    collection: str
+    path: str
+    title: str
+    body: str
+    scopes: tuple[str, ...]
+    kind: str = "note"
+    state: str | None = None
+    area: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class PutResult:
+    document_id: uuid.UUID
+    created: bool
+    changed: bool
+    chunks: int
+
+
+def validate(doc: DocumentInput, settings: Settings) -> None:
+    problems = []
+    for name in ("collection", "path", "title", "body", "kind"):
+        value = getattr(doc, name)
+        if not isinstance(value, str):
+            problems.append(f"{name} must be text, not {type(value).__name__}")
+        elif not value.strip():
+            problems.append(f"{name} must not be empty")
+    if isinstance(doc.title, str) and len(doc.title) > settings.max_title_chars:
+        problems.append(f"title is {len(doc.title)} characters; the limit is {settings.max_title_chars}")
+    if isinstance(doc.body, str) and len(doc.body) > settings.max_document_chars:
+        problems.append(
+            f"body is {len(doc.body)} characters; the limit is {settings.max_document_chars}")
+    if isinstance(doc.body, str) and "\x00" in doc.body:
+        problems.append("body contains a NUL character")
+    if doc.state is not None and doc.state not in KNOWN_STATES:
+        problems.append(f"state {doc.state!r} is not one of {', '.join(KNOWN_STATES)}")
+    if not doc.scopes:
+        problems.append("a document must be shared into at least one scope")
+    elif not all(isinstance(s, str) and s for s in doc.scopes):
+        problems.append("scopes must be non-empty scope names")
+    if problems:
+        raise BadInput("invalid document: " + "; ".join(problems))
+
+
+def resolve_scopes(session: Session, names: tuple[str, ...] | list[str]) -> list[uuid.UUID]:
+    """Scope names of the bound tenant to ids; unknown names are refused by name."""
+    wanted = sorted(set(names))
+    rows = session.execute(select(Scope.name, Scope.id).where(Scope.name.in_(wanted))).all()
+    found = {name: sid for name, sid in rows}
+    missing = [n for n in wanted if n not in found]
+    if missing:
+        raise BadInput(f"unknown scope(s) in this tenant: {', '.join(missing)}")
+    return [found[n] for n in wanted]
+
+
+def put_document(session: Session, doc: DocumentInput, settings: Settings | None = None
+                 ) -> PutResult:
+    """Insert or update the document at ``(collection, path)``.
+
+    Unchanged content (same hash, same fields) writes nothing. Changed content
+    re-chunks the document; its chunks go back on the embedding queue.
+    """
+    settings = settings or get_settings()
+    validate(doc, settings)
+    scope_ids = resolve_scopes(session, doc.scopes)
+    content_hash = hashlib.sha256(doc.body.encode()).digest()
+    existing = session.execute(
+        select(Document).where(Document.collection == doc.collection, Document.path == doc.path)
+    ).scalar_one_or_none()
+    try:
+        with session.begin_nested():
+            if existing is None:
+                row = Document(collection=doc.collection, path=doc.path, title=doc.title,
+                               body=doc.body, scopes=scope_ids, kind=doc.kind, state=doc.state,
+                               area=doc.area, metadata_=doc.metadata or {})
+                session.add(row)
+                session.flush()
+                n = _write_chunks(session, row, settings)
+                return PutResult(row.id, True, True, n)
+            same_fields = (
+                existing.content_hash == content_hash and existing.title == doc.title
+                and sorted(existing.scopes) == sorted(scope_ids) and existing.kind == doc.kind
+                and existing.state == doc.state and existing.area == doc.area
+                and existing.metadata_ == (doc.metadata or {})
+            )
+            if same_fields:
+                return PutResult(existing.id, False, False, 0)
+            body_changed = existing.content_hash != content_hash
+            existing.title = doc.title
+            existing.body = doc.body
+            existing.scopes = scope_ids
+            existing.kind = doc.kind
+            existing.state = doc.state
+            existing.area = doc.area
+            existing.metadata_ = doc.metadata or {}
+            session.flush()
+            n = 0
+            if body_changed:
+                session.execute(delete(Chunk).where(Chunk.document_id == existing.id))
+                n = _write_chunks(session, existing, settings)
+            return PutResult(existing.id, False, True, n)
+    except DBAPIError as exc:
+        raise translate(exc) from exc
+
+
+def _write_chunks(session: Session, doc: Document, settings: Settings) -> int:
+    spans = chunk_text(doc.body, settings.chunk_size_chars, settings.chunk_overlap_chars)
+    for span in spans:
+        session.add(Chunk(document_id=doc.id, ordinal=span.ordinal, text=span.text,
+                          char_start=span.start, char_end=span.end))
+    session.flush()
+    return len(spans)
+
+
+def delete_document(session: Session, collection: str, path: str) -> uuid.UUID:
+    doc_id = session.execute(
+        delete(Document).where(Document.collection == collection, Document.path == path)
+        .returning(Document.id)
+    ).scalar()
+    if doc_id is None:
+        raise NotFound(f"no writable document at {collection}/{path}")
+    return doc_id
