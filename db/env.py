@@ -11,14 +11,12 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection, create_engine, pool, text
 
-from orchestrator.db.models import ENGRAM_SCHEMAS, metadata
+from orchestrator.db.schema import ENGRAM_SCHEMAS, TIER_INDEXES, metadata
 
 config = context.config
 
 
 def include_object(obj, name, type_, reflected, compare_to):  # type: ignore[no-untyped-def]
-    from orchestrator.db.models import TIER_INDEXES
-
     if type_ == "table":
         return obj.schema in ENGRAM_SCHEMAS
     if type_ == "index" and name in TIER_INDEXES:
