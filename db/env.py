@@ -36,6 +36,13 @@ def _run(connection: Connection) -> None:
         "from pg_roles where rolname = 'engram_owner'"
     )).scalar()
     if owner:
+        # Alembic's own bookkeeping table lives in public, which engram_owner may not
+        # create in; make it as the connecting admin first and let the owner write it.
+        connection.execute(text(
+            "create table if not exists public.alembic_version (version_num varchar(32) not null, "
+            "constraint alembic_version_pkc primary key (version_num))"
+        ))
+        connection.execute(text("grant all on table public.alembic_version to engram_owner"))
         connection.execute(text("set role engram_owner"))
     context.configure(
         connection=connection,

@@ -52,7 +52,7 @@ def db_start() -> None:
     db = _database()
     _embedded_only(db, "start")
     try:
-        status = db.server.start()
+        status = db.start_embedded()
     except AlreadyRunning as exc:
         out.print(str(exc))
         return
@@ -94,7 +94,11 @@ def db_status() -> None:
     out.print(f"embedded database {status.message}; data in {status.data_dir}")
     if not status.running:
         raise typer.Exit(3)
-    rev = current_revision(db.admin_url())
+    try:
+        rev = current_revision(db.admin_url())
+    except Exception as exc:  # a status command reports, it does not crash
+        out.print(f"migration unknown ({str(exc).splitlines()[0]})")
+        return
     out.print(f"migration {rev or 'none (run `engram db migrate`)'} (head {head_revision()})")
 
 
@@ -186,7 +190,7 @@ def up() -> None:
     try:
         if not db.external:
             try:
-                status = db.server.start()
+                status = db.start_embedded()
                 out.print(f"database {status.message}")
             except AlreadyRunning as exc:
                 out.print(str(exc))

@@ -21,7 +21,7 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
 from orchestrator.config import Settings, get_settings
-from orchestrator.db.server import EmbeddedServer
+from orchestrator.db.server import EmbeddedServer, ServerStatus
 from orchestrator.errors import ServerError
 
 MIN_SERVER_VERSION = 160000
@@ -51,23 +51,30 @@ class Database:
     def server(self) -> EmbeddedServer:
         return EmbeddedServer(self.settings)
 
+    def start_embedded(self) -> ServerStatus:
+        """Start the embedded server and make sure Engram's database exists in it."""
+        status = self.server.start()
+        self.server.ensure_database(self.settings.db_name)
+        return status
+
     def admin_url(self) -> str:
         if self.settings.database_url:
             return _normalise(self.settings.database_url)
         return self.server.url()
 
     def role_url(self, role: str) -> str:
-        """URL for ``engram_app`` or ``engram_auditor`` on the same server and database."""
+        """URL for ``engram_app``, ``engram_auditor`` or ``engram_worker`` on the same server."""
         if not self.external:
             return self.server.url(role)
         password = {
             "engram_app": self.settings.app_password,
             "engram_auditor": self.settings.auditor_password,
+            "engram_worker": self.settings.worker_password,
         }.get(role)
         if not password:
             raise ServerError(
                 f"ENGRAM_DATABASE_URL is set but no password for {role} is configured; set "
-                f"ENGRAM_{'APP' if role == 'engram_app' else 'AUDITOR'}_PASSWORD"
+                f"ENGRAM_{role.removeprefix('engram_').upper()}_PASSWORD"
             )
         base = make_url(self.admin_url())
         return base.set(username=role, password=password).render_as_string(hide_password=False)
@@ -87,10 +94,12 @@ class Database:
         engine = create_engine(self.admin_url(), isolation_level="AUTOCOMMIT")
         try:
             with engine.connect() as conn:
-                for role in ("engram_app", "engram_auditor"):
-                    stmt = conn.execute(text("select format('alter role %I password %L', cast(:r as text), cast(:pw as text))"),
-                                        {"r": role, "pw": secrets[role]}).scalar_one()
-                    conn.exec_driver_sql(stmt)
+                for role in ("engram_app", "engram_auditor", "engram_worker"):
+                    # A role a later revision creates may not exist yet at this revision.
+                    stmt = conn.execute(text("select format('alter role %I password %L', cast(:r as text), cast(:pw as text)) from pg_roles where rolname = :r"),
+                                        {"r": role, "pw": secrets[role]}).scalar()
+                    if stmt is not None:
+                        conn.exec_driver_sql(stmt)
         finally:
             engine.dispose()
 

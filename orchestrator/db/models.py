@@ -24,6 +24,8 @@ from sqlalchemy import (
     SmallInteger,
     Text,
     UniqueConstraint,
+)
+from sqlalchemy import (
     text as sql_text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, ENUM, JSONB, TSVECTOR, UUID

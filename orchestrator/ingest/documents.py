@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
@@ -56,7 +56,8 @@ def validate(doc: DocumentInput, settings: Settings) -> None:
         elif not value.strip():
             problems.append(f"{name} must not be empty")
     if isinstance(doc.title, str) and len(doc.title) > settings.max_title_chars:
-        problems.append(f"title is {len(doc.title)} characters; the limit is {settings.max_title_chars}")
+        problems.append(
+            f"title is {len(doc.title)} characters; the limit is {settings.max_title_chars}")
     if isinstance(doc.body, str) and len(doc.body) > settings.max_document_chars:
         problems.append(
             f"body is {len(doc.body)} characters; the limit is {settings.max_document_chars}")
@@ -76,7 +77,7 @@ def resolve_scopes(session: Session, names: tuple[str, ...] | list[str]) -> list
     """Scope names of the bound tenant to ids; unknown names are refused by name."""
     wanted = sorted(set(names))
     rows = session.execute(select(Scope.name, Scope.id).where(Scope.name.in_(wanted))).all()
-    found = {name: sid for name, sid in rows}
+    found = dict(rows)
     missing = [n for n in wanted if n not in found]
     if missing:
         raise BadInput(f"unknown scope(s) in this tenant: {', '.join(missing)}")
@@ -100,13 +101,17 @@ def put_document(session: Session, doc: DocumentInput, settings: Settings | None
     try:
         with session.begin_nested():
             if existing is None:
-                row = Document(collection=doc.collection, path=doc.path, title=doc.title,
-                               body=doc.body, scopes=scope_ids, kind=doc.kind, state=doc.state,
-                               area=doc.area, metadata_=doc.metadata or {})
-                session.add(row)
-                session.flush()
-                n = _write_chunks(session, row, settings)
-                return PutResult(row.id, True, True, n)
+                # Core inserts name only the columns the app may write; computed
+                # columns (hash, tenant, lexical vector) are filled by the server.
+                doc_id = session.execute(
+                    insert(Document).values(
+                        collection=doc.collection, path=doc.path, title=doc.title,
+                        body=doc.body, scopes=scope_ids, kind=doc.kind, state=doc.state,
+                        area=doc.area, metadata=doc.metadata or {},
+                    ).returning(Document.id)
+                ).scalar_one()
+                n = _write_chunks(session, doc_id, doc.body, settings)
+                return PutResult(doc_id, True, True, n)
             same_fields = (
                 existing.content_hash == content_hash and existing.title == doc.title
                 and sorted(existing.scopes) == sorted(scope_ids) and existing.kind == doc.kind
@@ -127,18 +132,20 @@ def put_document(session: Session, doc: DocumentInput, settings: Settings | None
             n = 0
             if body_changed:
                 session.execute(delete(Chunk).where(Chunk.document_id == existing.id))
-                n = _write_chunks(session, existing, settings)
+                n = _write_chunks(session, existing.id, doc.body, settings)
             return PutResult(existing.id, False, True, n)
     except DBAPIError as exc:
         raise translate(exc) from exc
 
 
-def _write_chunks(session: Session, doc: Document, settings: Settings) -> int:
-    spans = chunk_text(doc.body, settings.chunk_size_chars, settings.chunk_overlap_chars)
-    for span in spans:
-        session.add(Chunk(document_id=doc.id, ordinal=span.ordinal, text=span.text,
-                          char_start=span.start, char_end=span.end))
-    session.flush()
+def _write_chunks(session: Session, document_id: uuid.UUID, body: str, settings: Settings) -> int:
+    spans = chunk_text(body, settings.chunk_size_chars, settings.chunk_overlap_chars)
+    if spans:
+        session.execute(insert(Chunk), [
+            {"document_id": document_id, "ordinal": sp.ordinal, "text": sp.text,
+             "char_start": sp.start, "char_end": sp.end}
+            for sp in spans
+        ])
     return len(spans)
 
 
