@@ -98,3 +98,17 @@ def test_mapped_tables_match_migrated_schema(test_db: TestDatabase) -> None:
             if not (isinstance(d, tuple) and d[0] in comment_ops)
             and not (isinstance(d, list) and all(x[0] in comment_ops for x in d))]
     assert diff == [], f"mapped tables differ from the migrated schema: {diff}"
+
+
+def test_released_revisions_are_frozen() -> None:
+    """A released revision never changes: db/released.sha256 pins each one's bytes."""
+    import hashlib
+    from pathlib import Path
+
+    versions = Path(migrate.__file__).resolve().parents[2] / "db"
+    lines = (versions / "released.sha256").read_text().split("\n")
+    pinned = dict(reversed(line.split()) for line in lines if line.strip())
+    assert len(pinned) >= 3
+    for name, digest in pinned.items():
+        actual = hashlib.sha256((versions / "versions" / name).read_bytes()).hexdigest()
+        assert actual == digest, f"released revision {name} was edited; add a new revision instead"
