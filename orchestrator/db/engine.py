@@ -87,17 +87,31 @@ class Database:
         return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
     def set_role_passwords(self) -> None:
-        """Embedded only: give the login roles the generated passwords."""
+        """Give the login roles their passwords: generated (embedded) or configured (external).
+
+        On an external server a role whose ``ENGRAM_*_PASSWORD`` is not set keeps
+        whatever password its DBA gave it.
+        """
         if self.external:
-            return
-        secrets = self.server.secrets()
+            configured = {
+                "engram_app": self.settings.app_password,
+                "engram_auditor": self.settings.auditor_password,
+                "engram_worker": self.settings.worker_password,
+            }
+            secrets = {role: pw for role, pw in configured.items() if pw}
+        else:
+            secrets = self.server.secrets()
         engine = create_engine(self.admin_url(), isolation_level="AUTOCOMMIT")
         try:
             with engine.connect() as conn:
                 for role in ("engram_app", "engram_auditor", "engram_worker"):
+                    if role not in secrets:
+                        continue
                     # A role a later revision creates may not exist yet at this revision.
-                    stmt = conn.execute(text("select format('alter role %I password %L', cast(:r as text), cast(:pw as text)) from pg_roles where rolname = :r"),
-                                        {"r": role, "pw": secrets[role]}).scalar()
+                    stmt = conn.execute(text(
+                        "select format('alter role %I password %L', cast(:r as text), "
+                        "cast(:pw as text)) from pg_roles where rolname = :r"
+                    ), {"r": role, "pw": secrets[role]}).scalar()
                     if stmt is not None:
                         conn.exec_driver_sql(stmt)
         finally:
