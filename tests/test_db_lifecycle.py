@@ -64,6 +64,10 @@ def test_start_status_stop_and_repeats(home: Path) -> None:
     assert migrated.returncode == 0, migrated.stderr
     assert "migrated to" in migrated.stdout
 
+    psql = engram(home, "db", "psql", "--role", "engram_app", "-tAc", "select current_user")
+    assert psql.returncode == 0, psql.stderr
+    assert psql.stdout.strip() == "engram_app"
+
     url = engram(home, "db", "url")
     assert url.stdout.strip().startswith("postgresql://engram_app:")
     assert f":{port}/" in url.stdout
