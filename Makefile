@@ -28,12 +28,12 @@ up: venv
 	$(BIN)/engram up
 
 test: venv pgtap
-	$(BIN)/ruff check orchestrator tests db benchmarks
+	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest
 
 lint: venv
-	$(BIN)/ruff check orchestrator tests db benchmarks
+	$(BIN)/ruff check .
 
 typecheck: venv
 	$(BIN)/mypy
