@@ -10,8 +10,10 @@ select tests.make_document('t-chunk-a', 'private.md', array['private'], 'private
 select tests.make_document('t-chunk-a', 'shared.md', array['team', 'exec'], 'shared words');
 select tests.make_document('t-chunk-b', 'b.md', array['team'], 'other tenant words');
 
-select is((select c.scopes from sources.chunks c join sources.documents d on d.id = c.document_id where d.path = 'shared.md'),
-          (select scopes from sources.documents where path = 'shared.md'), 'a chunk carries its document''s scope set');
+select is((select c.scopes from sources.chunks c join sources.documents d on d.id = c.document_id
+            where d.path = 'shared.md' and d.tenant_id = tests.tenant('t-chunk-a')),
+          (select scopes from sources.documents where path = 'shared.md' and tenant_id = tests.tenant('t-chunk-a')),
+          'a chunk carries its document''s scope set');
 
 select tests.act_as('t-chunk-a', 'alice', array['team'], '{}');
 select results_eq($$select text from sources.chunks order by text$$, $$values ('shared words'), ('team words')$$,
@@ -45,7 +47,8 @@ reset role;
 select tests.act_as('t-chunk-a', 'alice', '{}', array['team', 'exec']);
 update sources.documents set scopes = array[tests.scope('t-chunk-a', 'exec')] where path = 'team.md';
 reset role;
-select is((select array_agg(distinct c.scopes) from sources.chunks c join sources.documents d on d.id = c.document_id where d.path = 'team.md'),
+select is((select array_agg(distinct c.scopes) from sources.chunks c join sources.documents d on d.id = c.document_id
+            where d.path = 'team.md' and d.tenant_id = tests.tenant('t-chunk-a')),
           array[array[tests.scope('t-chunk-a', 'exec')]], 'a document scope change propagates to every chunk');
 select tests.act_as('t-chunk-a', 'alice', array['team'], '{}');
 select is_empty($$select 1 from sources.chunks where text like 'team words%'$$,

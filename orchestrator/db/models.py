@@ -123,6 +123,8 @@ class Document(Base):
         CheckConstraint("jsonb_typeof(metadata) = 'object'", name="ck_documents_metadata_object"),
         Index("ix_documents_tenant_id_kind_state", "tenant_id", "kind", "state"),
         Index("ix_documents_tenant_id_content_hash", "tenant_id", "content_hash"),
+        # The title lane's probe (db/versions/0008_recall.py).
+        Index("ix_documents_tenant_id_title_key", "tenant_id", sql_text("recall.title_key(title)")),
         {"schema": "sources"},
     )
 
