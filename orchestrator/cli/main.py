@@ -13,6 +13,7 @@ from typing import Annotated, NoReturn
 import typer
 from rich.console import Console
 
+from orchestrator.cli.audit import audit_app
 from orchestrator.config import Settings
 from orchestrator.db.engine import Database
 from orchestrator.db.server import AlreadyRunning, NotRunning
@@ -26,6 +27,7 @@ db_app = typer.Typer(help="The database: embedded server lifecycle and migration
 admin_app = typer.Typer(help="DBA tasks: tenants and scopes.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(admin_app, name="admin")
+app.add_typer(audit_app, name="audit")
 
 out = Console()
 err = Console(stderr=True)

@@ -1,0 +1,161 @@
+"""Recall receipts: what was served to whom, provable later.
+
+Recall calls ``append_receipt`` once per answer, in the request's
+``bound_session``: who asked (the bound user), when, the SHA-256 of the
+question and of the rendered string, and each evidence row with the version
+(hash of its canonical image) that was served. The database refuses a receipt
+whose evidence is not at the version named or not visible to the asker, seals
+it with ``receipt_hash``, keeps it append-only and chains it.
+
+``verify_receipt`` re-derives the seal from the stored fields, checks the
+receipt row against its chain event, checks that each served version is in the
+chain for its row, and compares it with the row's current version: a receipt
+whose evidence has changed since, or was tampered with, does not verify.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
+
+from orchestrator.db.session import translate
+from orchestrator.errors import BadInput, NotFound
+
+Executor = Connection | Session
+Evidence = tuple[str, dict[str, Any], bytes | None]
+
+
+def _sha(value: str) -> bytes:
+    return hashlib.sha256(value.encode()).digest()
+
+
+def version_of(session: Session, table: str, row_id: dict[str, Any]) -> bytes:
+    """The current version of a row the bound identity can see."""
+    try:
+        found = session.execute(text(
+            "select provenance.row_version(cast(:t as regclass), cast(:r as jsonb))"),
+            {"t": table, "r": json.dumps(row_id)}).scalar()
+    except DBAPIError as exc:
+        raise translate(exc) from exc
+    if found is None:
+        raise NotFound(f"{table} {json.dumps(row_id)} does not exist or is not visible")
+    return bytes(found)
+
+
+def append_receipt(session: Session, question: str, evidence: list[Evidence], rendered: str) -> uuid.UUID:
+    """Write the receipt of one recall; a ``None`` version means "as it is now"."""
+    if not isinstance(question, str) or not isinstance(rendered, str):
+        raise BadInput("question and rendered must be text")
+    items = []
+    for n, item in enumerate(evidence):
+        if len(item) != 3 or not isinstance(item[0], str) or not isinstance(item[1], dict):
+            raise BadInput(f"evidence {n} must be (table, row id dict, version bytes or None)")
+        table, row_id, version = item
+        if version is None:
+            version = version_of(session, table, row_id)
+        if not isinstance(version, bytes) or len(version) != 32:
+            raise BadInput(f"evidence {n}: a version is 32 bytes (SHA-256)")
+        items.append({"table": table, "row_id": row_id, "version": version.hex()})
+    try:
+        rid: uuid.UUID = session.execute(text(
+            "insert into provenance.receipts (question_hash, evidence, rendered_hash) "
+            "values (:q, cast(:e as jsonb), :r) returning id"),
+            {"q": _sha(question), "e": json.dumps(items), "r": _sha(rendered)}).scalar_one()
+    except DBAPIError as exc:
+        raise translate(exc) from exc
+    return rid
+
+
+@dataclass(frozen=True)
+class EvidenceCheck:
+    table: str
+    row_id: dict[str, Any]
+    served: bytes
+    current: bytes | None
+    in_chain: bool
+
+    @property
+    def status(self) -> str:
+        if not self.in_chain:
+            return "unproven"
+        if self.current is None:
+            return "deleted"
+        return "unchanged" if self.current == self.served else "changed"
+
+
+@dataclass(frozen=True)
+class ReceiptCheck:
+    id: uuid.UUID
+    tenant_id: uuid.UUID
+    asked_by: str
+    asked_at: Any
+    seal_ok: bool
+    chain_ok: bool
+    evidence: list[EvidenceCheck]
+    rendered_ok: bool | None
+
+    @property
+    def ok(self) -> bool:
+        return (self.seal_ok and self.chain_ok and self.rendered_ok is not False
+                and all(e.status == "unchanged" for e in self.evidence))
+
+    def problems(self) -> list[str]:
+        out = []
+        if not self.seal_ok:
+            out.append("the receipt's stored fields do not match its seal (receipt_hash)")
+        if not self.chain_ok:
+            out.append("the receipt row does not match its chain event")
+        if self.rendered_ok is False:
+            out.append("the rendered text given does not match the receipt")
+        for e in self.evidence:
+            if e.status != "unchanged":
+                out.append(f"evidence {e.table} {json.dumps(e.row_id)}: {e.status} "
+                           f"(served {e.served.hex()[:16]}, now "
+                           f"{e.current.hex()[:16] if e.current else 'gone'})")
+        return out
+
+
+def verify_receipt(conn: Executor, receipt_id: uuid.UUID, *, rendered: str | None = None) -> ReceiptCheck:
+    """Re-derive a receipt (run as an auditor: reads provenance and row hashes only)."""
+    try:
+        r = conn.execute(text("""
+            select r.*, provenance.receipt_hash(r.tenant_id, r.id, r.asked_by, r.asked_at, r.question_hash,
+                                                r.evidence, r.rendered_hash) as resealed,
+                   provenance.audit_row_version('provenance.receipts', jsonb_build_object('id', r.id),
+                                                r.tenant_id) as current_version,
+                   (select e.row_hash from provenance.events e
+                     where e.tenant_id = r.tenant_id and e.table_name = 'provenance.receipts'
+                       and e.row_id = jsonb_build_object('id', r.id) order by e.seq desc limit 1) as chained
+              from provenance.receipts r where r.id = :id"""), {"id": receipt_id}).one_or_none()
+        if r is None:
+            raise NotFound(f"no receipt {receipt_id}")
+        checks = []
+        for item in r.evidence:
+            row = conn.execute(text("""
+                select provenance.audit_row_version(cast(:t as regclass), cast(:r as jsonb), :tenant)
+                           as current,
+                       exists (select 1 from provenance.events e where e.tenant_id = :tenant
+                                  and e.table_name = :t and e.row_id = cast(:r as jsonb)
+                                  and e.row_hash = :v) as in_chain"""),
+                {"t": item["table"], "r": json.dumps(item["row_id"]), "tenant": r.tenant_id,
+                 "v": bytes.fromhex(item["version"])}).one()
+            checks.append(EvidenceCheck(item["table"], item["row_id"], bytes.fromhex(item["version"]),
+                                        bytes(row.current) if row.current is not None else None,
+                                        bool(row.in_chain)))
+    except DBAPIError as exc:
+        raise translate(exc) from exc
+    return ReceiptCheck(
+        r.id, r.tenant_id, r.asked_by, r.asked_at,
+        seal_ok=bytes(r.resealed) == bytes(r.receipt_hash),
+        chain_ok=r.chained is not None and r.current_version is not None
+        and bytes(r.chained) == bytes(r.current_version),
+        evidence=checks,
+        rendered_ok=None if rendered is None else _sha(rendered) == bytes(r.rendered_hash),
+    )

@@ -1,0 +1,222 @@
+"""``engram audit``: the auditor's commands.
+
+Every command connects as ``engram_auditor``, which reads the provenance schema
+of every tenant and nothing else; row content never reaches an auditor, only
+keys and hashes. Tenants are named by organization id or by tenant id.
+Exit status: 0 when everything checked is intact, 1 when something is broken,
+2 for bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+from sqlalchemy import Connection, create_engine, pool, text
+
+from orchestrator.config import Settings
+from orchestrator.db.engine import Database
+from orchestrator.errors import BadInput, EngramError, NotFound
+
+audit_app = typer.Typer(help="Auditors: verify and anchor the provenance chain, export PROV-O, "
+                             "check recall receipts, trace lineage.", no_args_is_help=True)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    err.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(code)
+
+
+@contextmanager
+def auditor() -> Iterator[Connection]:
+    engine = create_engine(Database(Settings()).role_url("engram_auditor"), poolclass=pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            yield conn
+    finally:
+        engine.dispose()
+
+
+def resolve_tenant(conn: Connection, name: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(name)
+    except ValueError:
+        pass
+    found = conn.execute(text("select id from auth.tenants where org_id = :o"), {"o": name}).scalar()
+    if found is None:
+        raise NotFound(f"no tenant for organization {name!r}")
+    tenant: uuid.UUID = found
+    return tenant
+
+
+def _org_names(conn: Connection) -> dict[uuid.UUID, str]:
+    return {r.id: r.org_id for r in conn.execute(text("select id, org_id from auth.tenants")).all()}
+
+
+def _short(digest: bytes | None) -> str:
+    return digest.hex() if digest is not None else "-"
+
+
+@audit_app.command("verify")
+def verify_cmd(
+    tenant: Annotated[str | None, typer.Option(help="organization id or tenant id (default: all)")] = None,
+    from_seq: Annotated[int, typer.Option("--from", help="first sequence number to check")] = 1,
+    rows: Annotated[bool, typer.Option(help="also compare current rows with the chain")] = True,
+    anchors: Annotated[Path | None, typer.Option(help="a file written by `engram audit anchor`")] = None,
+) -> None:
+    """Recompute the chain; report the first broken link per tenant, or OK with counts and head."""
+    from orchestrator.audit.chain import check_anchors, parse_anchors, verify
+
+    broken = False
+    try:
+        with auditor() as conn:
+            tid = resolve_tenant(conn, tenant) if tenant else None
+            names = _org_names(conn)
+            reports = verify(conn, tid, from_seq=from_seq, rows=rows)
+            if tid is not None and not reports:
+                out.print(f"OK {tenant}: no events yet")
+            for rep in reports:
+                label = f"{names.get(rep.tenant_id, '(deleted tenant)')} ({rep.tenant_id})"
+                if rep.chain_break is None:
+                    out.print(f"OK {label}: {rep.checked} events checked from seq {from_seq}, "
+                              f"head seq {rep.head_seq} hash {_short(rep.head_hash)}")
+                else:
+                    broken = True
+                    b = rep.chain_break
+                    out.print(f"BROKEN {label}: at event {b.seq}: {b.problem}; expected "
+                              f"{_short(b.expected_hash)} found {_short(b.found_hash)}")
+                for p in rep.row_problems:
+                    broken = True
+                    out.print(f"ROW {label}: {p.table_name} {json.dumps(p.row_id)}: {p.problem} "
+                              f"(latest event {p.event_seq}; expected {_short(p.expected_hash)} "
+                              f"found {_short(p.found_hash)})")
+            if anchors is not None:
+                try:
+                    lines = anchors.read_text().splitlines()
+                except OSError as exc:
+                    raise BadInput(f"cannot read {anchors}: {exc.strerror}") from exc
+                for chk in check_anchors(conn, parse_anchors(lines)):
+                    if chk.ok:
+                        out.print(f"ANCHOR OK {chk.tenant_id} seq {chk.seq}")
+                    else:
+                        broken = True
+                        out.print(f"ANCHOR BROKEN {chk.tenant_id} seq {chk.seq}: {chk.problem}")
+    except EngramError as exc:
+        _fail(str(exc))
+    if broken:
+        raise typer.Exit(1)
+
+
+@audit_app.command("anchor")
+def anchor_cmd(
+    tenant: Annotated[str | None, typer.Option(help="organization id or tenant id (default: all)")] = None,
+    output: Annotated[Path | None, typer.Option("--out", help="also append the anchors to this file")] = None,
+) -> None:
+    """Print each tenant's head (seq and hash) as JSON lines, to keep outside the database."""
+    from orchestrator.audit.chain import heads
+
+    try:
+        with auditor() as conn:
+            tid = resolve_tenant(conn, tenant) if tenant else None
+            lines = [json.dumps(h.to_json()) for h in heads(conn, tid)]
+    except EngramError as exc:
+        _fail(str(exc))
+    for line in lines:
+        out.print(line)
+    if output is not None:
+        with output.open("a") as fh:
+            fh.writelines(line + "\n" for line in lines)
+
+
+@audit_app.command("export")
+def export_cmd(
+    tenant: Annotated[str, typer.Option(help="organization id or tenant id")],
+    fmt: Annotated[str, typer.Option("--format", help="jsonld or ttl")] = "jsonld",
+    output: Annotated[Path | None, typer.Option("--out", help="write here instead of stdout")] = None,
+) -> None:
+    """Write the tenant's provenance as W3C PROV-O (JSON-LD or Turtle)."""
+    from orchestrator.audit.export import export
+
+    if fmt not in ("jsonld", "ttl"):
+        _fail(f"--format must be jsonld or ttl, not {fmt!r}")
+    try:
+        with auditor() as conn:
+            doc = export(conn, resolve_tenant(conn, tenant), fmt)  # type: ignore[arg-type]
+    except EngramError as exc:
+        _fail(str(exc))
+    if output is None:
+        typer.echo(doc)
+    else:
+        output.write_text(doc)
+        out.print(f"wrote {output}")
+
+
+@audit_app.command("receipt")
+def receipt_cmd(
+    receipt_id: Annotated[str, typer.Argument(help="the receipt's id")],
+    rendered: Annotated[Path | None, typer.Option(help="a file with the rendered text to compare")] = None,
+) -> None:
+    """Re-derive a recall receipt from the stored evidence versions; say whether it matches."""
+    from orchestrator.audit.receipts import verify_receipt
+
+    try:
+        rid = uuid.UUID(receipt_id)
+    except ValueError:
+        _fail(f"{receipt_id!r} is not a receipt id (a UUID)")
+    try:
+        with auditor() as conn:
+            chk = verify_receipt(conn, rid, rendered=rendered.read_text() if rendered else None)
+    except OSError as exc:
+        _fail(f"cannot read {rendered}: {exc.strerror}")
+    except EngramError as exc:
+        _fail(str(exc))
+    out.print(f"receipt {chk.id}: asked by {chk.asked_by} at {chk.asked_at.isoformat()}")
+    for e in chk.evidence:
+        out.print(f"  {e.status:9} {e.table} {json.dumps(e.row_id)} served {e.served.hex()}")
+    if chk.ok:
+        out.print("MATCHES: the seal, the chain and every evidence version agree")
+        return
+    for p in chk.problems():
+        out.print(f"DOES NOT MATCH: {p}")
+    raise typer.Exit(1)
+
+
+@audit_app.command("lineage")
+def lineage_cmd(
+    tenant: Annotated[str, typer.Option(help="organization id or tenant id")],
+    table: Annotated[str, typer.Argument(help="schema.table, e.g. sources.chunks")],
+    row_id: Annotated[str, typer.Argument(help='the row id as JSON, e.g. {"id": "..."}')],
+    forward: Annotated[bool, typer.Option("--forward", help="what was derived from the row")] = False,
+) -> None:
+    """Trace a row to its origins (or forward), with the chain events proving each step."""
+    from orchestrator.audit.lineage import lineage
+
+    try:
+        rid = json.loads(row_id)
+    except ValueError:
+        _fail(f"row id {row_id!r} is not JSON")
+    if not isinstance(rid, dict):
+        _fail('a row id is a JSON object, e.g. {"id": "..."}')
+    try:
+        with auditor() as conn:
+            lin = lineage(conn, resolve_tenant(conn, tenant), table, rid,
+                          direction="forward" if forward else "back")
+    except EngramError as exc:
+        _fail(str(exc))
+    for e in lin.edges:
+        src = f"{e.source[0]} {e.source[1]}" if e.source else f"agent {e.source_agent_id}"
+        proof = f"event {e.event.seq}" if e.event else "NOT IN CHAIN"
+        out.print(f"{'  ' * (e.depth - 1)}{e.derived[0]} {e.derived[1]} {e.relation} {src} ({proof})")
+    if not lin.edges:
+        out.print("no derivation recorded for this row")
+    if not lin.proven():
+        out.print("NOT PROVEN: an edge or a version is missing from the chain")
+        raise typer.Exit(1)
