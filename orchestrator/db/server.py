@@ -138,10 +138,10 @@ class EmbeddedServer:
             json.dump(data, fh, indent=2)
 
     def secrets(self) -> dict[str, str]:
-        """Generated passwords (superuser, engram_app, engram_auditor)."""
+        """Generated passwords (superuser, engram_app, engram_auditor, engram_worker)."""
         data = self._read_json(self.secrets_file)
         changed = False
-        for key in ("superuser", "engram_app", "engram_auditor"):
+        for key in ("superuser", "engram_app", "engram_auditor", "engram_worker"):
             if key not in data:
                 data[key] = secrets.token_urlsafe(24)
                 changed = True
