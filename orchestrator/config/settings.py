@@ -104,6 +104,34 @@ class Settings(BaseSettings):
     worker_batch_wait_ms: float = 4.0
     worker_max_batch: int = 64
 
+    # API (orchestrator/api) and token verification (orchestrator/auth). The issuer is
+    # an OIDC issuer such as Logto's ``https://<tenant>.logto.app/oidc``; its JWKS is
+    # ``auth_jwks_url`` or, unset, ``<issuer>/jwks`` (Logto's layout).
+    auth_issuer: str | None = None
+    auth_audience: str = "https://engram.local/api"
+    auth_jwks_url: str | None = None
+    auth_jwks_ttl_s: float = 600.0
+    # An unknown kid refreshes the JWKS at most this often, so forged kids cannot
+    # turn every request into a fetch.
+    auth_jwks_min_refresh_s: float = 10.0
+    auth_leeway_s: float = 30.0
+    # Local development key (``engram auth dev-key``); trusted when this is true, or,
+    # unset, when the database is the embedded one.
+    auth_dev_key_path: Path | None = None
+    auth_trust_dev_key: bool | None = None
+    auth_dev_issuer: str = "engram-dev"
+    api_host: str = "127.0.0.1"
+    api_port: int = 8700
+    # development: introspection and GraphiQL on unless set; production: off unless set.
+    api_environment: str = "development"
+    api_introspection: bool | None = None
+    api_graphiql: bool | None = None
+    api_max_body_bytes: int = 4 * 1024 * 1024
+    api_max_query_chars: int = 20_000
+    api_max_depth: int = 10
+    api_max_cost: int = 5_000
+    api_max_page_size: int = 100
+
     @property
     def data_dir(self) -> Path:
         return self.home / "pgdata"
