@@ -86,9 +86,9 @@ def test_row_images_follow_the_documented_canonical_form(
         conn.execute(text("set local extra_float_digits = 0"))
         conn.execute(text("set local bytea_output = 'escape'"))
         image = conn.execute(text(
-            "select provenance.row_version('sources.documents', jsonb_build_object('id', cast(:d as text)), :t),"
-            " (select row_hash from provenance.events where tenant_id = :t and row_id->>'id' = cast(:d as text)"
-            "   order by seq desc limit 1)"), {"d": d, "t": t.id}).one()
+            "select provenance.row_version('sources.documents', jsonb_build_object('id', cast(:d as text)),"
+            " :t), (select row_hash from provenance.events where tenant_id = :t"
+            " and row_id->>'id' = cast(:d as text) order by seq desc limit 1)"), {"d": d, "t": t.id}).one()
         canon = conn.execute(text(
             "select to_jsonb(d)::text from sources.documents d where id = :d"), {"d": d}).scalar_one()
     # Session settings of the reader do not change a version.
@@ -238,7 +238,8 @@ def test_concurrent_writers_leave_linear_gap_free_chains(
     for t in tenants:
         with admin_engine.connect() as conn:
             seqs = list(conn.execute(text(
-                "select seq from provenance.events where tenant_id = :t order by seq"), {"t": t.id}).scalars())
+                "select seq from provenance.events where tenant_id = :t order by seq"),
+                {"t": t.id}).scalars())
             docs = conn.execute(text(
                 "select count(*) from provenance.events where tenant_id = :t "
                 "and table_name = 'sources.documents' and operation = 'INSERT'"), {"t": t.id}).scalar_one()

@@ -639,13 +639,30 @@ comment on function provenance.verify_rows(uuid) is
     'Compares every current row of the chained tables with its latest chain event: rows changed, '
     'inserted or deleted without an event. Returns keys and hashes only.';
 
-create function provenance.audit_row_version(p_table regclass, p_row_id jsonb, p_tenant uuid)
+create function provenance.audit_row_version(p_table text, p_row_id jsonb, p_tenant uuid)
     returns bytea
-    language sql stable security definer
+    language plpgsql stable security definer
     set search_path = pg_catalog, pg_temp
-as $$ select provenance.row_version(p_table, p_row_id, p_tenant) $$;
-comment on function provenance.audit_row_version(regclass, jsonb, uuid) is
+as $$
+declare
+    -- Resolved here, as the verifier: auditors have no USAGE on the memory schemas.
+    v_table regclass := to_regclass(p_table);
+begin
+    if v_table is null then
+        raise exception 'unknown table %', p_table using errcode = '22023';
+    end if;
+    return provenance.row_version(v_table, p_row_id, p_tenant);
+end
+$$;
+comment on function provenance.audit_row_version(text, jsonb, uuid) is
     'For auditors: the current version hash of any tenant''s row (hash only).';
+
+-- Before the hand-over: only the owner of the moment can revoke PUBLIC's EXECUTE,
+-- and ALTER ... OWNER carries the ACL over to the new owner.
+revoke all on function provenance.verify_rows(uuid), provenance.audit_row_version(text, jsonb, uuid)
+    from public;
+grant execute on function provenance.verify_rows(uuid), provenance.audit_row_version(text, jsonb, uuid)
+    to engram_auditor;
 """
 
 POLICIES_SQL = """
@@ -730,10 +747,6 @@ grant insert (relation, derived_table, derived_row_id, source_table, source_row_
     on provenance.derivations to engram_app;
 grant insert (question_hash, evidence, rendered_hash, activity_id) on provenance.receipts to engram_app;
 
-revoke all on function provenance.verify_rows(uuid), provenance.audit_row_version(regclass, jsonb, uuid)
-    from public;
-grant execute on function provenance.verify_rows(uuid), provenance.audit_row_version(regclass, jsonb, uuid)
-    to engram_auditor;
 grant execute on function provenance.row_version(regclass, jsonb, uuid) to engram_verifier;
 
 comment on schema provenance is
@@ -883,7 +896,7 @@ def upgrade() -> None:
     op.execute("grant create on schema provenance to engram_verifier")
     op.execute(VERIFIER_SQL)
     op.execute("alter function provenance.verify_rows(uuid) owner to engram_verifier")
-    op.execute("alter function provenance.audit_row_version(regclass, jsonb, uuid) owner to engram_verifier")
+    op.execute("alter function provenance.audit_row_version(text, jsonb, uuid) owner to engram_verifier")
     op.execute("revoke create on schema provenance from engram_verifier")
     op.execute(POLICIES_SQL)
 

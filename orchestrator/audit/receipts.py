@@ -139,10 +139,10 @@ def verify_receipt(conn: Executor, receipt_id: uuid.UUID, *, rendered: str | Non
         checks = []
         for item in r.evidence:
             row = conn.execute(text("""
-                select provenance.audit_row_version(cast(:t as regclass), cast(:r as jsonb), :tenant)
+                select provenance.audit_row_version(cast(:t as text), cast(:r as jsonb), :tenant)
                            as current,
                        exists (select 1 from provenance.events e where e.tenant_id = :tenant
-                                  and e.table_name = :t and e.row_id = cast(:r as jsonb)
+                                  and e.table_name = cast(:t as text) and e.row_id = cast(:r as jsonb)
                                   and e.row_hash = :v) as in_chain"""),
                 {"t": item["table"], "r": json.dumps(item["row_id"]), "tenant": r.tenant_id,
                  "v": bytes.fromhex(item["version"])}).one()

@@ -1,0 +1,93 @@
+"""Recall receipts: appended in the asker's session, re-derived by the auditor."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+import pytest
+from sqlalchemy import Engine, text, update
+
+from orchestrator.audit.receipts import append_receipt, verify_receipt, version_of
+from orchestrator.db.models import Document
+from orchestrator.db.session import bound_session
+from orchestrator.errors import BadInput, Forbidden, NotFound
+from tests.conftest import TenantFixture
+from tests.support.provenance import as_superuser, auditor_engine, put
+
+__all__ = ["auditor_engine"]
+
+TenantMaker = Callable[..., TenantFixture]
+DOCS = "sources.documents"
+
+
+def _receipt(app_engine: Engine, t: TenantFixture, docs: list[uuid.UUID]) -> uuid.UUID:
+    with bound_session(app_engine, t.identity("asker", read=("team",))) as s:
+        evidence = [(DOCS, {"id": str(d)}, version_of(s, DOCS, {"id": str(d)})) for d in docs]
+        return append_receipt(s, "what about the river?", evidence, "The river is wide.")
+
+
+def test_receipt_verifies_and_a_changed_evidence_version_fails(
+        app_engine: Engine, auditor_engine: Engine, tenant_factory: TenantMaker) -> None:
+    t = tenant_factory("team")
+    a, b = put(app_engine, t, "a.md"), put(app_engine, t, "b.md")
+    rid = _receipt(app_engine, t, [a, b])
+    with auditor_engine.connect() as conn:
+        chk = verify_receipt(conn, rid, rendered="The river is wide.")
+        assert chk.ok and chk.asked_by == "asker", chk.problems()
+        assert [e.status for e in chk.evidence] == ["unchanged", "unchanged"]
+        assert verify_receipt(conn, rid, rendered="Something else.").ok is False
+    with bound_session(app_engine, t.identity("writer", write=("team",))) as s:
+        s.execute(update(Document).where(Document.id == b).values(title="A new title"))
+    with auditor_engine.connect() as conn:
+        chk = verify_receipt(conn, rid)
+    assert not chk.ok
+    assert [e.status for e in chk.evidence] == ["unchanged", "changed"]
+    assert any("changed" in p and str(b) in p for p in chk.problems())
+
+
+def test_tampered_receipt_fails(app_engine: Engine, admin_engine: Engine, auditor_engine: Engine,
+                                tenant_factory: TenantMaker) -> None:
+    t = tenant_factory("team")
+    a = put(app_engine, t, "a.md")
+    rid = _receipt(app_engine, t, [a])
+    fake = "0" * 64
+    as_superuser(admin_engine, "update provenance.receipts set evidence = jsonb_set(evidence, "
+                               "'{0,version}', to_jsonb(cast(:v as text))) where id = :r",
+                 {"v": fake, "r": rid})
+    with auditor_engine.connect() as conn:
+        chk = verify_receipt(conn, rid)
+    assert not chk.ok and not chk.seal_ok and not chk.chain_ok
+    assert chk.evidence[0].status == "unproven"
+
+
+def test_receipt_bad_input_writes_nothing(app_engine: Engine, auditor_engine: Engine,
+                                          tenant_factory: TenantMaker) -> None:
+    t = tenant_factory("team", "exec")
+    a = put(app_engine, t, "a.md")
+    ident = t.identity("asker", read=("team",))
+    with pytest.raises(BadInput, match="now at version"), bound_session(app_engine, ident) as s:
+        append_receipt(s, "q", [(DOCS, {"id": str(a)}, b"\x01" * 32)], "r")
+    with pytest.raises(NotFound), bound_session(app_engine, ident) as s:
+        append_receipt(s, "q", [(DOCS, {"id": str(uuid.uuid4())}, None)], "r")
+    with pytest.raises(BadInput, match="32 bytes"), bound_session(app_engine, ident) as s:
+        append_receipt(s, "q", [(DOCS, {"id": str(a)}, b"short")], "r")
+    # Another tenant's reader cannot see a.md, so cannot claim it as evidence.
+    other = tenant_factory("team")
+    with pytest.raises(BadInput, match="not visible"), \
+            bound_session(app_engine, other.identity("x", read=("team",))) as s:
+        s.execute(text("insert into provenance.receipts (question_hash, evidence, rendered_hash) "
+                       "values (sha256('q'), jsonb_build_array(jsonb_build_object("
+                       "'table', 'sources.documents', 'row_id', jsonb_build_object('id', cast(:d as text)),"
+                       " 'version', repeat('a', 64))),"
+                       " sha256('r'))"), {"d": a})
+    with pytest.raises(NotFound), auditor_engine.connect() as conn:
+        verify_receipt(conn, uuid.uuid4())
+    with auditor_engine.connect() as conn:
+        n = conn.execute(text("select count(*) from provenance.receipts where tenant_id in (:a, :b)"),
+                         {"a": t.id, "b": other.id}).scalar_one()
+    assert n == 0
+    # Receipts are append-only, for their writer too.
+    rid = _receipt(app_engine, t, [a])
+    with pytest.raises(Forbidden), bound_session(app_engine, ident) as s:
+        s.execute(text("delete from provenance.receipts where id = :r"), {"r": rid})
