@@ -1,0 +1,162 @@
+"""Provenance benchmark: write overhead of the chain triggers, and verification speed.
+
+Starts its own embedded PostgreSQL in a temporary home, migrates it, then
+measures in the same run:
+
+* documents written with ``put_document`` (one document row plus its chunks
+  per call, ``--batch`` documents per transaction), with the chain triggers on
+  and with them disabled (``ALTER TABLE ... DISABLE TRIGGER`` on every chained
+  table); the ratio on/off is the overhead (goal: at most 1.3x);
+* chunks inserted by multi-row statements (``--rows`` per statement), on and
+  off, which shows the statement-level trigger's amortisation;
+* ``provenance.verify_chain`` (events/s) and ``provenance.verify_rows``
+  (rows/s) over everything written.
+
+Rounds alternate on/off so that warm-up and cache effects fall on both sides;
+the best round of each side is reported. Usage::
+
+    .venv/bin/python benchmarks/provenance.py [--docs 150] [--batch 10] [--rounds 3] [--rows 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, insert, text
+
+from orchestrator.auth import Identity
+from orchestrator.config import Settings
+from orchestrator.db.engine import Database, make_app_engine
+from orchestrator.db.migrate import migrate
+from orchestrator.db.models import Chunk
+from orchestrator.db.server import free_port
+from orchestrator.db.session import bound_session
+from orchestrator.ingest.documents import DocumentInput, put_document
+
+PARAGRAPH = "Provenance benchmark paragraph about rivers, bridges and the people who cross them. "
+BODY = (PARAGRAPH * 12 + "\n\n") * 4
+
+
+def _tenant(admin: Engine) -> str:
+    org = f"bench-{uuid.uuid4().hex[:10]}"
+    with admin.begin() as conn:
+        conn.execute(text("set local role engram_dba"))
+        tid = conn.execute(text("select auth.create_tenant(:o, :o)"), {"o": org}).scalar_one()
+        conn.execute(text("select auth.create_scope(:t, 'team', 'bench')"), {"t": tid})
+    return org
+
+
+def _set_chain(admin: Engine, enabled: bool) -> None:
+    with admin.begin() as conn:
+        tables = list(conn.execute(text("select provenance.chained_tables()::text")).scalars())
+        conn.execute(text("set local role engram_owner"))
+        for table in tables:
+            name = table.split(".")[-1]
+            for task in ("insert", "update", "delete"):
+                conn.execute(text(f"alter table {table} {'enable' if enabled else 'disable'} "
+                                  f"trigger tg_{name}__chain_{task}"))
+
+
+def _docs_round(app: Engine, org: str, n: int, batch: int) -> float:
+    ident = Identity.of(org, "bench", write=("team",))
+    start = time.perf_counter()
+    for b in range(0, n, batch):
+        with bound_session(app, ident) as s:
+            for i in range(b, min(n, b + batch)):
+                put_document(s, DocumentInput("bench", f"d{i}.md", f"Doc {i}", f"{i} {BODY}", ("team",)))
+    return time.perf_counter() - start
+
+
+def _chunks_round(app: Engine, org: str, statements: int, rows: int) -> float:
+    ident = Identity.of(org, "bench", write=("team",))
+    with bound_session(app, ident) as s:
+        doc = put_document(s, DocumentInput("bench", "host.md", "Host", "host", ("team",))).document_id
+    start = time.perf_counter()
+    with bound_session(app, ident) as s:
+        for k in range(statements):
+            s.execute(insert(Chunk).values([
+                {"document_id": doc, "ordinal": 1 + k * rows + j, "text": f"chunk {k}-{j} {BODY[:300]}",
+                 "char_start": 0, "char_end": 300} for j in range(rows)]))
+    return time.perf_counter() - start
+
+
+def _best(fn: Callable[[bool], float], rounds: int) -> tuple[float, float]:
+    on, off = [], []
+    for r in range(rounds):
+        for enabled in ((True, False) if r % 2 == 0 else (False, True)):
+            (on if enabled else off).append(fn(enabled))
+    return min(on), min(off)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, default=150, help="documents per round")
+    ap.add_argument("--batch", type=int, default=10, help="documents per transaction")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds per side (on/off alternate)")
+    ap.add_argument("--rows", type=int, default=50, help="chunks per multi-row INSERT")
+    ap.add_argument("--statements", type=int, default=20, help="multi-row INSERTs per round")
+    args = ap.parse_args()
+
+    home = Path(tempfile.mkdtemp(prefix="engram-bench-"))
+    home.chmod(0o755)
+    db = Database(Settings(home=home / "home", db_port=free_port(), db_name="engram_bench"))
+    db.server.start()
+    try:
+        migrate(db)
+        admin = create_engine(db.admin_url())
+        app = make_app_engine(db.app_url())
+
+        def docs(enabled: bool) -> float:
+            _set_chain(admin, enabled)
+            return _docs_round(app, _tenant(admin), args.docs, args.batch)
+
+        def chunks(enabled: bool) -> float:
+            _set_chain(admin, enabled)
+            return _chunks_round(app, _tenant(admin), args.statements, args.rows)
+
+        _docs_round(app, _tenant(admin), max(5, args.docs // 10), args.batch)  # warm-up
+        d_on, d_off = _best(docs, args.rounds)
+        c_on, c_off = _best(chunks, args.rounds)
+        _set_chain(admin, True)
+
+        with admin.connect() as conn:
+            n_events = conn.execute(text("select count(*) from provenance.events")).scalar_one()
+            t0 = time.perf_counter()
+            checked = int(conn.execute(text(
+                "select sum(checked) from provenance.verify_chain()")).scalar_one())
+            t_chain = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            problems = conn.execute(text("select count(*) from provenance.verify_rows()")).scalar_one()
+            t_rows = time.perf_counter() - t0
+            n_rows = conn.execute(text(
+                "select (select count(*) from sources.documents) + (select count(*) from sources.chunks)"
+            )).scalar_one()
+
+        print(f"provenance benchmark: {args.docs} documents/round in transactions of {args.batch}, "
+              f"{args.rounds} rounds per side (best shown)")
+        print(f"  documents  chain on : {args.docs / d_on:8.1f} docs/s  ({d_on:.3f} s)")
+        print(f"  documents  chain off: {args.docs / d_off:8.1f} docs/s  ({d_off:.3f} s)")
+        print(f"  documents  overhead : {d_on / d_off:8.2f}x  (goal <= 1.30x)")
+        total = args.statements * args.rows
+        print(f"  chunks x{args.rows}/stmt on : {total / c_on:8.1f} rows/s  ({c_on:.3f} s)")
+        print(f"  chunks x{args.rows}/stmt off: {total / c_off:8.1f} rows/s  ({c_off:.3f} s)")
+        print(f"  chunks     overhead : {c_on / c_off:8.2f}x  (goal <= 1.30x)")
+        print(f"  verify_chain: {checked} events in {t_chain:.3f} s = {checked / t_chain:,.0f} events/s "
+              f"({n_events} events stored)")
+        print(f"  verify_rows : {n_rows} rows in {t_rows:.3f} s = {n_rows / t_rows:,.0f} rows/s "
+              f"({problems} problems; rows written with the chain off are reported, as they should be)")
+        admin.dispose()
+        app.dispose()
+    finally:
+        db.server.stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
