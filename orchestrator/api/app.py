@@ -1,0 +1,189 @@
+"""The HTTP face of the API: a Starlette app that uvicorn serves.
+
+One request is one transaction: the bearer token is verified, the identity is
+bound with ``bound_session``, the GraphQL operation runs in a worker thread
+(SQLAlchemy is synchronous; the event loop stays free), and the transaction
+commits only when the operation produced no error. A mutation that fails in any
+field therefore writes nothing, and its response carries ``data: null``.
+
+Status codes: 401 for a token that does not verify (with ``WWW-Authenticate``),
+403 for a genuine token that grants nothing here (no organization, a tenant or
+scope the database does not know), 413 for a body or query over the limits,
+400 for unreadable JSON and for queries refused by validation (depth, cost),
+200 for executed operations, whose errors carry ``extensions.code``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from anyio import to_thread
+from ariadne import graphql_sync
+from ariadne.explorer import ExplorerGraphiQL
+from sqlalchemy import Engine
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from orchestrator.api.schema import RequestContext, build_schema, format_error, validation_rules
+from orchestrator.auth import Identity
+from orchestrator.auth.tokens import TokenVerifier, bearer_token
+from orchestrator.config import Settings
+from orchestrator.db.session import bound_session
+from orchestrator.errors import EngramError, Forbidden, Unauthenticated
+
+STATUS_BY_CODE = {"UNAUTHENTICATED": 401, "FORBIDDEN": 403, "BAD_USER_INPUT": 400,
+                  "CONFLICT": 409, "NOT_FOUND": 404}
+
+
+def error_response(status: int, code: str, message: str) -> JSONResponse:
+    headers = {}
+    if status == 401:
+        headers["WWW-Authenticate"] = 'Bearer realm="engram", error="invalid_token"'
+    return JSONResponse({"data": None, "errors": [{"message": message, "extensions": {"code": code}}]},
+                        status_code=status, headers=headers)
+
+
+class _Rollback(Exception):
+    """Leaves ``bound_session`` without committing, carrying the response to send."""
+
+    def __init__(self, result: dict[str, Any]) -> None:
+        super().__init__("rollback")
+        self.result = result
+
+
+class _Refused(Exception):
+    def __init__(self, error: EngramError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+@dataclass
+class ApiConfig:
+    settings: Settings
+    engine: Engine
+    verifier: TokenVerifier
+
+    @property
+    def introspection(self) -> bool:
+        s = self.settings
+        return s.api_introspection if s.api_introspection is not None else s.api_environment != "production"
+
+    @property
+    def graphiql(self) -> bool:
+        s = self.settings
+        return s.api_graphiql if s.api_graphiql is not None else s.api_environment != "production"
+
+
+def execute(config: ApiConfig, identity: Identity, data: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+    """Run one GraphQL request under ``identity`` in one transaction (sync; call from a thread)."""
+    variables = data.get("variables") if isinstance(data.get("variables"), dict) else None
+    bound = False
+    try:
+        with bound_session(config.engine, identity) as session:
+            bound = True
+            success, result = graphql_sync(
+                build_schema(), data,
+                context_value=RequestContext(identity, session, config.settings),
+                introspection=config.introspection,
+                validation_rules=validation_rules(config.settings, variables),
+                error_formatter=format_error, debug=False)
+            if result.get("errors"):
+                raise _Rollback(result)
+            return success, result
+    except _Rollback as rb:
+        if "data" in rb.result and _is_mutation(data):
+            rb.result["data"] = None
+        return False, rb.result
+    except EngramError as exc:
+        if not bound:
+            # Binding refused the identity: an unknown tenant or scope.
+            raise _Refused(exc if isinstance(exc, Unauthenticated) else Forbidden(exc.message)) from exc
+        raise
+
+
+def _is_mutation(data: dict[str, Any]) -> bool:
+    from graphql.error import GraphQLError
+
+    from graphql import OperationDefinitionNode, OperationType, parse
+
+    try:
+        doc = parse(data.get("query") or "")
+    except GraphQLError:
+        return False
+    return any(isinstance(d, OperationDefinitionNode) and d.operation is OperationType.MUTATION
+               for d in doc.definitions)
+
+
+def create_app(settings: Settings, engine: Engine, verifier: TokenVerifier | None = None) -> Starlette:
+    config = ApiConfig(settings, engine, verifier or TokenVerifier.from_settings(settings))
+    explorer = ExplorerGraphiQL(title="Engram")
+
+    async def read_body(request: Request) -> bytes | Response:
+        limit = settings.api_max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            return error_response(413, "BAD_USER_INPUT",
+                                  f"the request body is {declared} bytes; the limit is {limit}")
+        body = bytearray()
+        # A chunked body has no length up front: count as it arrives.
+        async for part in request.stream():
+            body.extend(part)
+            if len(body) > limit:
+                return error_response(413, "BAD_USER_INPUT",
+                                      f"the request body is over the limit of {limit} bytes")
+        return bytes(body)
+
+    async def graphql_post(request: Request) -> Response:
+        try:
+            identity = config.verifier.verify(bearer_token(request.headers.get("authorization")))
+        except EngramError as exc:
+            return error_response(STATUS_BY_CODE.get(exc.code, 401), exc.code, exc.message)
+        if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+            return error_response(415, "BAD_USER_INPUT", "send the GraphQL request as application/json")
+        body = await read_body(request)
+        if isinstance(body, Response):
+            return body
+        try:
+            data = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            return error_response(400, "BAD_USER_INPUT", "the request body is not valid JSON")
+        if not isinstance(data, dict) or not isinstance(data.get("query"), str):
+            return error_response(400, "BAD_USER_INPUT",
+                                  "the request must be a JSON object with a 'query' string")
+        if len(data["query"]) > settings.api_max_query_chars:
+            return error_response(413, "BAD_USER_INPUT",
+                                  f"the query is {len(data['query'])} characters; "
+                                  f"the limit is {settings.api_max_query_chars}")
+        try:
+            success, result = await to_thread.run_sync(execute, config, identity, data)
+        except _Refused as refused:
+            return error_response(STATUS_BY_CODE[refused.error.code], refused.error.code,
+                                  refused.error.message)
+        except EngramError as exc:
+            return error_response(STATUS_BY_CODE.get(exc.code, 500), exc.code, exc.message)
+        status = 200 if success or result.get("data") is not None or _executed(result) else 400
+        return JSONResponse(result, status_code=status)
+
+    async def graphql_get(request: Request) -> Response:
+        if not config.graphiql:
+            return PlainTextResponse("the GraphiQL explorer is off on this server; POST queries",
+                                     status_code=404)
+        return HTMLResponse(explorer.html(request))
+
+    async def healthz(_: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    return Starlette(routes=[
+        Route("/graphql", graphql_post, methods=["POST"]),
+        Route("/graphql", graphql_get, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+    ])
+
+
+def _executed(result: dict[str, Any]) -> bool:
+    """Whether the errors came from executing resolvers (they carry a path), not validation."""
+    return any("path" in e for e in result.get("errors", []))

@@ -1,0 +1,166 @@
+"""Bearer token verification: a JWT in, a verified ``Identity`` out.
+
+Order of checks, each failure an ``Unauthenticated`` (HTTP 401) that says which
+check failed:
+
+1. the header's ``alg`` is on the allow-list (RS256, ES256, EdDSA). ``none`` and
+   every HMAC algorithm are refused before any key is looked at, so a public key
+   can never be used as an HMAC secret;
+2. the unverified ``iss`` picks the key set: the configured issuer's JWKS, or the
+   local development key's when the server trusts it; any other issuer is refused;
+3. the ``kid`` names a key of that set (an unknown kid refreshes the set once);
+4. signature, ``iss``, ``aud``, ``exp`` and ``nbf`` (with ``auth_leeway_s``
+   leeway) are checked by PyJWT with exactly one algorithm allowed;
+
+then the claims become an identity, where a token that is genuine but grants
+nothing Engram understands is ``Forbidden`` (HTTP 403):
+
+* ``organization_id`` (Logto's organization claim) selects the tenant
+  (``auth.tenants.org_id``); a token without it is refused;
+* ``sub`` is the user;
+* ``scope`` (space separated, as OAuth sends it) gives the scope lattice:
+  ``read:<scope>`` grants read, ``write:<scope>`` grants write (and so read) on
+  the Engram scope named ``<scope>``; other entries (``openid``, ``profile``,
+  ...) are ignored. ``engram:auditor`` adds the ``auditor`` role. Scope names
+  that the tenant does not have are refused when the identity is bound.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jwt
+from jwt.exceptions import (
+    ExpiredSignatureError,
+    ImmatureSignatureError,
+    InvalidAudienceError,
+    InvalidIssuerError,
+    InvalidSignatureError,
+    InvalidTokenError,
+    MissingRequiredClaimError,
+)
+
+from orchestrator.auth.identity import Identity
+from orchestrator.auth.jwks import KeySet, file_fetcher, url_fetcher
+from orchestrator.config import Settings
+from orchestrator.errors import Forbidden, Unauthenticated
+
+ALLOWED_ALGORITHMS = ("RS256", "ES256", "EdDSA")
+ORGANIZATION_CLAIM = "organization_id"
+READ_PREFIX = "read:"
+WRITE_PREFIX = "write:"
+ROLE_SCOPES = {"engram:auditor": "auditor"}
+MAX_TOKEN_CHARS = 16_384
+
+
+def identity_from_claims(claims: Mapping[str, Any]) -> Identity:
+    """The identity a verified token's claims grant (the documented scope mapping)."""
+    org = claims.get(ORGANIZATION_CLAIM)
+    if not isinstance(org, str) or not org:
+        raise Forbidden(
+            f"the token has no {ORGANIZATION_CLAIM} claim: ask the issuer for an organization "
+            "token, which names the tenant")
+    user = claims.get("sub")
+    if not isinstance(user, str) or not user:
+        raise Unauthenticated("the token has no subject (sub)")
+    raw = claims.get("scope", "")
+    if isinstance(raw, str):
+        entries = raw.split()
+    elif isinstance(raw, list) and all(isinstance(x, str) for x in raw):
+        entries = list(raw)
+    else:
+        raise Unauthenticated("the token's scope claim is neither a string nor a list of strings")
+    read: set[str] = set()
+    write: set[str] = set()
+    roles: set[str] = set()
+    for entry in entries:
+        if entry.startswith(READ_PREFIX) and len(entry) > len(READ_PREFIX):
+            read.add(entry[len(READ_PREFIX):])
+        elif entry.startswith(WRITE_PREFIX) and len(entry) > len(WRITE_PREFIX):
+            write.add(entry[len(WRITE_PREFIX):])
+        elif entry in ROLE_SCOPES:
+            roles.add(ROLE_SCOPES[entry])
+    return Identity(org, user, frozenset(read), frozenset(write), frozenset(roles))
+
+
+@dataclass
+class TokenVerifier:
+    """Verifies bearer tokens against the trusted issuers' key sets."""
+
+    audience: str
+    leeway_s: float
+    issuers: dict[str, KeySet] = field(default_factory=dict)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> TokenVerifier:
+        from orchestrator.auth.devkey import dev_key_trusted, jwks_path
+
+        verifier = cls(settings.auth_audience, settings.auth_leeway_s)
+        if settings.auth_issuer:
+            url = settings.auth_jwks_url or settings.auth_issuer.rstrip("/") + "/jwks"
+            verifier.issuers[settings.auth_issuer] = KeySet(
+                url_fetcher(url), ttl_s=settings.auth_jwks_ttl_s,
+                min_refresh_s=settings.auth_jwks_min_refresh_s)
+        if dev_key_trusted(settings):
+            # Re-read the file on an unknown kid, so a new dev key needs no restart.
+            verifier.issuers[settings.auth_dev_issuer] = KeySet(
+                file_fetcher(jwks_path(settings)), ttl_s=settings.auth_jwks_ttl_s, min_refresh_s=0.0)
+        return verifier
+
+    def claims(self, token: str) -> dict[str, Any]:
+        """The verified claims of ``token``; ``Unauthenticated`` naming the failed check."""
+        if not token or len(token) > MAX_TOKEN_CHARS:
+            raise Unauthenticated("the bearer token is empty or too long")
+        try:
+            header = jwt.get_unverified_header(token)
+            unverified = jwt.decode(token, options={"verify_signature": False})
+        except (InvalidTokenError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise Unauthenticated(f"the bearer token is not a well-formed JWT: {exc}") from exc
+        alg = header.get("alg")
+        if alg not in ALLOWED_ALGORITHMS:
+            raise Unauthenticated(
+                f"token algorithm {alg!r} is not allowed; Engram accepts {', '.join(ALLOWED_ALGORITHMS)}")
+        issuer = unverified.get("iss")
+        keys = self.issuers.get(issuer) if isinstance(issuer, str) else None
+        if keys is None:
+            raise Unauthenticated(f"token issuer {issuer!r} is not trusted by this server")
+        kid = header.get("kid")
+        if not isinstance(kid, str) or not kid:
+            raise Unauthenticated("the token header names no signing key (kid)")
+        key = keys.key(kid, alg)
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token, key, algorithms=[alg], audience=self.audience, issuer=issuer,
+                leeway=self.leeway_s, options={"require": ["exp", "iss", "aud", "sub"]})
+        except InvalidSignatureError as exc:
+            raise Unauthenticated("the token's signature does not verify") from exc
+        except ExpiredSignatureError as exc:
+            raise Unauthenticated("the token has expired") from exc
+        except ImmatureSignatureError as exc:
+            raise Unauthenticated("the token is not valid yet (nbf/iat in the future)") from exc
+        except InvalidAudienceError as exc:
+            raise Unauthenticated(
+                f"the token is not meant for this API (audience must be {self.audience!r})") from exc
+        except InvalidIssuerError as exc:
+            raise Unauthenticated("the token's issuer does not match") from exc
+        except MissingRequiredClaimError as exc:
+            raise Unauthenticated(f"the token lacks the {exc.claim!r} claim") from exc
+        except InvalidTokenError as exc:
+            raise Unauthenticated(f"the token is invalid: {exc}") from exc
+        return claims
+
+    def verify(self, token: str) -> Identity:
+        return identity_from_claims(self.claims(token))
+
+
+def bearer_token(authorization: str | None) -> str:
+    """The token of an ``Authorization: Bearer ...`` header value."""
+    if not authorization:
+        raise Unauthenticated("no bearer token: send 'Authorization: Bearer <token>'")
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthenticated("the Authorization header must be 'Bearer <token>'")
+    return token.strip()

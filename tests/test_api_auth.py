@@ -1,0 +1,164 @@
+"""Bearer token refusals over real HTTP: each bad token is a 401/403 with a clear message,
+and nothing is written."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from sqlalchemy import Engine, text
+
+from orchestrator.auth.devkey import _private_key, jwks_path
+from tests.conftest import TenantFixture
+from tests.support.api import ApiServer, api_server, b64, forge  # noqa: F401
+
+UPSERT = """mutation($p: String!) { upsertDocument(input: {collection: "notes", path: $p,
+  title: "T", body: "Some body text.", scopes: ["team"]}) { created } }"""
+
+
+def claims(server: ApiServer, org: str, **over: Any) -> dict[str, Any]:
+    now = int(time.time())
+    base = {"iss": server.settings.auth_dev_issuer, "aud": server.settings.auth_audience,
+            "sub": "mallory", "organization_id": org, "scope": "read:team write:team",
+            "iat": now, "nbf": now, "exp": now + 600}
+    base.update(over)
+    return {k: v for k, v in base.items() if v is not None}
+
+
+def dev_sign(server: ApiServer, payload: dict[str, Any], **headers: Any) -> str:
+    key, kid = _private_key(server.settings)
+    return jwt.encode(payload, key, algorithm="ES256", headers={"kid": kid, **headers})
+
+
+def doc_count(admin_engine: Engine, t: TenantFixture) -> int:
+    with admin_engine.connect() as conn:
+        return int(conn.execute(text("select count(*) from sources.documents where tenant_id = :t"),
+                                {"t": t.id}).scalar_one())
+
+
+def _forged_signature(server: ApiServer, org: str) -> str:
+    token = dev_sign(server, claims(server, org))
+    head = token.rpartition(".")[0]
+    # Same header and claims, signature of other claims: the signature does not verify.
+    other = dev_sign(server, claims(server, org, sub="someone-else"))
+    return head + "." + other.rpartition(".")[2]
+
+
+def _wrong_key(server: ApiServer, org: str) -> str:
+    stranger = ec.generate_private_key(ec.SECP256R1())
+    _, kid = _private_key(server.settings)
+    return jwt.encode(claims(server, org), stranger, algorithm="ES256", headers={"kid": kid})
+
+
+def _alg_none(server: ApiServer, org: str) -> str:
+    return forge({"alg": "none", "typ": "JWT"}, claims(server, org))
+
+
+def _hs256_public_key(server: ApiServer, org: str) -> str:
+    key, kid = _private_key(server.settings)
+    public_pem = key.public_key().public_bytes(serialization.Encoding.PEM,
+                                               serialization.PublicFormat.SubjectPublicKeyInfo)
+    header = {"alg": "HS256", "typ": "JWT", "kid": kid}
+    unsigned = forge(header, claims(server, org)).rpartition(".")[0]
+    sig = hmac.new(public_pem, unsigned.encode(), hashlib.sha256).digest()
+    return unsigned + "." + b64(sig)
+
+
+def _unknown_kid(server: ApiServer, org: str) -> str:
+    key, _ = _private_key(server.settings)
+    return jwt.encode(claims(server, org), key, algorithm="ES256", headers={"kid": "not-a-known-kid"})
+
+
+def _rsa_key_for_es256_kid(server: ApiServer, org: str) -> str:
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    _, kid = _private_key(server.settings)
+    return jwt.encode(claims(server, org), rsa_key, algorithm="RS256", headers={"kid": kid})
+
+
+BAD_TOKENS: dict[str, tuple[Callable[[ApiServer, str], str], int, str]] = {
+    "forged signature": (_forged_signature, 401, "signature does not verify"),
+    "wrong key": (_wrong_key, 401, "signature does not verify"),
+    "alg none": (_alg_none, 401, "algorithm 'none' is not allowed"),
+    "HS256 with the public key": (_hs256_public_key, 401, "algorithm 'HS256' is not allowed"),
+    "unknown kid": (_unknown_kid, 401, "not in the issuer's key set"),
+    "RS256 under an ES256 key": (_rsa_key_for_es256_kid, 401, "key"),
+    "expired": (lambda s, o: dev_sign(s, claims(s, o, iat=int(time.time()) - 7200,
+                                                 nbf=int(time.time()) - 7200,
+                                                 exp=int(time.time()) - 3600)), 401, "expired"),
+    "not yet valid": (lambda s, o: dev_sign(s, claims(s, o, nbf=int(time.time()) + 3600)),
+                      401, "not valid yet"),
+    "wrong audience": (lambda s, o: dev_sign(s, claims(s, o, aud="https://other.example/api")),
+                       401, "not meant for this API"),
+    "wrong issuer": (lambda s, o: dev_sign(s, claims(s, o, iss="https://evil.example/oidc")),
+                     401, "issuer 'https://evil.example/oidc' is not trusted"),
+    "no expiry": (lambda s, o: dev_sign(s, claims(s, o, exp=None)), 401, "'exp'"),
+    "missing organization": (lambda s, o: dev_sign(s, claims(s, o, organization_id=None)),
+                             403, "no organization_id claim"),
+    "unknown organization": (lambda s, o: dev_sign(s, claims(s, "org-that-does-not-exist")),
+                             401, "unknown tenant"),
+    "unknown scope": (lambda s, o: dev_sign(s, claims(s, o, scope="read:team write:nosuchscope")),
+                      403, "unknown scope(s)"),
+    "not a JWT": (lambda s, o: "definitely-not-a-jwt", 401, "not a well-formed JWT"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_TOKENS))
+def test_bad_token_is_refused_and_writes_nothing(case: str, api_server: ApiServer,  # noqa: F811
+                                                 tenant_factory: Callable[..., TenantFixture],
+                                                 admin_engine: Engine) -> None:
+    t = tenant_factory("team")
+    make, status, message = BAD_TOKENS[case]
+    response = api_server.post(make(api_server, t.org_id), UPSERT, {"p": "x.md"})
+    body = response.json()
+    assert response.status_code == status, body
+    error = body["errors"][0]
+    assert message in error["message"]
+    assert error["extensions"]["code"] == ("UNAUTHENTICATED" if status == 401 else "FORBIDDEN")
+    if status == 401:
+        assert response.headers["www-authenticate"].startswith("Bearer")
+    assert body["data"] is None
+    assert doc_count(admin_engine, t) == 0
+
+
+def test_the_same_mutation_with_a_good_token_writes(api_server: ApiServer,  # noqa: F811
+                                                    tenant_factory: Callable[..., TenantFixture],
+                                                    admin_engine: Engine) -> None:
+    # The control for the refusals above: the request itself is fine.
+    t = tenant_factory("team")
+    token = dev_sign(api_server, claims(api_server, t.org_id))
+    assert api_server.gql(token, UPSERT, {"p": "x.md"}) == {"upsertDocument": {"created": True}}
+    assert doc_count(admin_engine, t) == 1
+
+
+def test_no_token_and_bad_scheme(api_server: ApiServer) -> None:  # noqa: F811
+    response = api_server.post(None, "{ me { userId } }")
+    assert response.status_code == 401
+    assert "no bearer token" in response.json()["errors"][0]["message"]
+    response = api_server.post(None, "{ me { userId } }", headers={"authorization": "Basic abc"})
+    assert response.status_code == 401
+    assert "Bearer <token>" in response.json()["errors"][0]["message"]
+
+
+def test_dev_key_is_not_trusted_unless_configured(api_server: ApiServer) -> None:  # noqa: F811
+    from orchestrator.auth.tokens import TokenVerifier
+
+    values = api_server.settings.model_dump()
+    values.update(auth_trust_dev_key=False)
+    verifier = TokenVerifier.from_settings(type(api_server.settings)(**values))
+    from orchestrator.errors import Unauthenticated
+
+    with pytest.raises(Unauthenticated, match="issuer 'engram-dev' is not trusted"):
+        verifier.verify(api_server.token("any-org"))
+    # Unset, the dev key is trusted exactly when the database is the embedded one.
+    values.update(auth_trust_dev_key=None, database_url="postgresql://db.example/engram")
+    verifier = TokenVerifier.from_settings(type(api_server.settings)(**values))
+    with pytest.raises(Unauthenticated, match="not trusted"):
+        verifier.verify(api_server.token("any-org"))
+    assert jwks_path(api_server.settings).exists()
