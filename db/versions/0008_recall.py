@@ -48,25 +48,27 @@ comment on function recall.title_key(text) is
     'Lowercase, unaccented words separated by single spaces: the key the title lane matches. '
     'Immutable because the unaccent dictionary is fixed per installation.';
 
+-- security definer: every role that writes chunks (the app, the embedding
+-- worker updating embeddings, cascades run as the owner) must keep the counts
+-- right without holding any privilege on recall.lexical_stats; the function
+-- only appends counts derived from the transition tables.
 create function recall.tg_chunks__lexical_stats() returns trigger
-    language plpgsql security invoker
+    language plpgsql security definer
     set search_path = pg_catalog, pg_temp
 as $$
 begin
     -- One delta row per (tenant, scope set) and statement: writers append, nobody
-    -- updates a shared counter row. Rows of a tenant being deleted are skipped
-    -- (the tenant's statistics go with it).
+    -- updates a shared counter row. An update that changes neither scopes nor
+    -- lengths (an embedding written) nets to zero and appends nothing.
     if tg_op = 'INSERT' then
         insert into recall.lexical_stats (tenant_id, scopes, chunks, tokens)
         select n.tenant_id, n.scopes, count(*), sum(n.token_count)
           from new_rows n
-         where exists (select 1 from auth.tenants t where t.id = n.tenant_id)
          group by n.tenant_id, n.scopes;
     elsif tg_op = 'DELETE' then
         insert into recall.lexical_stats (tenant_id, scopes, chunks, tokens)
         select o.tenant_id, o.scopes, -count(*), -sum(o.token_count)
           from old_rows o
-         where exists (select 1 from auth.tenants t where t.id = o.tenant_id)
          group by o.tenant_id, o.scopes;
     else
         insert into recall.lexical_stats (tenant_id, scopes, chunks, tokens)
@@ -76,7 +78,6 @@ begin
                 union all
                 select o.tenant_id, o.scopes, -1, -o.token_count::bigint
                   from old_rows o) d
-         where exists (select 1 from auth.tenants t where t.id = d.tenant_id)
          group by d.tenant_id, d.scopes
         having sum(d.chunks) <> 0 or sum(d.tokens) <> 0;
     end if;
@@ -95,6 +96,26 @@ create trigger tg_chunks__lexical_stats_delete after delete on sources.chunks
 create trigger tg_chunks__lexical_stats_update after update on sources.chunks
     referencing old table as old_rows new table as new_rows
     for each statement execute function recall.tg_chunks__lexical_stats();
+
+-- No foreign key to auth.tenants: deleting a tenant cascades to its chunks,
+-- whose delete trigger appends deltas for the tenant being deleted, which a
+-- foreign key would refuse. This statement trigger, which runs after the
+-- cascades, removes a deleted tenant's statistics instead.
+create function recall.tg_tenants__purge_lexical_stats() returns trigger
+    language plpgsql security definer
+    set search_path = pg_catalog, pg_temp
+as $$
+begin
+    delete from recall.lexical_stats s using old_tenants o where s.tenant_id = o.id;
+    return null;
+end
+$$;
+comment on function recall.tg_tenants__purge_lexical_stats() is
+    'Removes the BM25 statistics of deleted tenants (security definer: DBAs hold no grant on them).';
+
+create trigger tg_tenants__purge_lexical_stats after delete on auth.tenants
+    referencing old table as old_tenants
+    for each statement execute function recall.tg_tenants__purge_lexical_stats();
 
 create function recall.compact_lexical_stats(p_tenant uuid) returns integer
     language plpgsql volatile security invoker
@@ -125,16 +146,12 @@ alter table recall.lexical_stats force row level security;
 
 create policy lexical_stats__select_app on recall.lexical_stats for select to engram_app
     using (tenant_id = (select auth.tenant_id()) and scopes && (select auth.read_scopes()));
-create policy lexical_stats__insert_app on recall.lexical_stats for insert to engram_app
-    with check (tenant_id = (select auth.tenant_id()));
 create policy lexical_stats__all_owner on recall.lexical_stats for all to engram_owner
     using (true) with check (true);
 
 grant usage on schema recall to engram_app;
 grant select on recall.lexical_stats to engram_app;
--- Insert only through the chunk triggers, which run as the writing role; the
--- policy keeps a writer inside its own tenant.
-grant insert (tenant_id, scopes, chunks, tokens) on recall.lexical_stats to engram_app;
+-- No write grant: rows are appended only by the chunk triggers (security definer).
 grant execute on function recall.title_key(text) to engram_app;
 revoke all on function recall.compact_lexical_stats(uuid) from public;
 
@@ -164,8 +181,6 @@ def upgrade() -> None:
         sa.Column("tokens", sa.BigInteger(), nullable=False),
         sa.Column("recorded_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
         sa.PrimaryKeyConstraint("tenant_id", "id", name="pk_lexical_stats"),
-        sa.ForeignKeyConstraint(["tenant_id"], ["auth.tenants.id"], name="fk_lexical_stats_tenant_id_tenants",
-                                ondelete="CASCADE"),
         sa.CheckConstraint("cardinality(scopes) >= 1", name="ck_lexical_stats_scopes_nonempty"),
         schema="recall",
     )
@@ -188,5 +203,6 @@ def downgrade() -> None:
     op.execute("drop trigger if exists tg_chunks__lexical_stats_insert on sources.chunks")
     op.execute("drop trigger if exists tg_chunks__lexical_stats_delete on sources.chunks")
     op.execute("drop trigger if exists tg_chunks__lexical_stats_update on sources.chunks")
+    op.execute("drop trigger if exists tg_tenants__purge_lexical_stats on auth.tenants")
     op.execute("drop schema recall cascade")
     # unaccent stays: other objects of the database may use it.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import orchestrator.db.provenance_models  # noqa: F401
 import orchestrator.db.worker_models  # noqa: F401
+import orchestrator.recall.tables  # noqa: F401
 from orchestrator.db import models
 from orchestrator.db.models import TIER_INDEXES, metadata
 

@@ -1,0 +1,16 @@
+"""Recall: one typed statement over every lane, a short Python tail, one rendered string.
+
+``recall(identity, question, asker, budget_tokens, mode)`` is the entry point;
+``build_recall_statement`` the statement; ``Recaller.trace`` the debugging view.
+See ``docs/recall.md``.
+"""
+
+from orchestrator.recall.plan import FULL_PLAN, PLAN_STUDY, PlanShape
+from orchestrator.recall.result import Evidence, Provenance, RecallResult, ScopeRef, SourceRef
+from orchestrator.recall.service import Recaller, recall
+from orchestrator.recall.statement import StatementLimits, build_recall_statement
+
+__all__ = [
+    "FULL_PLAN", "PLAN_STUDY", "Evidence", "PlanShape", "Provenance", "RecallResult", "Recaller",
+    "ScopeRef", "SourceRef", "StatementLimits", "build_recall_statement", "recall",
+]

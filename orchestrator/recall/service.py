@@ -1,0 +1,254 @@
+"""``recall``: embed, one statement under the caller's identity, the Python tail, render.
+
+A ``Recaller`` holds what a process shares between recalls: the application
+engine (``engram_app``, never an owner or superuser), settings, the embedder
+and the reranker. ``recall`` takes a verified ``Identity`` and never a list of
+scopes: the identity is bound to the one transaction the statement runs in,
+and forced row level security is the whole visibility boundary.
+
+The production path always builds ``FULL_PLAN``; ``Recaller.study`` runs a
+narrower shape for the plan study and is not reachable from ``recall``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sqlalchemy import Engine, event
+
+from orchestrator.auth import Identity
+from orchestrator.config import Settings, get_settings
+from orchestrator.db.session import bound_session
+from orchestrator.errors import BadInput
+from orchestrator.recall.plan import FULL_PLAN, PlanShape
+from orchestrator.recall.render import render
+from orchestrator.recall.result import RecallResult
+from orchestrator.recall.statement import StatementLimits, build_recall_statement
+from orchestrator.recall.tail import (
+    Candidate,
+    assign_merit,
+    budget_cut,
+    candidates_from_rows,
+    order,
+    suppress_duplicates,
+)
+from orchestrator.recall.trace import Trace, item
+
+# Modes add weight to the causal and timeline lanes; they never turn a lane off.
+MODES = ("causal", "timeline")
+MAX_ASKER_CHARS = 200
+
+
+class QueryEmbedder(Protocol):
+    def embed_query(self, question: str, asker: str | None = None) -> Any: ...
+
+
+class CrossEncoder(Protocol):
+    @property
+    def available(self) -> bool: ...
+
+    def score(self, query: str, passages: Sequence[str]) -> list[float]: ...
+
+
+@dataclass(frozen=True)
+class RecallRequest:
+    question: str
+    asker: str | None
+    budget_tokens: int
+    mode: str | None
+
+
+def validate(question: Any, asker: Any, budget_tokens: Any, mode: Any,
+             settings: Settings) -> RecallRequest:
+    """Refuse bad input with one message naming every problem."""
+    problems = []
+    if not isinstance(question, str):
+        problems.append(f"the question must be text, not {type(question).__name__}")
+    elif not question.strip():
+        problems.append("the question is empty")
+    elif len(question) > settings.recall_max_question_chars:
+        problems.append(f"the question is {len(question)} characters; the limit is "
+                        f"{settings.recall_max_question_chars}")
+    elif "\x00" in question:
+        problems.append("the question contains a NUL character")
+    if asker is not None and (not isinstance(asker, str) or len(asker) > MAX_ASKER_CHARS):
+        problems.append(f"asker must be text of at most {MAX_ASKER_CHARS} characters")
+    if isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int):
+        problems.append(f"budget_tokens must be an integer, not {type(budget_tokens).__name__}")
+    elif budget_tokens <= 0:
+        problems.append(f"budget_tokens must be positive, not {budget_tokens}")
+    elif budget_tokens > settings.recall_max_budget_tokens:
+        problems.append(f"budget_tokens {budget_tokens} is above the limit of "
+                        f"{settings.recall_max_budget_tokens}")
+    if mode is not None and mode not in MODES:
+        problems.append(f"unknown mode {mode!r}; use one of {', '.join(MODES)} or none")
+    if problems:
+        raise BadInput("invalid recall: " + "; ".join(problems))
+    assert isinstance(question, str)
+    return RecallRequest(question.strip(), (asker or "").strip() or None, budget_tokens, mode)
+
+
+@contextmanager
+def count_statements(engine: Engine) -> Iterator[list[str]]:
+    """Collect every statement the engine sends while the block runs."""
+    seen: list[str] = []
+
+    def listener(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement)
+
+    event.listen(engine, "before_cursor_execute", listener)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", listener)
+
+
+class Recaller:
+    def __init__(self, engine: Engine, settings: Settings | None = None, *,
+                 embedder: QueryEmbedder | None = None,
+                 reranker: CrossEncoder | None = None) -> None:
+        self.engine = engine
+        self.settings = settings or get_settings()
+        self._embedder = embedder
+        self._reranker = reranker
+        self._statements: dict[str, Any] = {}
+
+    @property
+    def embedder(self) -> QueryEmbedder:
+        if self._embedder is None:
+            from orchestrator.worker.embedder import Embedder
+
+            self._embedder = Embedder.from_settings(self.settings)
+        return self._embedder
+
+    @property
+    def reranker(self) -> CrossEncoder:
+        if self._reranker is None:
+            from orchestrator.worker.embedder import Reranker
+
+            self._reranker = Reranker.from_settings(self.settings)
+        return self._reranker
+
+    def statement(self, shape: PlanShape) -> Any:
+        stmt = self._statements.get(shape.name)
+        if stmt is None:
+            stmt = build_recall_statement(shape, StatementLimits.from_settings(self.settings))
+            self._statements[shape.name] = stmt
+        return stmt
+
+    def recall(self, identity: Identity, question: str, asker: str | None = None,
+               budget_tokens: int | None = None, mode: str | None = None) -> RecallResult:
+        return self._run(identity, question, asker, budget_tokens, mode, FULL_PLAN)[0]
+
+    def trace(self, identity: Identity, question: str, asker: str | None = None,
+              budget_tokens: int | None = None, mode: str | None = None
+              ) -> tuple[RecallResult, Trace]:
+        return self._run(identity, question, asker, budget_tokens, mode, FULL_PLAN)
+
+    def study(self, identity: Identity, question: str, shape: PlanShape, asker: str | None = None,
+              budget_tokens: int | None = None) -> tuple[RecallResult, Trace]:
+        """Evaluation only: run a plan-study shape through the same builder and tail."""
+        return self._run(identity, question, asker, budget_tokens, None, shape)
+
+    def _run(self, identity: Identity, question: str, asker: str | None,
+             budget_tokens: int | None, mode: str | None, shape: PlanShape
+             ) -> tuple[RecallResult, Trace]:
+        s = self.settings
+        req = validate(question, asker,
+                       s.recall_budget_tokens if budget_tokens is None else budget_tokens, mode, s)
+        trace = Trace(req.question, req.asker, shape.name, req.mode, req.budget_tokens)
+        clock = time.perf_counter()
+
+        def lap(stage: str) -> None:
+            nonlocal clock
+            now = time.perf_counter()
+            trace.timings_ms[stage] = (now - clock) * 1000.0
+            clock = now
+
+        vector = self.embedder.embed_query(req.question, req.asker)
+        lap("embed")
+        stmt = self.statement(shape)
+        with bound_session(self.engine, identity) as session:
+            with count_statements(self.engine) as sent:
+                rows = session.execute(stmt, {"question": req.question,
+                                              "query_embedding": vector}).mappings().all()
+            trace.statements = len(sent)
+        lap("statement")
+
+        catalog_rrf = 1.0 / (s.recall_rrf_k + s.recall_catalog_rank)
+        candidates, trace.corpus = candidates_from_rows(rows, catalog_rrf=catalog_rrf)
+        for lane, rank_key in (("dense", "dense_rank"), ("lexical", "lexical_rank"),
+                               ("title", "title_rank")):
+            pool = sorted((c for c in candidates if rank_key in c.lanes),
+                          key=lambda c, k=rank_key: (c.lanes[k], c.key))  # type: ignore[misc]
+            if pool or getattr(shape, lane):
+                trace.pools[lane] = [item(c) for c in pool]
+        for kind in ("area_catalog", "project_catalog"):
+            trace.pools[kind] = [item(c) for c in candidates if c.kind == kind]
+        lap("hydrate")
+
+        self._rerank(req.question, candidates, shape, trace)
+        lap("rerank")
+        assign_merit(candidates, s.recall_pin_boost)
+        trace.fused = [item(c) for c in sorted(candidates, key=lambda c: (-c.rrf, c.key))]
+        ordered, dropped = suppress_duplicates(order(candidates), s.recall_duplicate_similarity)
+        trace.ordered = [item(c) for c in ordered]
+        trace.suppressed = [(item(a).label, item(b).label, sim) for a, b, sim in dropped]
+        lap("order")
+
+        kept, rendered, used = budget_cut(ordered, req.budget_tokens, s.recall_chars_per_token,
+                                          lambda ev: render(req.question, ev))
+        trace.kept, trace.used_tokens = kept, used
+        lap("budget_render")
+        result = RecallResult(req.question, req.asker, req.budget_tokens, used,
+                              tuple(c.evidence() for c in ordered[:kept]), rendered)
+        return result, trace
+
+    def _rerank(self, question: str, candidates: list[Candidate], shape: PlanShape,
+                trace: Trace) -> None:
+        if not shape.rerank:
+            trace.reranker = f"off in plan shape {shape.name}; fused order is used"
+            return
+        reranker = self.reranker
+        if not reranker.available:
+            note = getattr(reranker, "note", None) or "no cross-encoder is available"
+            trace.reranker = f"unavailable ({note}); fused order is used"
+            return
+        # The reranker sees the complete chunk text, never a truncated one; the
+        # pool it scores is the best fused candidates plus every direct subject.
+        pool = sorted(candidates, key=lambda c: (not c.direct, -c.rrf, c.key))
+        pool = pool[: max(self.settings.recall_rerank_candidates,
+                          sum(1 for c in candidates if c.direct))]
+        if not pool:
+            trace.reranker = "nothing to rerank"
+            return
+        scores = reranker.score(question, [c.text for c in pool])
+        for c, score in zip(pool, scores, strict=True):
+            c.rerank = float(score)
+        name = getattr(reranker, "model_name", "cross-encoder")
+        trace.reranker = f"{name} scored {len(pool)} of {len(candidates)} candidates over full text"
+
+
+_default: Recaller | None = None
+
+
+def default_recaller() -> Recaller:
+    """The process's recaller over the configured database as ``engram_app``."""
+    global _default
+    if _default is None:
+        from orchestrator.db.engine import Database, make_app_engine
+
+        settings = get_settings()
+        _default = Recaller(make_app_engine(Database(settings).app_url()), settings)
+    return _default
+
+
+def recall(identity: Identity, question: str, asker: str | None = None,
+           budget_tokens: int | None = None, mode: str | None = None, *,
+           recaller: Recaller | None = None) -> RecallResult:
+    """Recall evidence for ``question`` as ``identity``, cut to ``budget_tokens``."""
+    return (recaller or default_recaller()).recall(identity, question, asker, budget_tokens, mode)

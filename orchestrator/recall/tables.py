@@ -1,0 +1,56 @@
+"""Mapped tables and indexes of ``db/versions/0008_recall.py``.
+
+``LexicalStat`` holds BM25's corpus statistics as append-only deltas (see the
+revision's docstring for why there is no per-term or per-tenant counter row).
+The title-key expression index belongs to ``sources.documents`` but is created
+by the recall revision, so it is declared here, next to the lane that uses it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Index,
+    PrimaryKeyConstraint,
+    func,
+    text as sql_text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, UUID
+from sqlalchemy.orm import Mapped, mapped_column
+
+from orchestrator.db.models import Base, Document
+
+
+def title_key(expr: object) -> object:
+    """``recall.title_key(expr)``: lowercase unaccented words joined by single spaces."""
+    return func.recall.title_key(expr)
+
+
+class LexicalStat(Base):
+    __tablename__ = "lexical_stats"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "id", name="pk_lexical_stats"),
+        CheckConstraint("cardinality(scopes) >= 1", name="ck_lexical_stats_scopes_nonempty"),
+        {"schema": "recall"},
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True),
+                                                 server_default=sql_text("auth.tenant_id()"))
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), server_default=sql_text("uuidv7()"))
+    scopes: Mapped[list[uuid.UUID]] = mapped_column(ARRAY(UUID(as_uuid=True)))
+    chunks: Mapped[int] = mapped_column(BigInteger)
+    tokens: Mapped[int] = mapped_column(BigInteger)
+    recorded_at: Mapped[datetime] = mapped_column(DateTime(timezone=True),
+                                                  server_default=sql_text("now()"))
+
+
+ix_documents_tenant_id_title_key = Index(
+    "ix_documents_tenant_id_title_key",
+    Document.__table__.c.tenant_id,
+    func.recall.title_key(Document.__table__.c.title),
+)

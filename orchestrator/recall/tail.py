@@ -1,0 +1,209 @@
+"""The Python tail of recall: candidates from the statement's rows, ordering, duplicates, budget.
+
+Order of work, each step visible in the trace:
+
+1. ``candidates_from_rows``: one candidate per source chunk; the Area and the
+   Project catalog rows fold into one catalog candidate each;
+2. merit: the cross-encoder's score over the full candidate text when the
+   reranker is available, the fused (RRF) score otherwise; min-max normalised
+   within the pool so the pinned boost (+0.3 by default) has a fixed meaning;
+3. ``order``: directly named sources first, merit order inside each group;
+4. ``suppress_duplicates``: a candidate too similar to one already kept (cosine
+   of the chunk embeddings, or identical text) is dropped; this is the
+   near-duplicate half of MMR, applied greedily in merit order;
+5. ``budget_cut``: the longest prefix whose rendered cost fits the budget. The
+   cost is measured on the rendered string itself (characters / chars-per-token,
+   rounded up), so the result can never exceed the budget, headers included.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from orchestrator.recall.result import Evidence, Provenance, ScopeRef, SourceRef
+
+
+@dataclass
+class Candidate:
+    """One item the tail may select; lane facts are kept for the trace only."""
+
+    key: str
+    kind: str  # source | area_catalog | project_catalog
+    text: str
+    scopes: tuple[ScopeRef, ...]
+    provenance: Provenance = Provenance.SOURCE_EXCERPT
+    source: SourceRef | None = None
+    document_id: uuid.UUID | None = None
+    chunk_id: uuid.UUID | None = None
+    char_start: int | None = None
+    char_end: int | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    author: str | None = None
+    embedding: Any = None
+    direct: bool = False
+    pinned: bool = False
+    lanes: dict[str, Any] = field(default_factory=dict)
+    rrf: float = 0.0
+    rerank: float | None = None
+    merit: float = 0.0
+
+    def evidence(self) -> Evidence:
+        return Evidence(
+            text=self.text, provenance=self.provenance, scopes=self.scopes, source=self.source,
+            created_at=self.created_at, updated_at=self.updated_at, author=self.author,
+            document_id=self.document_id, chunk_id=self.chunk_id, char_start=self.char_start,
+            char_end=self.char_end,
+        )
+
+
+def _scopes(value: Any) -> tuple[ScopeRef, ...]:
+    return tuple(ScopeRef(str(s["name"]), str(s.get("description") or "")) for s in value or ())
+
+
+def _merge_scopes(a: tuple[ScopeRef, ...], b: tuple[ScopeRef, ...]) -> tuple[ScopeRef, ...]:
+    return tuple(sorted({*a, *b}, key=lambda s: s.name))
+
+
+def candidates_from_rows(rows: Sequence[Mapping[str, Any]], *, catalog_rrf: float
+                         ) -> tuple[list[Candidate], dict[str, Any]]:
+    """Candidates, and what the statement said about the corpus (for the trace)."""
+    out: list[Candidate] = []
+    corpus: dict[str, Any] = {}
+    areas: dict[str, tuple[int, tuple[ScopeRef, ...], datetime | None]] = {}
+    projects: list[Mapping[str, Any]] = []
+    for row in rows:
+        lane = row["lane"]
+        if lane == "source":
+            lanes = {k: row[k] for k in ("dense_rank", "dense_distance", "lexical_rank", "bm25",
+                                         "title_rank") if row[k] is not None}
+            out.append(Candidate(
+                key=f"chunk:{row['chunk_id']}", kind="source", text=row["text"],
+                scopes=_scopes(row["scope_objects"]),
+                source=SourceRef(row["collection"], row["path"], row["title"]),
+                document_id=row["document_id"], chunk_id=row["chunk_id"],
+                char_start=row["char_start"], char_end=row["char_end"],
+                created_at=row["created_at"], updated_at=row["updated_at"], author=row["author"],
+                embedding=row["embedding"], direct=bool(row["direct"]),
+                pinned=bool(row["pinned"]), lanes=lanes, rrf=float(row["rrf"] or 0.0),
+            ))
+        elif lane == "area":
+            count, scopes, updated = areas.get(row["area"], (0, (), None))
+            newest = max((t for t in (updated, row["updated_at"]) if t is not None), default=None)
+            areas[row["area"]] = (count + int(row["item_count"]),
+                                  _merge_scopes(scopes, _scopes(row["scope_objects"])), newest)
+        elif lane == "project":
+            projects.append(row)
+        elif lane == "lexical_stats":
+            corpus = {"chunks": int(row["item_count"] or 0), "avg_length": row["bm25"]}
+    if areas:
+        scopes: tuple[ScopeRef, ...] = ()
+        lines = []
+        for name in sorted(areas):
+            count, s, _ = areas[name]
+            scopes = _merge_scopes(scopes, s)
+            lines.append(f"- {name} ({count} document{'s' if count != 1 else ''})")
+        out.append(Candidate(
+            key="catalog:areas", kind="area_catalog", text="Areas:\n" + "\n".join(lines),
+            scopes=scopes, provenance=Provenance.DERIVED_MEMORY,
+            updated_at=max((a[2] for a in areas.values() if a[2] is not None), default=None),
+            lanes={"areas": len(areas)}, rrf=catalog_rrf,
+        ))
+    if projects:
+        scopes = ()
+        lines = []
+        for row in projects:
+            scopes = _merge_scopes(scopes, _scopes(row["scope_objects"]))
+            lines.append(f"- {row['title']}: {row['state']} | area {row['area'] or 'none'}")
+        out.append(Candidate(
+            key="catalog:projects", kind="project_catalog",
+            text="Current projects (Active or Waiting):\n" + "\n".join(lines), scopes=scopes,
+            provenance=Provenance.DERIVED_MEMORY,
+            updated_at=max((r["updated_at"] for r in projects if r["updated_at"]), default=None),
+            lanes={"projects": len(projects)}, rrf=catalog_rrf,
+        ))
+    return out, corpus
+
+
+def assign_merit(candidates: list[Candidate], pin_boost: float) -> None:
+    """Merit in [0, 1] (+ boost when pinned): rerank score when present, else RRF."""
+    raw = [c.rerank if c.rerank is not None else c.rrf for c in candidates]
+    reranked = [c.rerank for c in candidates if c.rerank is not None]
+    # Items the reranker did not score rank below every scored one.
+    floor = min(reranked) if reranked else 0.0
+    values = []
+    for c, r in zip(candidates, raw, strict=True):
+        values.append(r if (c.rerank is not None or not reranked) else floor - 1.0 + c.rrf)
+    lo, hi = (min(values), max(values)) if values else (0.0, 0.0)
+    for c, v in zip(candidates, values, strict=True):
+        c.merit = 1.0 if hi == lo else (v - lo) / (hi - lo)
+        if c.pinned:
+            c.merit += pin_boost
+
+
+def order(candidates: list[Candidate]) -> list[Candidate]:
+    """Directly named sources first, then merit order within each group."""
+    return sorted(candidates, key=lambda c: (not c.direct, -c.merit, -c.rrf, c.key))
+
+
+def _unit(v: Any) -> np.ndarray[Any, Any] | None:
+    if v is None:
+        return None
+    a = np.asarray(v, dtype=np.float64)
+    n = float(np.linalg.norm(a))
+    return a / n if n > 0 else None
+
+
+def suppress_duplicates(ordered: list[Candidate], threshold: float
+                        ) -> tuple[list[Candidate], list[tuple[Candidate, Candidate, float]]]:
+    """Keep candidates in order, dropping any near-duplicate of one already kept."""
+    kept: list[Candidate] = []
+    kept_vecs: list[np.ndarray[Any, Any]] = []
+    kept_texts: dict[str, Candidate] = {}
+    dropped: list[tuple[Candidate, Candidate, float]] = []
+    for c in ordered:
+        norm_text = " ".join(c.text.split()).lower()
+        if norm_text in kept_texts:
+            dropped.append((c, kept_texts[norm_text], 1.0))
+            continue
+        vec = _unit(c.embedding)
+        twin: tuple[Candidate, float] | None = None
+        if vec is not None:
+            for other, ov in zip((k for k in kept if _unit(k.embedding) is not None), kept_vecs,
+                                 strict=True):
+                sim = float(vec @ ov)
+                if sim >= threshold:
+                    twin = (other, sim)
+                    break
+        if twin is not None:
+            dropped.append((c, twin[0], twin[1]))
+            continue
+        kept.append(c)
+        if vec is not None:
+            kept_vecs.append(vec)
+        kept_texts[norm_text] = c
+    return kept, dropped
+
+
+def token_cost(text: str, chars_per_token: float) -> int:
+    return math.ceil(len(text) / chars_per_token) if text else 0
+
+
+def budget_cut(ordered: Sequence[Candidate], budget_tokens: int, chars_per_token: float,
+               render: Callable[[Sequence[Evidence]], str]) -> tuple[int, str, int]:
+    """The longest prefix whose rendering fits: (items kept, rendered string, its cost)."""
+    evidence = [c.evidence() for c in ordered]
+    best_n, best_text = 0, render([])
+    for n in range(1, len(evidence) + 1):
+        text = render(evidence[:n])
+        if token_cost(text, chars_per_token) > budget_tokens:
+            break
+        best_n, best_text = n, text
+    return best_n, best_text, token_cost(best_text, chars_per_token)
