@@ -836,16 +836,20 @@ comment on view knowledge.current_keyed_facts is
     'Per fact key, the snapshot with the newest as_of among the caller''s current claims.';
 
 create view knowledge.effective_claims with (security_barrier = true, security_invoker = true) as
-    select c.*, k.id as beaten_by
+    select c.*,
+           case when k.id <> c.id
+                 and (k.object_id, k.object_value) is distinct from (c.object_id, c.object_value)
+                 and (c.fact_key is null or c.authority < k.authority
+                      or (c.fact_key = k.fact_key and c.as_of < k.as_of))
+                then k.id end as beaten_by
       from knowledge.current_claims c
+      -- Only the strongest current keyed fact about this subject and predicate
+      -- can beat a claim: a keyed fact that is itself outranked beats nothing.
       left join lateral (
-          select k.id from knowledge.current_keyed_facts k
-           where k.tenant_id = c.tenant_id and k.subject_id = c.subject_id
-             and k.predicate = c.predicate and k.id <> c.id
-             and (k.object_id, k.object_value) is distinct from (c.object_id, c.object_value)
-             and (c.fact_key is null or c.authority < k.authority
-                  or (c.fact_key = k.fact_key and c.as_of < k.as_of))
-           order by k.authority desc, k.as_of desc
+          select k.id, k.object_id, k.object_value, k.authority, k.fact_key, k.as_of
+            from knowledge.current_keyed_facts k
+           where k.tenant_id = c.tenant_id and k.subject_id = c.subject_id and k.predicate = c.predicate
+           order by k.authority desc, k.as_of desc, k.id desc
            limit 1
       ) k on true;
 comment on view knowledge.effective_claims is
