@@ -12,6 +12,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,11 +72,9 @@ def api_settings(base: Settings, home: Path, **overrides: Any) -> Settings:
     return Settings(**values)
 
 
-@pytest.fixture(scope="session")
-def api_server(settings: Settings, app_engine: Engine,
-               tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    s = api_settings(settings, tmp_path_factory.mktemp("api-home"))
-    create_dev_key(s)
+@contextmanager
+def serve(s: Settings, app_engine: Engine) -> Iterator[ApiServer]:
+    """uvicorn serving Engram's app in a thread, on a free port, until the block ends."""
     port = free_port()
     config = uvicorn.Config(create_app(s, app_engine), host="127.0.0.1", port=port,
                             log_level="warning", lifespan="off")
@@ -92,6 +91,30 @@ def api_server(settings: Settings, app_engine: Engine,
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def api_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("api-home")
+
+
+@pytest.fixture(scope="session")
+def api_server(settings: Settings, app_engine: Engine, api_home: Path) -> Iterator[ApiServer]:
+    s = api_settings(settings, api_home)
+    if not s.auth_dev_key_path or not s.auth_dev_key_path.exists():
+        create_dev_key(s)
+    with serve(s, app_engine) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def strict_server(settings: Settings, app_engine: Engine, api_home: Path,
+                  api_server: ApiServer) -> Iterator[ApiServer]:
+    """Same key, tight limits and production defaults (no introspection, no GraphiQL)."""
+    s = api_settings(settings, api_home, api_max_depth=3, api_max_cost=30,
+                     api_environment="production")
+    with serve(s, app_engine) as server:
+        yield server
 
 
 TokenFor = Callable[..., str]

@@ -1,0 +1,280 @@
+"""Every query and mutation over real HTTP with verified tokens; denials, limits, bad input."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import Engine, text
+
+from orchestrator.api.schema import PRINTED_SCHEMA, printed_schema
+from tests.conftest import TenantFixture
+from tests.support.api import ApiServer, api_home, api_server, strict_server  # noqa: F401
+
+Tenants = Callable[..., TenantFixture]
+
+DOC_FIELDS = """id collection path title kind state area body contentHash author metadata pinned
+  snoozedUntil archivedAt createdAt updatedAt chunkCount scopes { name description canRead canWrite }"""
+
+UPSERT = f"""mutation($input: DocumentInput!) {{
+  upsertDocument(input: $input) {{ created changed chunks document {{ {DOC_FIELDS} }} }} }}"""
+
+
+def doc_input(path: str, **over: Any) -> dict[str, Any]:
+    value: dict[str, Any] = {"collection": "notes", "path": path, "title": f"Title of {path}",
+                             "body": f"The body of {path}. " * 5, "scopes": ["team"]}
+    value.update(over)
+    return value
+
+
+def writer(server: ApiServer, t: TenantFixture, user: str = "alice") -> str:
+    return server.token(t.org_id, user, (*(f"write:{s}" for s in t.scopes), "openid"))
+
+
+def upsert(server: ApiServer, token: str, path: str, **over: Any) -> dict[str, Any]:
+    data = server.gql(token, UPSERT, {"input": doc_input(path, **over)})
+    result: dict[str, Any] = data["upsertDocument"]
+    return result
+
+
+def error_of(response: httpx.Response) -> dict[str, Any]:
+    body = response.json()
+    assert body.get("errors"), body
+    error: dict[str, Any] = body["errors"][0]
+    return error
+
+
+def count(admin_engine: Engine, t: TenantFixture, table: str = "sources.documents") -> int:
+    with admin_engine.connect() as conn:
+        return int(conn.execute(text(f"select count(*) from {table} where tenant_id = :t"),
+                                {"t": t.id}).scalar_one())
+
+
+def test_me_and_scopes_come_from_the_token(api_server: ApiServer, tenant_factory: Tenants) -> None:  # noqa: F811
+    t = tenant_factory("team", "private")
+    token = api_server.token(t.org_id, "bob", ("read:team", "write:private", "openid", "profile",
+                                               "engram:auditor"))
+    data = api_server.gql(token, "{ me { orgId userId readScopes writeScopes roles } "
+                                 "scopes { name description canRead canWrite } }")
+    assert data["me"] == {"orgId": t.org_id, "userId": "bob", "readScopes": ["private", "team"],
+                          "writeScopes": ["private"], "roles": ["auditor"]}
+    assert data["scopes"] == [
+        {"name": "private", "description": "The private scope", "canRead": True, "canWrite": True},
+        {"name": "team", "description": "The team scope", "canRead": True, "canWrite": False},
+    ]
+
+
+def test_upsert_read_back_and_idempotence(api_server: ApiServer, tenant_factory: Tenants,  # noqa: F811
+                                          admin_engine: Engine) -> None:
+    t = tenant_factory("team")
+    token = writer(api_server, t)
+    first = upsert(api_server, token, "a.md", kind="project", state="Active", area="Ops",
+                   metadata={"source": "test"})
+    assert first["created"] and first["changed"] and first["chunks"] >= 1
+    doc = first["document"]
+    assert doc["author"] == "alice" and doc["kind"] == "project" and doc["state"] == "Active"
+    assert doc["metadata"] == {"source": "test"} and doc["chunkCount"] == first["chunks"]
+    assert doc["scopes"] == [{"name": "team", "description": "The team scope", "canRead": True,
+                              "canWrite": True}]
+    again = upsert(api_server, token, "a.md", kind="project", state="Active", area="Ops",
+                   metadata={"source": "test"})
+    assert (again["created"], again["changed"], again["chunks"]) == (False, False, 0)
+    assert again["document"]["updatedAt"] == doc["updatedAt"]
+    read = api_server.gql(token, f'{{ document(collection: "notes", path: "a.md") {{ {DOC_FIELDS} }} }}')
+    assert read["document"] == doc
+    by_id = api_server.gql(token, "query($id: ID!) { documentById(id: $id) { path } }", {"id": doc["id"]})
+    assert by_id["documentById"] == {"path": "a.md"}
+    assert api_server.gql(token, '{ document(collection: "notes", path: "nope.md") { id } }') == \
+        {"document": None}
+    assert count(admin_engine, t) == 1
+
+
+def test_documents_connection_pages_with_cursors(api_server: ApiServer, tenant_factory: Tenants) -> None:  # noqa: F811
+    t = tenant_factory("team")
+    token = writer(api_server, t)
+    for name in ("c.md", "a.md", "b.md", "d.md", "e.md"):
+        upsert(api_server, token, name)
+    q = """query($after: String) { documents(first: 2, after: $after) {
+             edges { cursor node { path } } pageInfo { hasNextPage endCursor } } }"""
+    seen, after, pages = [], None, 0
+    while True:
+        page = api_server.gql(token, q, {"after": after})["documents"]
+        seen += [e["node"]["path"] for e in page["edges"]]
+        pages += 1
+        if not page["pageInfo"]["hasNextPage"]:
+            break
+        after = page["pageInfo"]["endCursor"]
+    assert seen == ["a.md", "b.md", "c.md", "d.md", "e.md"] and pages == 3
+    response = api_server.post(token, '{ documents(after: "!!garbage") { edges { cursor } } }')
+    assert error_of(response)["extensions"]["code"] == "BAD_USER_INPUT"
+    response = api_server.post(token, "{ documents(first: 200) { edges { cursor } } }")
+    assert "first must be between 1 and" in error_of(response)["message"]
+
+
+def test_pin_snooze_archive_and_delete(api_server: ApiServer, tenant_factory: Tenants,  # noqa: F811
+                                       admin_engine: Engine) -> None:
+    t = tenant_factory("team")
+    token = writer(api_server, t)
+    ids = {p: upsert(api_server, token, p)["document"]["id"] for p in ("p.md", "s.md", "x.md")}
+    pinned = api_server.gql(token, "mutation($id: ID!) { pin(id: $id) { pinned } }", {"id": ids["p.md"]})
+    assert pinned == {"pin": {"pinned": True}}
+    later = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+    snoozed = api_server.gql(token, "mutation($id: ID!, $u: DateTime) { snooze(id: $id, until: $u) "
+                                    "{ snoozedUntil } }", {"id": ids["s.md"], "u": later})
+    assert datetime.fromisoformat(snoozed["snooze"]["snoozedUntil"]) == datetime.fromisoformat(later)
+    archived = api_server.gql(token, "mutation($id: ID!) { archive(id: $id) { archivedAt } }",
+                              {"id": ids["x.md"]})
+    assert archived["archive"]["archivedAt"] is not None
+    listed = api_server.gql(token, "{ documents { edges { node { path pinned } } } }")
+    assert [e["node"] for e in listed["documents"]["edges"]] == [{"path": "p.md", "pinned": True}]
+    hidden = api_server.gql(token, "{ documents(includeHidden: true) { edges { node { path } } } }")
+    assert len(hidden["documents"]["edges"]) == 3
+    restored = api_server.gql(token, "mutation($id: ID!) { archive(id: $id, archived: false) "
+                                     "{ archivedAt } }", {"id": ids["x.md"]})
+    assert restored == {"archive": {"archivedAt": None}}
+    response = api_server.post(token, "mutation($id: ID!, $u: DateTime) { snooze(id: $id, until: $u) "
+                                      "{ id } }", {"id": ids["s.md"], "u": "2030-01-01T00:00:00"})
+    assert "time zone" in error_of(response)["message"]
+    deleted = api_server.gql(token, 'mutation { deleteDocument(collection: "notes", path: "x.md") { id } }')
+    assert deleted == {"deleteDocument": {"id": ids["x.md"]}}
+    assert count(admin_engine, t) == 2
+    response = api_server.post(token, 'mutation { deleteDocument(collection: "notes", path: "x.md") '
+                                      "{ id } }")
+    assert error_of(response)["extensions"]["code"] == "NOT_FOUND"
+
+
+def test_cross_tenant_ids_are_not_found_never_the_row(api_server: ApiServer,  # noqa: F811
+                                                      tenant_factory: Tenants,
+                                                      admin_engine: Engine) -> None:
+    a, b = tenant_factory("team"), tenant_factory("team")
+    written = upsert(api_server, writer(api_server, a), "secret.md", body="Tenant A's secret.")
+    doc_id = written["document"]["id"]
+    intruder = writer(api_server, b, "mallory")
+    assert api_server.gql(intruder, "query($id: ID!) { documentById(id: $id) { body } }",
+                          {"id": doc_id}) == {"documentById": None}
+    for op in ("pin(id: $id) { body }", "archive(id: $id) { body }", "snooze(id: $id) { body }"):
+        response = api_server.post(intruder, f"mutation($id: ID!) {{ {op} }}", {"id": doc_id})
+        error = error_of(response)
+        assert error["extensions"]["code"] == "NOT_FOUND"
+        assert "Tenant A" not in response.text and response.json()["data"] is None
+    response = api_server.post(intruder, 'mutation { deleteDocument(collection: "notes", '
+                                         'path: "secret.md") { id } }')
+    assert error_of(response)["extensions"]["code"] == "NOT_FOUND"
+    with admin_engine.connect() as conn:
+        row = conn.execute(text("select pinned, archived_at, snoozed_until from sources.documents "
+                                "where tenant_id = :t"), {"t": a.id}).one()
+    assert tuple(row) == (False, None, None)
+    response = api_server.post(intruder, 'query { documentById(id: "not-a-uuid") { id } }')
+    assert error_of(response)["extensions"]["code"] == "BAD_USER_INPUT"
+
+
+def test_read_only_token_is_forbidden_to_write(api_server: ApiServer, tenant_factory: Tenants,  # noqa: F811
+                                               admin_engine: Engine) -> None:
+    t = tenant_factory("team")
+    doc_id = upsert(api_server, writer(api_server, t), "a.md")["document"]["id"]
+    reader = api_server.token(t.org_id, "rita", ("read:team",))
+    response = api_server.post(reader, UPSERT, {"input": doc_input("b.md")})
+    assert error_of(response)["extensions"]["code"] == "FORBIDDEN"
+    response = api_server.post(reader, "mutation($id: ID!) { pin(id: $id) { id } }", {"id": doc_id})
+    error = error_of(response)
+    assert error["extensions"]["code"] == "FORBIDDEN" and "not pin it" in error["message"]
+    assert count(admin_engine, t) == 1
+
+
+@pytest.mark.parametrize(("over", "message"), [
+    ({"title": ""}, "title must not be empty"),
+    ({"scopes": []}, "at least one scope"),
+    ({"scopes": ["nosuch"]}, "unknown scope(s) in this tenant: nosuch"),
+    ({"state": "Sleeping"}, "state 'Sleeping' is not one of"),
+    ({"metadata": [1, 2]}, "metadata must be a JSON object"),
+    ({"body": "x" * 100_001}, "the limit is 100000"),
+    ({"body": "nul \x00 inside"}, "NUL character"),
+])
+def test_bad_document_input_is_refused_and_nothing_written(
+        over: dict[str, Any], message: str, api_server: ApiServer,  # noqa: F811
+        tenant_factory: Tenants, admin_engine: Engine) -> None:
+    t = tenant_factory("team")
+    response = api_server.post(writer(api_server, t), UPSERT, {"input": doc_input("bad.md", **over)})
+    error = error_of(response)
+    assert error["extensions"]["code"] == "BAD_USER_INPUT" and message in error["message"]
+    assert count(admin_engine, t) == 0 and count(admin_engine, t, "sources.chunks") == 0
+
+
+def test_a_failing_mutation_writes_nothing_of_the_request(api_server: ApiServer,  # noqa: F811
+                                                          tenant_factory: Tenants,
+                                                          admin_engine: Engine) -> None:
+    t = tenant_factory("team")
+    q = """mutation($good: DocumentInput!, $bad: DocumentInput!) {
+             one: upsertDocument(input: $good) { created }
+             two: upsertDocument(input: $bad) { created } }"""
+    response = api_server.post(writer(api_server, t), q,
+                               {"good": doc_input("good.md"), "bad": doc_input("bad.md", title=" ")})
+    body = response.json()
+    assert body["data"] is None and body["errors"][0]["path"] == ["two"]
+    assert count(admin_engine, t) == 0
+
+
+def test_oversized_requests_are_refused(api_server: ApiServer, tenant_factory: Tenants,  # noqa: F811
+                                        admin_engine: Engine) -> None:
+    t = tenant_factory("team")
+    token = writer(api_server, t)
+    big = doc_input("big.md", body="y" * (300 * 1024))
+    response = api_server.post(token, UPSERT, {"input": big})
+    assert response.status_code == 413 and "limit" in error_of(response)["message"]
+    response = api_server.post(token, "{ me { userId } }" + " " * 20_001)
+    assert response.status_code == 413 and "the query is" in error_of(response)["message"]
+
+    def chunked() -> Any:
+        for _ in range(300):
+            yield b"x" * 1024
+
+    response = httpx.post(f"{api_server.url}/graphql", content=chunked(), timeout=30,
+                          headers={"authorization": f"Bearer {token}",
+                                   "content-type": "application/json"})
+    assert response.status_code == 413
+    response = httpx.post(f"{api_server.url}/graphql", content=b"{not json", timeout=30,
+                          headers={"authorization": f"Bearer {token}",
+                                   "content-type": "application/json"})
+    assert response.status_code == 400 and "not valid JSON" in error_of(response)["message"]
+    assert count(admin_engine, t) == 0
+
+
+def test_depth_and_cost_limits_refuse_before_running(strict_server: ApiServer,  # noqa: F811
+                                                     tenant_factory: Tenants) -> None:
+    t = tenant_factory("team")
+    token = writer(strict_server, t)
+    deep = "{ documents { edges { node { scopes { name } } } } }"
+    response = strict_server.post(token, deep)
+    error = error_of(response)
+    assert response.status_code == 400 and error["extensions"]["code"] == "BAD_USER_INPUT"
+    assert "5 levels deep; the limit is 3" in error["message"]
+    via_fragment = ("{ documents { ...E } } fragment E on DocumentConnection "
+                    "{ edges { node { scopes { name } } } }")
+    assert "levels deep" in error_of(strict_server.post(token, via_fragment))["message"]
+    costly = "{ documents(first: 50) { edges { cursor } } }"
+    response = strict_server.post(token, costly)
+    assert response.status_code == 400 and "cost" in error_of(response)["message"].lower()
+    cheap = strict_server.gql(token, "{ documents(first: 2) { edges { cursor } } }")
+    assert cheap == {"documents": {"edges": []}}
+
+
+def test_introspection_and_graphiql_follow_the_environment(api_server: ApiServer,  # noqa: F811
+                                                           strict_server: ApiServer,  # noqa: F811
+                                                           tenant_factory: Tenants) -> None:
+    t = tenant_factory("team")
+    q = "{ __schema { queryType { name } } }"
+    assert api_server.gql(writer(api_server, t), q) == {"__schema": {"queryType": {"name": "Query"}}}
+    response = strict_server.post(writer(strict_server, t), q)
+    assert response.status_code == 400 and "introspection" in error_of(response)["message"].lower()
+    page = httpx.get(f"{api_server.url}/graphql", timeout=10)
+    assert page.status_code == 200 and "graphiql" in page.text.lower()
+    assert httpx.get(f"{strict_server.url}/graphql", timeout=10).status_code == 404
+
+
+def test_printed_schema_is_committed() -> None:
+    # Regenerate with `engram serve --write-schema` after reviewing the API change.
+    assert PRINTED_SCHEMA.read_text() == printed_schema(), (
+        "graphql/schema.printed.graphql is out of date; regenerate it and review the API change")
