@@ -559,7 +559,8 @@ begin
     ins as (
         insert into knowledge.conflicts (kind, claim_a, claim_b, subject_id, predicate, perspective_key, scopes)
         select f.kind, f.claim_a, f.claim_b, a.subject_id,
-               case when a.predicate = b.predicate then a.predicate else a.predicate || ' / ' || b.predicate end,
+               case when a.predicate = b.predicate then a.predicate
+                    else least(a.predicate, b.predicate) || ' / ' || greatest(a.predicate, b.predicate) end,
                a.perspective_key,
                (select array_agg(distinct s order by s) from unnest(a.scopes || b.scopes) s)
           from found f
