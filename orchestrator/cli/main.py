@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from orchestrator.cli.audit import audit_app
+from orchestrator.cli.worker import worker_app
 from orchestrator.config import Settings
 from orchestrator.db.engine import Database
 from orchestrator.db.server import AlreadyRunning, NotRunning
@@ -28,6 +29,7 @@ admin_app = typer.Typer(help="DBA tasks: tenants and scopes.", no_args_is_help=T
 app.add_typer(db_app, name="db")
 app.add_typer(admin_app, name="admin")
 app.add_typer(audit_app, name="audit")
+app.add_typer(worker_app, name="worker")
 
 out = Console()
 err = Console(stderr=True)

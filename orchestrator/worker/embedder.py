@@ -40,7 +40,7 @@ log = logging.getLogger("engram.worker")
 Vectors = npt.NDArray[np.float32]
 
 
-class ModelUnavailable(EngramError):  # noqa: N818 - named like its siblings (BadInput, Forbidden)
+class ModelUnavailable(EngramError):
     """A configured model is not on this machine or cannot be loaded."""
 
     code = "MODEL_UNAVAILABLE"
@@ -183,6 +183,10 @@ class Embedder:
         norms[norms == 0] = 1.0
         normalised: Vectors = (vectors / norms).astype(np.float32)
         return normalised
+
+    def embed_formatted(self, texts: Sequence[str]) -> Vectors:
+        """Texts already formatted by ``format_query``/``format_passage`` (mixed batches)."""
+        return self._encode(_check_texts(texts, "texts"))
 
     def embed_passages(self, texts: Sequence[str]) -> Vectors:
         """(n, dimension) float32, each row of unit length; [] gives (0, dimension)."""
@@ -343,39 +347,50 @@ class Reranker:
         return scores
 
     def score_detailed(self, query: str, passages: Sequence[str]) -> RerankOutcome:
+        return self.score_many([(query, passages)])[0]
+
+    def score_many(self, requests: Sequence[tuple[str, Sequence[str]]]) -> list[RerankOutcome]:
+        """Score several (query, passages) requests in one pass over the model.
+
+        The served worker batches concurrent requests through this: their windows
+        share model batches, and each request gets its own scores and notes back.
+        """
         if not self.available:
             raise ModelUnavailable(self.note or f"reranker {self.model_name} is not available")
-        if not isinstance(query, str) or not query.strip():
-            raise BadInput("the rerank query must be non-empty text")
-        checked = _check_texts(passages, "passages")
-        if not checked:
-            return RerankOutcome([], [], [])
+        plans: list[tuple[list[int], bool]] = []
         pairs: list[tuple[str, str]] = []
-        owners: list[int] = []
-        counts: list[int] = []
-        query_cut = False
-        for i, passage in enumerate(checked):
-            q, wins = self.windows(query, passage)
-            query_cut = query_cut or q != query
-            pairs.extend((q, w) for w in wins)
-            owners.extend([i] * len(wins))
-            counts.append(len(wins))
-        raw = self._score_pairs(pairs)
-        best = [float("-inf")] * len(checked)
-        for owner, s in zip(owners, raw, strict=True):
-            best[owner] = max(best[owner], s)
-        notes = []
-        windowed = sum(1 for c in counts if c > 1)
-        if windowed:
-            notes.append(
-                f"reranker {self.model_name}: {windowed} of {len(checked)} passages exceed its "
-                f"{self.max_length}-token window; each was scored in overlapping windows "
-                f"({max(counts)} at most) and kept its best window's score"
-            )
-        if query_cut:
-            notes.append(f"reranker {self.model_name}: the query was shortened to half of its "
-                         f"{self.max_length}-token window")
-        return RerankOutcome(best, counts, notes)
+        for query, passages in requests:
+            if not isinstance(query, str) or not query.strip():
+                raise BadInput("the rerank query must be non-empty text")
+            counts: list[int] = []
+            query_cut = False
+            for passage in _check_texts(passages, "passages"):
+                q, wins = self.windows(query, passage)
+                query_cut = query_cut or q != query
+                pairs.extend((q, w) for w in wins)
+                counts.append(len(wins))
+            plans.append((counts, query_cut))
+        raw = self._score_pairs(pairs) if pairs else []
+        outcomes = []
+        pos = 0
+        for counts, query_cut in plans:
+            scores = []
+            for c in counts:
+                scores.append(max(raw[pos: pos + c]))
+                pos += c
+            notes = []
+            windowed = sum(1 for c in counts if c > 1)
+            if windowed:
+                notes.append(
+                    f"reranker {self.model_name}: {windowed} of {len(counts)} passages exceed its "
+                    f"{self.max_length}-token window; each was scored in overlapping windows "
+                    f"({max(counts)} at most) and kept its best window's score"
+                )
+            if query_cut:
+                notes.append(f"reranker {self.model_name}: the query was shortened to half of "
+                             f"its {self.max_length}-token window")
+            outcomes.append(RerankOutcome(scores, counts, notes))
+        return outcomes
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
         """One score per passage (higher is more relevant), over the full passage."""

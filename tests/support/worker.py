@@ -1,4 +1,4 @@
-"""Fixtures for the worker tests: a tiny cross-encoder built on the spot.
+"""Fixtures for the worker tests: a tiny cross-encoder, a database for the queue.
 
 No cross-encoder ships in any package, so the reranker's mechanics are tested
 with a randomly initialised BERT sequence classifier (two layers, 32 wide) that
@@ -8,7 +8,14 @@ batching, windowing and ordering are what the tests check.
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, create_engine, pool, text
+from sqlalchemy.engine import make_url
 
 
 def build_tiny_cross_encoder(target: Path, *, max_positions: int = 128, seed: int = 7) -> Path:
@@ -30,3 +37,91 @@ def build_tiny_cross_encoder(target: Path, *, max_positions: int = 128, seed: in
     model.save_pretrained(str(target))
     tokenizer.save_pretrained(str(target))
     return target
+
+
+# -- a database for the queue tests -------------------------------------------------
+
+WORKER_REVISION = "0007_embedding_models"
+
+
+def worker_update_blocked(admin: Engine) -> str | None:
+    """Why the worker cannot update chunks at head, or None when it can."""
+    with admin.connect() as conn:
+        blocked = conn.execute(text(
+            "select to_regclass('recall.lexical_stats') is not null "
+            "and not has_schema_privilege('engram_worker', 'recall', 'usage')")).scalar()
+    if blocked:
+        return ("0008's statement trigger recall.tg_chunks__lexical_stats runs as the updating "
+                "role and needs schema recall, auth.tenants and recall.lexical_stats, which "
+                "engram_worker must not have")
+    return None
+
+
+@dataclass
+class WorkerDatabase:
+    admin_url: str
+    worker_url: str
+    listen_dsn: str
+    revision: str
+    admin: Engine
+
+    def make_tenant(self, org_prefix: str = "wk") -> uuid.UUID:
+        org = f"{org_prefix}-{uuid.uuid4().hex[:10]}"
+        with self.admin.begin() as conn:
+            tid = conn.execute(text("select auth.create_tenant(:o, :o)"), {"o": org}).scalar_one()
+            conn.execute(text("select auth.create_scope(:t, 'team', 'The team scope')"),
+                         {"t": tid})
+        return uuid.UUID(str(tid))
+
+    def add_chunks(self, tenant: uuid.UUID, texts: list[str], path: str | None = None) -> uuid.UUID:
+        with self.admin.begin() as conn:
+            scope = conn.execute(text("select id from auth.scopes where tenant_id = :t"),
+                                 {"t": tenant}).scalar_one()
+            doc = conn.execute(text(
+                "insert into sources.documents (tenant_id, collection, path, title, body, scopes) "
+                "values (:t, 'notes', :p, :p, :b, array[cast(:s as uuid)]) returning id"),
+                {"t": tenant, "p": path or uuid.uuid4().hex, "b": " ".join(texts)[:100000],
+                 "s": scope}).scalar_one()
+            conn.execute(text(
+                "insert into sources.chunks (tenant_id, document_id, ordinal, text, char_start, "
+                "char_end) select :t, :d, o - 1, x, 0, length(x) "
+                "from unnest(cast(:xs as text[])) with ordinality as u(x, o)"),
+                {"t": tenant, "d": doc, "xs": texts})
+        return uuid.UUID(str(doc))
+
+    def states(self, tenant: uuid.UUID) -> list[tuple[str, str, int, str | None, str | None]]:
+        with self.admin.connect() as conn:
+            rows = conn.execute(text(
+                "select text, embed_state::text, embed_attempts, embed_model, embed_error "
+                "from sources.chunks where tenant_id = :t order by ordinal"), {"t": tenant}).all()
+        return [tuple(r) for r in rows]  # type: ignore[misc]
+
+
+@pytest.fixture(scope="session")
+def worker_db(test_db) -> Iterator[WorkerDatabase]:  # type: ignore[no-untyped-def]
+    """A database of its own, migrated to head, or to 0007 while a later revision blocks
+    the worker's write-back (see ``worker_update_blocked``)."""
+    from orchestrator.db import migrate
+
+    head_admin = create_engine(test_db.admin_url, poolclass=pool.NullPool)
+    revision = "head" if worker_update_blocked(head_admin) is None else WORKER_REVISION
+    head_admin.dispose()
+    name = f"engram_wk_{uuid.uuid4().hex[:8]}"
+    root = create_engine(test_db.admin_url, isolation_level="AUTOCOMMIT", poolclass=pool.NullPool)
+    with root.connect() as conn:
+        conn.exec_driver_sql(f'create database "{name}"')
+    admin_url = make_url(test_db.admin_url).set(database=name).render_as_string(
+        hide_password=False)
+    migrate.upgrade(admin_url, revision)
+    worker_url = make_url(test_db.database.role_url("engram_worker")).set(
+        database=name).render_as_string(hide_password=False)
+    listen_dsn = make_url(worker_url).set(drivername="postgresql").render_as_string(
+        hide_password=False)
+    admin = create_engine(admin_url)
+    try:
+        yield WorkerDatabase(admin_url, worker_url, listen_dsn, revision, admin)
+    finally:
+        admin.dispose()
+        with root.connect() as conn:
+            conn.exec_driver_sql(f'drop database "{name}" with (force)')
+        root.dispose()

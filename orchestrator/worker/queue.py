@@ -1,0 +1,383 @@
+"""The embedding queue: rows are the queue.
+
+Every embeddable table carries ``embedding`` and ``embed_state`` (pending,
+ready, failed) with ``embed_attempts``, ``embed_error``, ``embed_model`` and
+``embedded_at``. ``EMBEDDABLE`` lists those tables; a new one joins with one
+line here and one ``worker.make_embeddable(...)`` call in its migration.
+
+One batch is one transaction, as ``engram_worker``:
+
+1. claim up to N pending rows with ``FOR UPDATE SKIP LOCKED`` (rows whose last
+   failure is still backing off are skipped), so parallel workers never take
+   the same row;
+2. take a transaction-scoped advisory lock per (tenant, content hash) not yet
+   cached; a hash another worker is embedding right now is left for later, so
+   two workers never compute the same text at once;
+3. look the hashes up in ``worker.embedding_cache`` (after locking, so a vector
+   committed a moment ago is seen): a hash embedded once under the active model
+   is never embedded again;
+4. embed the remaining distinct texts; if the batch call fails, each text is
+   tried alone so that one poisoned row cannot hold the others back;
+5. write vectors to the cache and the rows, count failures, schedule retries
+   with exponential backoff, mark a row ``failed`` after the configured number
+   of tries; commit.
+
+Because the claim, the model call and the write-back share one transaction, a
+worker killed at any point (SIGKILL included) leaves its rows pending and
+unlocked: nothing is lost and nothing is written twice.
+
+Workers wait on ``LISTEN engram_embed`` (the tables' NOTIFY triggers) and poll
+as a fallback, so a missed notification only delays work by the poll interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+from sqlalchemy import Connection, Engine, text
+
+from orchestrator.config import Settings
+from orchestrator.errors import EngramError
+
+log = logging.getLogger("engram.worker.queue")
+
+NOTIFY_CHANNEL = "engram_embed"
+
+
+@dataclass(frozen=True)
+class EmbeddableTable:
+    """A table whose rows wait for an embedding of one text column."""
+
+    name: str  # schema-qualified, e.g. "sources.chunks"
+    text_column: str = "text"
+    # Column holding sha256 of the text; None: computed in the claim from the text.
+    hash_column: str | None = "content_hash"
+    key_columns: tuple[str, ...] = ("id",)  # the primary key after tenant_id
+    order_column: str = "created_at"
+
+
+# One line per embeddable table (see worker.make_embeddable in 0007_embedding_models).
+EMBEDDABLE: tuple[EmbeddableTable, ...] = (
+    EmbeddableTable("sources.chunks"),
+)
+
+
+class PassageEmbedder(Protocol):
+    model_name: str
+    dimension: int
+
+    def embed_passages(self, texts: Sequence[str]) -> Any: ...
+
+
+class ModelMismatch(EngramError):
+    """The worker's model is not the database's active embedding model."""
+
+    code = "MODEL_MISMATCH"
+
+
+@dataclass
+class BatchReport:
+    claimed: int = 0
+    embedded_rows: int = 0
+    cache_hits: int = 0
+    model_texts: int = 0
+    deferred: int = 0
+    retried: int = 0
+    failed: int = 0
+
+
+@dataclass
+class DrainReport:
+    batches: int = 0
+    rows: int = 0
+    cache_hits: int = 0
+    model_texts: int = 0
+    retried: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    per_table: dict[str, int] = field(default_factory=dict)
+
+    def add(self, table: str, b: BatchReport) -> None:
+        self.batches += 1
+        self.rows += b.embedded_rows
+        self.cache_hits += b.cache_hits
+        self.model_texts += b.model_texts
+        self.retried += b.retried
+        self.failed += b.failed
+        self.per_table[table] = self.per_table.get(table, 0) + b.embedded_rows
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+
+def _q(ident: str) -> str:
+    return ".".join('"' + part.replace('"', '""') + '"' for part in ident.split("."))
+
+
+def vector_literal(v: Any) -> str:
+    return "[" + ",".join(repr(float(x)) for x in v) + "]"
+
+
+def active_model(conn: Connection) -> tuple[str, int]:
+    row = conn.execute(text(
+        "select name, dimension from worker.embedding_models where active")).first()
+    if row is None:
+        raise ModelMismatch("no embedding model is active in worker.embedding_models")
+    return str(row[0]), int(row[1])
+
+
+class QueueWorker:
+    """Drains the embedding queue of the ``EMBEDDABLE`` tables with one embedder."""
+
+    def __init__(self, engine: Engine, embedder: PassageEmbedder, settings: Settings, *,
+                 tables: Sequence[EmbeddableTable] = EMBEDDABLE,
+                 tenants: Iterable[uuid.UUID] | None = None) -> None:
+        self.engine = engine
+        self.embedder = embedder
+        self.settings = settings
+        self.tables = tuple(tables)
+        self.tenants = sorted(tenants) if tenants is not None else None
+        self.batch_rows = settings.worker_batch_rows
+        self.max_attempts = settings.worker_max_attempts
+        self.backoff_s = settings.worker_backoff_s
+        self._model: str | None = None
+
+    # -- model --------------------------------------------------------------
+
+    def check_model(self) -> str:
+        """The active model's name; refuses a worker whose model is not it."""
+        with self.engine.connect() as conn:
+            name, dimension = active_model(conn)
+        if name != self.embedder.model_name or dimension != self.embedder.dimension:
+            raise ModelMismatch(
+                f"the active embedding model is {name} ({dimension}-d) but this worker loaded "
+                f"{self.embedder.model_name} ({self.embedder.dimension}-d); set "
+                "ENGRAM_EMBEDDING_MODEL to the active model, or re-embed and flip the registry"
+            )
+        self._model = name
+        return name
+
+    # -- SQL ----------------------------------------------------------------
+
+    def _tenant_filter(self) -> str:
+        return " and t.tenant_id = any(cast(:tenants as uuid[]))" if self.tenants else ""
+
+    def _claim_sql(self, table: EmbeddableTable) -> str:
+        keys = ", ".join(f"t.{_q(k)} as k{i}" for i, k in enumerate(table.key_columns))
+        key_text = " || ',' || ".join(f"t.{_q(k)}::text" for k in table.key_columns)
+        hash_expr = (f"t.{_q(table.hash_column)}" if table.hash_column
+                     else f"sha256(convert_to(t.{_q(table.text_column)}, 'UTF8'))")
+        return (
+            f"select t.tenant_id, {keys}, {key_text} as row_key, t.{_q(table.text_column)} as body, "
+            f"{hash_expr} as hash, t.embed_attempts as attempts "
+            f"from {_q(table.name)} t "
+            "where t.embed_state = 'pending'" + self._tenant_filter() + " "
+            "and not exists (select 1 from worker.embed_retries r where r.tenant_id = t.tenant_id "
+            f"and r.relation = :rel and r.row_key = {key_text} and r.retry_at > now()) "
+            f"order by t.{_q(table.order_column)} limit :n for update of t skip locked"
+        )
+
+    def _where_key(self, table: EmbeddableTable) -> str:
+        return "tenant_id = :tenant_id and " + " and ".join(
+            f"{_q(k)} = :k{i}" for i, k in enumerate(table.key_columns))
+
+    def pending(self) -> int:
+        """Rows still waiting (any table), including those backing off."""
+        total = 0
+        with self.engine.connect() as conn:
+            for table in self.tables:
+                total += int(conn.execute(text(
+                    f"select count(*) from {_q(table.name)} t where t.embed_state = 'pending'"
+                    + self._tenant_filter()), {"tenants": self.tenants}).scalar_one())
+        return total
+
+    def _next_retry_in(self) -> float | None:
+        with self.engine.connect() as conn:
+            wait = conn.execute(text(
+                "select extract(epoch from min(retry_at) - now()) from worker.embed_retries"
+                + (" where tenant_id = any(cast(:tenants as uuid[]))" if self.tenants else "")),
+                {"tenants": self.tenants}).scalar()
+        return None if wait is None else max(0.0, float(wait))
+
+    # -- one batch ----------------------------------------------------------
+
+    def _embed_isolated(self, texts: list[str]) -> list[Any | str]:
+        """A vector per text, or the error text for a text the model failed on."""
+        dim = self.embedder.dimension
+
+        def check(v: Any) -> Any | str:
+            arr = np.asarray(v, dtype=np.float32)
+            if arr.shape != (dim,):
+                return f"the model returned a vector of shape {arr.shape}, expected ({dim},)"
+            if not np.all(np.isfinite(arr)):
+                return "the model returned a vector with NaN or infinite values"
+            return arr
+
+        try:
+            vectors = self.embedder.embed_passages(texts)
+            return [check(v) for v in vectors]
+        except Exception as exc:
+            if len(texts) == 1:
+                return [f"{type(exc).__name__}: {exc}"[:2000]]
+            log.warning("a batch of %d texts failed (%s); trying each alone", len(texts), exc)
+        out: list[Any | str] = []
+        for t in texts:
+            out.extend(self._embed_isolated([t]))
+        return out
+
+    def process_batch(self, table: EmbeddableTable) -> BatchReport:
+        model = self._model or self.check_model()
+        report = BatchReport()
+        nkeys = len(table.key_columns)
+        with self.engine.begin() as conn:
+            rows = conn.execute(text(self._claim_sql(table)), {
+                "rel": table.name, "n": self.batch_rows, "tenants": self.tenants}).all()
+            report.claimed = len(rows)
+            if not rows:
+                return report
+            pairs = sorted({(r.tenant_id, bytes(r.hash)) for r in rows})
+            locked = conn.execute(text(
+                "select u.t as tenant, u.h as hash, pg_try_advisory_xact_lock(hashtextextended("
+                "u.t::text || encode(u.h, 'hex') || :m, 7)) as got "
+                "from unnest(cast(:ts as uuid[]), cast(:hs as bytea[])) as u(t, h)"),
+                {"ts": [p[0] for p in pairs], "hs": [p[1] for p in pairs], "m": model}).all()
+            mine = {(r.tenant, bytes(r.hash)) for r in locked if r.got}
+            cached: dict[tuple[Any, bytes], str] = {}
+            if mine:
+                found = conn.execute(text(
+                    "select c.tenant_id, c.content_hash, c.embedding::text as v "
+                    "from worker.embedding_cache c join unnest(cast(:ts as uuid[]), "
+                    "cast(:hs as bytea[])) as u(t, h) on c.tenant_id = u.t and c.content_hash = u.h "
+                    "where c.model = :m"),
+                    {"ts": [p[0] for p in mine], "hs": [p[1] for p in mine], "m": model}).all()
+                cached = {(r.tenant_id, bytes(r.content_hash)): str(r.v) for r in found}
+            todo: dict[tuple[Any, bytes], str] = {}
+            for r in rows:
+                key = (r.tenant_id, bytes(r.hash))
+                if key in mine and key not in cached:
+                    todo.setdefault(key, r.body)
+            computed: dict[tuple[Any, bytes], Any | str] = {}
+            if todo:
+                keys = list(todo)
+                results = self._embed_isolated([todo[k] for k in keys])
+                report.model_texts = len(keys)
+                computed = dict(zip(keys, results, strict=True))
+                fresh = [{"t": k[0], "h": k[1], "m": model, "v": vector_literal(v)}
+                         for k, v in computed.items() if not isinstance(v, str)]
+                if fresh:
+                    conn.execute(text(
+                        "insert into worker.embedding_cache (tenant_id, model, content_hash, embedding) "
+                        "values (:t, :m, :h, cast(:v as vector)) on conflict do nothing"), fresh)
+            ready: list[dict[str, Any]] = []
+            failures: list[tuple[Any, str]] = []
+            for r in sorted(rows, key=lambda r: (r.tenant_id, r.row_key)):
+                key = (r.tenant_id, bytes(r.hash))
+                if key not in mine:
+                    report.deferred += 1
+                    continue
+                params = {"tenant_id": r.tenant_id, "m": model}
+                params.update({f"k{i}": getattr(r, f"k{i}") for i in range(nkeys)})
+                if key in cached:
+                    report.cache_hits += 1
+                    ready.append({**params, "v": cached[key]})
+                elif isinstance(computed[key], str):
+                    failures.append((r, str(computed[key])))
+                else:
+                    ready.append({**params, "v": vector_literal(computed[key])})
+            where = self._where_key(table)
+            if ready:
+                conn.execute(text(
+                    f"update {_q(table.name)} set embedding = cast(:v as vector), "
+                    "embed_state = 'ready', embed_model = :m, embedded_at = now(), "
+                    f"embed_error = null, embed_attempts = embed_attempts + 1 where {where}"), ready)
+                report.embedded_rows = len(ready)
+            retried_keys = [(r.tenant_id, r.row_key) for r in rows
+                            if r.attempts > 0 and (r.tenant_id, bytes(r.hash)) in mine]
+            if retried_keys:
+                conn.execute(text(
+                    "delete from worker.embed_retries where relation = :rel and "
+                    "(tenant_id, row_key) in (select * from unnest(cast(:ts as uuid[]), "
+                    "cast(:ks as text[])))"),
+                    {"rel": table.name, "ts": [k[0] for k in retried_keys],
+                     "ks": [k[1] for k in retried_keys]})
+            for r, error in failures:
+                attempts = int(r.attempts) + 1
+                params = {"tenant_id": r.tenant_id, "err": error, "a": attempts}
+                params.update({f"k{i}": getattr(r, f"k{i}") for i in range(nkeys)})
+                final = attempts >= self.max_attempts
+                conn.execute(text(
+                    f"update {_q(table.name)} set embed_attempts = :a, embed_error = :err"
+                    + (", embed_state = 'failed'" if final else "") + f" where {where}"), params)
+                if final:
+                    report.failed += 1
+                    log.error("%s row %s failed %d times; marked failed: %s",
+                              table.name, r.row_key, attempts, error)
+                    continue
+                report.retried += 1
+                delay = self.backoff_s * (2 ** (attempts - 1))
+                conn.execute(text(
+                    "insert into worker.embed_retries (tenant_id, relation, row_key, retry_at, "
+                    "last_error) values (:t, :rel, :k, now() + make_interval(secs => :d), :err) "
+                    "on conflict (tenant_id, relation, row_key) do update set "
+                    "retry_at = excluded.retry_at, last_error = excluded.last_error"),
+                    {"t": r.tenant_id, "rel": table.name, "k": r.row_key, "d": delay,
+                     "err": error})
+        return report
+
+    # -- draining and waiting -------------------------------------------------
+
+    def drain(self, *, wait_for_retries: bool = True,
+              on_batch: Callable[[BatchReport], None] | None = None,
+              stop: threading.Event | None = None) -> DrainReport:
+        """Embed until nothing is claimable (and, if asked, no retry is still due)."""
+        started = time.monotonic()
+        report = DrainReport()
+        self.check_model()
+        while not (stop and stop.is_set()):
+            progressed = False
+            for table in self.tables:
+                b = self.process_batch(table)
+                if b.claimed:
+                    report.add(table.name, b)
+                    if on_batch is not None:
+                        on_batch(b)
+                    progressed = progressed or bool(b.embedded_rows or b.retried or b.failed)
+                    if b.deferred and not (b.embedded_rows or b.retried or b.failed):
+                        time.sleep(0.05)  # another worker holds those hashes; let it commit
+                        progressed = True
+            if progressed:
+                continue
+            wait = self._next_retry_in() if wait_for_retries else None
+            if wait is None:
+                break
+            time.sleep(min(wait + 0.01, self.settings.worker_poll_s))
+        report.seconds = time.monotonic() - started
+        return report
+
+    def run_forever(self, listen_dsn: str, stop: threading.Event) -> None:
+        """Drain, then sleep until NOTIFY or the poll interval; until ``stop`` is set."""
+        import psycopg
+
+        with psycopg.connect(listen_dsn, autocommit=True) as listener:
+            listener.execute(f"listen {NOTIFY_CHANNEL}")
+            while not stop.is_set():
+                self.drain(wait_for_retries=False, stop=stop)
+                wait = self._next_retry_in()
+                timeout = self.settings.worker_poll_s if wait is None else min(
+                    wait + 0.01, self.settings.worker_poll_s)
+                for _ in listener.notifies(timeout=max(0.01, timeout), stop_after=1):
+                    pass
+
+
+def backoff_schedule(base_s: float, attempts: int) -> list[float]:
+    """Delays before retries 1..attempts-1 (the last try marks the row failed)."""
+    return [base_s * math.pow(2, i) for i in range(max(0, attempts - 1))]
