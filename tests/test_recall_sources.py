@@ -1,0 +1,133 @@
+"""Title authority, catalogs, curation (pinned, snoozed, archived) and duplicate suppression."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.support.recall import doc, embedder, recaller, write_documents
+
+__all__ = ["embedder", "recaller"]
+
+
+def direct_titles(trace):
+    return {it.label.split(" #")[0] for it in trace.pools["title"] if it.direct}
+
+
+def named_titles(trace):
+    return {it.label.split(" #")[0] for it in trace.pools["title"]}
+
+
+def test_title_containment_longest_keeps_direct_bit_and_peers_stay(
+        tenant_factory, app_engine, embedder, settings, recaller):
+    t = tenant_factory("team")
+    ident = t.identity(write=("team",))
+    write_documents(app_engine, ident, embedder, [
+        doc("n2.md", "JLPT N2", "Grammar lists and kanji for the N2 exam."),
+        doc("plan.md", "JLPT N2 Window Weekly Plan", "Monday reading, Wednesday listening."),
+        doc("kyoto.md", "Kyōto Trip", "Temples to visit and the ryokan booking."),
+        doc("plan2.md", "Plan", "A one-word title that must not match 'planning'."),
+        doc("other.md", "Unrelated", "Nothing about exams here."),
+    ], settings)
+    question = "What is in my jlpt n2 window weekly plan, and what about the KYOTO trip?"
+    result, trace = recaller.trace(ident, question)
+    assert named_titles(trace) == {"JLPT N2", "JLPT N2 Window Weekly Plan", "Kyōto Trip", "Plan"}
+    # JLPT N2 and Plan are contained in the longer named title; Kyōto Trip is a peer.
+    assert direct_titles(trace) == {"JLPT N2 Window Weekly Plan", "Kyōto Trip"}
+    first_two = {e.source.title for e in result.evidence[:2]}
+    assert first_two == {"JLPT N2 Window Weekly Plan", "Kyōto Trip"}
+
+    # Word boundaries: "planning" does not name the document titled "Plan".
+    _, t2 = recaller.trace(ident, "any planning tips?")
+    assert "Plan" not in named_titles(t2)
+    # Removing the title lane removes the direct-subject bit.
+    from orchestrator.recall import PLAN_STUDY
+
+    study, st = recaller.study(ident, question, PLAN_STUDY["no-title"])
+    assert not any(it.direct for it in st.ordered)
+
+
+def test_project_catalog_lists_only_active_and_waiting_with_state_beside_area(
+        tenant_factory, app_engine, embedder, settings, recaller):
+    t = tenant_factory("team")
+    ident = t.identity(write=("team",))
+    write_documents(app_engine, ident, embedder, [
+        doc("p1.md", "Roof repair", "Get three quotes.", kind="project", state="Active",
+            area="Home"),
+        doc("p2.md", "Visa renewal", "Waiting on the embassy.", kind="project", state="Waiting",
+            area="Admin"),
+        doc("p3.md", "Old website", "Shipped.", kind="project", state="Done", area="Work"),
+        doc("p4.md", "Learn cello", "Someday.", kind="project", state="Someday", area="Music"),
+        doc("p5.md", "Archived thing", "Gone.", kind="project", state="Active", area="Home"),
+        doc("n1.md", "Active note", "A note, not a project.", kind="note", state="Active",
+            area="Home"),
+    ], settings, **{"p5.md": {"archived_at": datetime.now(UTC)}})
+    result, trace = recaller.trace(ident, "what am I working on right now?")
+    catalog = next(e for e in result.evidence if e.text.startswith("Current projects"))
+    lines = catalog.text.splitlines()[1:]
+    assert lines == ["- Visa renewal: Waiting | area Admin", "- Roof repair: Active | area Home"]
+    areas = next(e for e in result.evidence if e.text.startswith("Areas:"))
+    assert "- Home (2 documents)" in areas.text  # p1 and the note; p5 is archived
+    assert [s.name for s in catalog.scopes] == ["team"]
+    _, no_catalogs = recaller.study(ident, "what am I working on right now?",
+                                    __import__("orchestrator.recall", fromlist=["x"])
+                                    .PLAN_STUDY["dense-only"])
+    assert not no_catalogs.pools.get("project_catalog")
+
+
+def test_snoozed_and_archived_hidden_pinned_boosted(
+        tenant_factory, app_engine, embedder, settings, recaller):
+    t = tenant_factory("team")
+    ident = t.identity(write=("team",))
+    later = datetime.now(UTC) + timedelta(days=3)
+    write_documents(app_engine, ident, embedder, [
+        doc("a.md", "Sourdough A", "Feed the sourdough starter with rye flour every morning."),
+        doc("b.md", "Sourdough B", "The sourdough starter smells of acetone when hungry."),
+        doc("c.md", "Sourdough C", "Sourdough starter jars should be loosely covered."),
+        doc("d.md", "Bread pinned", "Bake at 250 degrees with steam for the first 20 minutes."),
+    ], settings, **{"a.md": {"snoozed_until": later}, "b.md": {"archived_at": datetime.now(UTC)}})
+    question = "how do I care for my sourdough starter?"
+    result, trace = recaller.trace(ident, question)
+    paths = [e.source.path for e in result.evidence if e.source]
+    assert "a.md" not in paths and "b.md" not in paths
+    assert "a.md" not in trace.format() and "Sourdough B" not in trace.format()
+    before = next(it for it in trace.ordered if it.label.startswith("Bread pinned"))
+    rank_before = trace.ordered.index(before)
+    assert rank_before > 0
+
+    write_documents(app_engine, ident, embedder, [], settings, **{"d.md": {"pinned": True}})
+    _, pinned_trace = recaller.trace(ident, question)
+    after = next(it for it in pinned_trace.ordered if it.label.startswith("Bread pinned"))
+    assert after.pinned and not before.pinned
+    assert after.merit == pytest.approx(before.merit + settings.recall_pin_boost)
+    assert pinned_trace.ordered.index(after) <= rank_before
+
+
+def test_pin_boost_reorders_close_candidates():
+    from orchestrator.recall.result import ScopeRef
+    from orchestrator.recall.tail import Candidate, assign_merit, order
+
+    scope = (ScopeRef("team", ""),)
+    cands = [Candidate(key=k, kind="source", text=k, scopes=scope, rrf=r, pinned=(k == "c"))
+             for k, r in (("a", 0.030), ("b", 0.025), ("c", 0.024))]
+    assign_merit(cands, 0.3)
+    assert [c.key for c in order(cands)] == ["a", "c", "b"]
+    for c in cands:
+        c.pinned = False
+    assign_merit(cands, 0.3)
+    assert [c.key for c in order(cands)] == ["a", "b", "c"]
+
+
+def test_near_duplicates_are_suppressed(tenant_factory, app_engine, embedder, settings, recaller):
+    t = tenant_factory("team")
+    ident = t.identity(write=("team",))
+    text = "The boiler service is booked for the 14th of March at nine."
+    write_documents(app_engine, ident, embedder, [
+        doc("one.md", "Boiler", text), doc("two.md", "Boiler copy", text),
+        doc("three.md", "Car", "The car's MOT is due in April."),
+    ], settings)
+    result, trace = recaller.trace(ident, "when is the boiler service?")
+    paths = [e.source.path for e in result.evidence if e.source]
+    assert len({"one.md", "two.md"} & set(paths)) == 1
+    assert len(trace.suppressed) == 1
