@@ -7,6 +7,7 @@ them all onto the one ``metadata``.
 
 from __future__ import annotations
 
+import orchestrator.db.knowledge_models  # noqa: F401
 import orchestrator.db.provenance_models  # noqa: F401
 import orchestrator.db.worker_models  # noqa: F401
 import orchestrator.recall.tables  # noqa: F401
