@@ -14,7 +14,9 @@ import typer
 from rich.console import Console
 
 from orchestrator.cli.audit import audit_app
-from orchestrator.cli.worker import worker_app
+from orchestrator.cli.auth import auth_app
+from orchestrator.cli.ingest import ingest
+from orchestrator.cli.serve import serve
 from orchestrator.config import Settings
 from orchestrator.db.engine import Database
 from orchestrator.db.server import AlreadyRunning, NotRunning
@@ -29,7 +31,9 @@ admin_app = typer.Typer(help="DBA tasks: tenants and scopes.", no_args_is_help=T
 app.add_typer(db_app, name="db")
 app.add_typer(admin_app, name="admin")
 app.add_typer(audit_app, name="audit")
-app.add_typer(worker_app, name="worker")
+app.add_typer(auth_app, name="auth")
+app.command("serve")(serve)
+app.command("ingest")(ingest)
 
 out = Console()
 err = Console(stderr=True)

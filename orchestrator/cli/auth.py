@@ -1,0 +1,93 @@
+"""``engram auth``: the local development key, tokens minted with it, and who a token is.
+
+The CLI acts like any other client: it holds a token and the token is verified
+the same way the server verifies it. ``cli_identity`` is what every command that
+touches tenant data uses: ``--token`` or ``ENGRAM_TOKEN`` first; otherwise
+``--tenant``/``--user``/``--scopes`` mint a short-lived token with the dev key,
+which only works where the dev key is trusted.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+
+from orchestrator.auth import Identity
+from orchestrator.auth.devkey import create_dev_key, jwks_path, mint_token
+from orchestrator.auth.tokens import TokenVerifier
+from orchestrator.config import Settings
+from orchestrator.errors import EngramError
+
+auth_app = typer.Typer(help="Tokens: the local development key, minting and checking tokens.",
+                       no_args_is_help=True)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    err.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(code)
+
+
+def parse_scopes(value: str) -> list[str]:
+    return [s for s in (p.strip() for p in value.replace(",", " ").split()) if s]
+
+
+def cli_identity(settings: Settings, *, token: str | None, tenant: str | None, user: str,
+                 scopes: str | None, ttl_s: int = 900) -> Identity:
+    """The identity of a CLI command: a verified token, given or minted."""
+    if not token:
+        if not tenant:
+            raise EngramError(
+                "no identity: pass --token (or set ENGRAM_TOKEN), or --tenant and --scopes to mint "
+                "one with the development key")
+        token = mint_token(settings, tenant=tenant, user=user,
+                           scopes=parse_scopes(scopes or ""), ttl_s=ttl_s)
+    return TokenVerifier.from_settings(settings).verify(token)
+
+
+@auth_app.command("dev-key")
+def dev_key(force: Annotated[bool, typer.Option("--force", help="replace an existing key")] = False
+            ) -> None:
+    """Create the local development signing key (ES256, mode 0600) and its JWKS."""
+    settings = Settings()
+    try:
+        path = create_dev_key(settings, force=force)
+    except EngramError as exc:
+        _fail(str(exc))
+    out.print(f"development key written to {path} (mode 0600)")
+    out.print(f"its public key set: {jwks_path(settings)}")
+
+
+@auth_app.command("token")
+def token(
+    tenant: Annotated[str, typer.Option(help="organization id of the tenant")],
+    scopes: Annotated[str, typer.Option(help="e.g. read:team,write:team")],
+    user: Annotated[str, typer.Option(help="the subject (user id)")] = "dev",
+    ttl: Annotated[int, typer.Option(help="lifetime in seconds")] = 3600,
+) -> None:
+    """Mint a token signed by the development key; prints only the token."""
+    try:
+        value = mint_token(Settings(), tenant=tenant, user=user, scopes=parse_scopes(scopes),
+                           ttl_s=ttl)
+    except EngramError as exc:
+        _fail(str(exc))
+    print(value)
+
+
+@auth_app.command("whoami")
+def whoami(
+    token: Annotated[str, typer.Option(envvar="ENGRAM_TOKEN", help="the token to check")],
+) -> None:
+    """Verify a token as the server would and print the identity it grants."""
+    try:
+        ident = TokenVerifier.from_settings(Settings()).verify(token)
+    except EngramError as exc:
+        _fail(f"{exc} ({exc.code})", 1)
+    out.print(f"organization {ident.org_id}, user {ident.user_id}")
+    out.print(f"read: {', '.join(sorted(ident.readable)) or '-'}")
+    out.print(f"write: {', '.join(sorted(ident.write_scopes)) or '-'}")
+    if ident.roles:
+        out.print(f"roles: {', '.join(sorted(ident.roles))}")

@@ -1,0 +1,239 @@
+"""``engram ingest PATH...``: Markdown and text files into documents.
+
+Where a file lands: a folder argument is a collection (the folder's name, or
+``--collection``) and each file's path inside it, with ``/`` separators, is the
+document path; a file argument lands in its parent folder's collection under
+its own name. The title is the front matter's ``title``, else the first Markdown
+heading, else the file name without extension.
+
+Front matter is the simple ``---`` block of ``key: value`` lines at the top:
+``kind``, ``state``, ``area``, ``title`` and ``scopes`` (``[a, b]`` or
+``a, b``) are used, other keys go to the document's metadata. The block is not
+part of the body.
+
+Each file is its own transaction, so one bad file is reported and skipped and
+loses nothing of the others. Unchanged files write nothing (``put_document``
+compares content hashes and fields). ``--sync`` deletes the documents of a
+folder's collection whose file is gone; it never touches collections that were
+not ingested as folders.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from sqlalchemy import Engine, select
+
+from orchestrator.auth import Identity
+from orchestrator.cli.auth import cli_identity, parse_scopes
+from orchestrator.config import Settings
+from orchestrator.db.models import Document
+from orchestrator.db.session import bound_session
+from orchestrator.errors import BadInput, EngramError
+from orchestrator.ingest.documents import DocumentInput, delete_document, put_document
+
+SUFFIXES = (".md", ".markdown", ".txt")
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
+_KEY = re.compile(r"^([A-Za-z_][\w-]*)\s*:\s*(.*)$")
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    file: Path
+    collection: str
+    path: str
+
+
+@dataclass
+class IngestSummary:
+    files: int = 0
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    chunks: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def discover(paths: list[Path], collection: str | None) -> tuple[list[SourceFile], dict[str, set[str]]]:
+    """The files to ingest, and for each folder's collection the paths it now has."""
+    found: list[SourceFile] = []
+    folders: dict[str, set[str]] = {}
+    for root in paths:
+        if root.is_dir():
+            name = collection or root.resolve().name
+            seen = folders.setdefault(name, set())
+            for f in sorted(root.rglob("*")):
+                rel = f.relative_to(root)
+                if f.is_file() and f.suffix.lower() in SUFFIXES and not any(
+                        part.startswith(".") for part in rel.parts):
+                    found.append(SourceFile(f, name, rel.as_posix()))
+                    seen.add(rel.as_posix())
+        elif root.is_file():
+            found.append(SourceFile(root, collection or root.resolve().parent.name, root.name))
+        else:
+            raise BadInput(f"{root} is neither a file nor a folder")
+    return found, folders
+
+
+def _list(value: str) -> list[str]:
+    value = value.strip()
+    if value.startswith("[") and value.endswith("]"):
+        value = value[1:-1]
+    return [v.strip().strip("'\"") for v in value.split(",") if v.strip()]
+
+
+def parse_front_matter(text: str) -> tuple[dict[str, str], str]:
+    """(front matter keys, body without the block); no block: ({}, text)."""
+    lines = text.splitlines(keepends=True)
+    if not lines or lines[0].strip() != "---":
+        return {}, text
+    keys: dict[str, str] = {}
+    for i, line in enumerate(lines[1:], start=1):
+        if line.strip() in ("---", "..."):
+            return keys, "".join(lines[i + 1:])
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        match = _KEY.match(line.rstrip("\r\n"))
+        if match is None:
+            raise BadInput(f"front matter line {i + 1} is not 'key: value': {line.strip()!r}")
+        keys[match.group(1).lower()] = match.group(2).strip().strip("'\"")
+    raise BadInput("front matter starts with '---' but never ends")
+
+
+def to_document(src: SourceFile, default_scopes: list[str]) -> DocumentInput:
+    try:
+        text = src.file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    meta, body = parse_front_matter(text)
+    heading = _HEADING.search(body)
+    title = meta.pop("title", "") or (heading.group(1) if heading else src.file.stem)
+    scopes = _list(meta.pop("scopes", "")) or default_scopes
+    if not scopes:
+        raise BadInput("no scopes: give --scope or a 'scopes:' front matter line")
+    extra: dict[str, Any] = {k: v for k, v in meta.items() if k not in ("kind", "state", "area")}
+    return DocumentInput(collection=src.collection, path=src.path, title=title.strip(), body=body,
+                         scopes=tuple(scopes), kind=meta.get("kind") or "note",
+                         state=meta.get("state") or None, area=meta.get("area") or None,
+                         metadata=extra or None)
+
+
+def ingest_paths(settings: Settings, engine: Engine, identity: Identity, paths: list[Path], *,
+                 collection: str | None = None, scopes: list[str] | None = None,
+                 sync: bool = False, on_file: Callable[[int], None] | None = None) -> IngestSummary:
+    """Ingest ``paths``; ``on_file(chunks)`` is called once per file (progress)."""
+    started = time.monotonic()
+    files, folders = discover(paths, collection)
+    default_scopes = scopes if scopes is not None else (
+        sorted(identity.write_scopes) if len(identity.write_scopes) == 1 else [])
+    summary = IngestSummary(files=len(files))
+    for src in files:
+        chunks = 0
+        try:
+            doc = to_document(src, default_scopes)
+            with bound_session(engine, identity) as session:
+                result = put_document(session, doc, settings)
+            chunks = result.chunks
+            summary.chunks += chunks
+            if result.created:
+                summary.created += 1
+            elif result.changed:
+                summary.updated += 1
+            else:
+                summary.unchanged += 1
+        except EngramError as exc:
+            summary.failed.append((str(src.file), str(exc)))
+        if on_file:
+            on_file(chunks)
+    if sync:
+        for name, present in folders.items():
+            with bound_session(engine, identity) as session:
+                stored = set(session.execute(
+                    select(Document.path).where(Document.collection == name)).scalars())
+            for gone in sorted(stored - present):
+                try:
+                    with bound_session(engine, identity) as session:
+                        delete_document(session, name, gone)
+                    summary.deleted += 1
+                except EngramError as exc:
+                    summary.failed.append((f"{name}/{gone}", f"not deleted: {exc}"))
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+class _Rate(TextColumn):
+    """files/s and chunks/s of the task so far."""
+
+    def __init__(self) -> None:
+        super().__init__("")
+
+    def render(self, task: Any) -> Any:
+        from rich.text import Text
+
+        elapsed = task.elapsed or 0.0
+        if elapsed <= 0:
+            return Text("")
+        chunks = task.fields.get("chunks", 0)
+        return Text(f"{task.completed / elapsed:.1f} files/s  {chunks / elapsed:.1f} chunks/s")
+
+
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help="Markdown/text files and folders")],
+    collection: Annotated[str | None, typer.Option(help="collection name (default: folder name)")] = None,
+    scope: Annotated[list[str] | None, typer.Option(
+        help="scope(s) for files without front matter scopes (repeatable)")] = None,
+    sync: Annotated[bool, typer.Option("--sync", help="delete documents whose file is gone")] = False,
+    token: Annotated[str | None, typer.Option(envvar="ENGRAM_TOKEN", help="bearer token")] = None,
+    tenant: Annotated[str | None, typer.Option(help="mint a dev-key token for this tenant")] = None,
+    user: Annotated[str, typer.Option(help="user of a minted token")] = "dev",
+    scopes: Annotated[str | None, typer.Option(help="scopes of a minted token, e.g. write:team")] = None,
+) -> None:
+    """Ingest Markdown and text files; unchanged files write nothing."""
+    from orchestrator.db.engine import Database, make_app_engine
+
+    settings = Settings()
+    try:
+        identity = cli_identity(settings, token=token, tenant=tenant, user=user, scopes=scopes)
+        files, _ = discover(paths, collection)
+    except EngramError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    engine = make_app_engine(Database(settings).app_url(), pool_size=2)
+    chosen = [s for v in scope for s in parse_scopes(v)] if scope else None
+    try:
+        with Progress(TextColumn("ingesting"), BarColumn(), MofNCompleteColumn(), _Rate(),
+                      TimeElapsedColumn(), console=err, transient=False) as progress:
+            task = progress.add_task("files", total=len(files), chunks=0)
+            written = [0]
+
+            def on_file(chunks: int) -> None:
+                written[0] += chunks
+                progress.update(task, advance=1, chunks=written[0])
+
+            summary = ingest_paths(settings, engine, identity, paths, collection=collection,
+                                   scopes=chosen, sync=sync, on_file=on_file)
+    except EngramError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from exc
+    finally:
+        engine.dispose()
+    out.print(f"{summary.files} files in {summary.seconds:.1f} s: {summary.created} created, "
+              f"{summary.updated} updated, {summary.unchanged} unchanged, {summary.deleted} deleted, "
+              f"{len(summary.failed)} failed; {summary.chunks} chunks written")
+    for where, why in summary.failed:
+        err.print(f"[red]failed:[/red] {where}: {why}")
+    if summary.failed:
+        raise typer.Exit(1)

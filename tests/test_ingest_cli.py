@@ -1,0 +1,170 @@
+"""``engram ingest`` end to end: the real CLI against the session database."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, text
+from typer.testing import CliRunner
+
+from orchestrator.audit import chain
+from orchestrator.auth.devkey import create_dev_key
+from orchestrator.cli.ingest import parse_front_matter
+from orchestrator.cli.main import app
+from orchestrator.config import Settings
+from orchestrator.errors import BadInput
+from tests.conftest import TenantFixture
+from tests.support.provenance import auditor_engine  # noqa: F401
+
+Tenants = Callable[..., TenantFixture]
+
+
+@pytest.fixture(scope="module")
+def cli_env(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    key = tmp_path_factory.mktemp("ingest-auth") / "dev-signing-key.pem"
+    env = {"ENGRAM_HOME": str(settings.home), "ENGRAM_DB_PORT": str(settings.db_port),
+           "ENGRAM_DB_NAME": settings.db_name, "ENGRAM_AUTH_DEV_KEY_PATH": str(key),
+           "ENGRAM_AUTH_TRUST_DEV_KEY": "true"}
+    for name in ("database_url", "app_password"):
+        value = getattr(settings, name)
+        if value:
+            env[f"ENGRAM_{name.upper()}"] = value
+    create_dev_key(Settings(home=settings.home, auth_dev_key_path=key))
+    return env
+
+
+def run(env: dict[str, str], *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args), env=env)
+    return result.exit_code, result.output
+
+
+def counts(admin_engine: Engine, t: TenantFixture) -> tuple[int, int, int]:
+    with admin_engine.connect() as conn:
+        return tuple(int(conn.execute(text(f"select count(*) from {table} where tenant_id = :t"),  # type: ignore[return-value]
+                                      {"t": t.id}).scalar_one())
+                     for table in ("sources.documents", "sources.chunks", "provenance.events"))
+
+
+def chunk_ids(admin_engine: Engine, t: TenantFixture) -> dict[str, set[str]]:
+    with admin_engine.connect() as conn:
+        rows = conn.execute(text(
+            "select d.path, c.id::text from sources.chunks c join sources.documents d "
+            "on d.tenant_id = c.tenant_id and d.id = c.document_id where c.tenant_id = :t"),
+            {"t": t.id}).all()
+    found: dict[str, set[str]] = {}
+    for path, cid in rows:
+        found.setdefault(path, set()).add(cid)
+    return found
+
+
+def make_tree(root: Path, n: int = 200) -> None:
+    for i in range(n):
+        folder = root / f"part{i % 4}"
+        folder.mkdir(parents=True, exist_ok=True)
+        if i % 3 == 0:
+            text_ = (f"---\nkind: project\nstate: Active\narea: Area {i % 5}\nscopes: [team]\n"
+                     f"owner: person{i}\n---\n# Project {i}\n\nProject {i} is about topic {i}. " * 1)
+            (folder / f"project{i}.md").write_text(text_ + "Details. " * 40)
+        elif i % 3 == 1:
+            (folder / f"note{i}.md").write_text(f"Preamble.\n\n## Note heading {i}\n\n" + "Words. " * 60)
+        else:
+            (folder / f"plain{i}.txt").write_text(f"Plain text file {i}. " * 30)
+    (root / ".hidden").mkdir(exist_ok=True)
+    (root / ".hidden" / "skip.md").write_text("# hidden\n")
+    (root / "image.png").write_bytes(b"\x89PNG not text")
+
+
+def test_folder_ingest_reingest_edit_and_sync(cli_env: dict[str, str], tmp_path: Path,
+                                              tenant_factory: Tenants, admin_engine: Engine,
+                                              auditor_engine: Engine) -> None:  # noqa: F811
+    t = tenant_factory("team")
+    root = tmp_path / "notes"
+    make_tree(root)
+    args = ("ingest", str(root), "--tenant", t.org_id, "--scopes", "write:team", "--user", "ingester")
+    code, output = run(cli_env, *args)
+    assert code == 0, output
+    assert "200 files" in output and "200 created, 0 updated, 0 unchanged, 0 deleted, 0 failed" in output
+    docs, chunks, events = counts(admin_engine, t)
+    assert docs == 200 and chunks >= 200
+    with admin_engine.connect() as conn:
+        rows = {r.path: r for r in conn.execute(text(
+            "select path, collection, title, kind, state, area, metadata, author, body "
+            "from sources.documents where tenant_id = :t"), {"t": t.id})}
+    project = rows["part0/project0.md"]
+    assert (project.collection, project.title, project.kind, project.state, project.area) == \
+        ("notes", "Project 0", "project", "Active", "Area 0")
+    assert project.metadata == {"owner": "person0"} and not project.body.startswith("---")
+    assert project.author == "ingester"
+    assert rows["part1/note1.md"].title == "Note heading 1"
+    assert rows["part2/plain2.txt"].title == "plain2" and rows["part2/plain2.txt"].kind == "note"
+    assert not any("hidden" in p or p.endswith(".png") for p in rows)
+
+    code, output = run(cli_env, *args)
+    assert code == 0 and "0 created, 0 updated, 200 unchanged" in output and "0 chunks written" in output
+    assert counts(admin_engine, t) == (docs, chunks, events)  # not one row, not one chain event
+
+    before = chunk_ids(admin_engine, t)
+    (root / "part1" / "note1.md").write_text("# Edited note\n\n" + "New words. " * 300)
+    code, output = run(cli_env, *args)
+    assert code == 0 and "0 created, 1 updated, 199 unchanged" in output
+    after = chunk_ids(admin_engine, t)
+    assert after["part1/note1.md"].isdisjoint(before["part1/note1.md"])
+    assert {p: ids for p, ids in after.items() if p != "part1/note1.md"} == \
+        {p: ids for p, ids in before.items() if p != "part1/note1.md"}
+
+    (root / "part2" / "plain2.txt").unlink()
+    code, output = run(cli_env, *args)
+    assert code == 0 and "199 unchanged, 0 deleted" in output  # no --sync: kept
+    code, output = run(cli_env, *args, "--sync")
+    assert code == 0 and "199 unchanged, 1 deleted" in output
+    assert counts(admin_engine, t)[0] == 199
+
+    with auditor_engine.connect() as conn:
+        reports = chain.verify(conn, t.id)
+    assert len(reports) == 1 and reports[0].ok and reports[0].checked > events
+
+
+def test_bad_files_are_reported_and_lose_nothing_else(cli_env: dict[str, str], tmp_path: Path,
+                                                      tenant_factory: Tenants,
+                                                      admin_engine: Engine) -> None:
+    t = tenant_factory("team")
+    root = tmp_path / "mixed"
+    root.mkdir()
+    (root / "good.md").write_text("# Good\n\nFine.")
+    (root / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+    (root / "open.md").write_text("---\nkind: note\nno end of front matter\n")
+    (root / "scope.md").write_text("---\nscopes: [nosuch]\n---\nBody.")
+    code, output = run(cli_env, "ingest", str(root), "--tenant", t.org_id, "--scopes", "write:team")
+    assert code == 1
+    assert "1 created" in output and "3 failed" in output
+    assert "latin1.txt: not UTF-8" in output and "unknown scope(s) in this tenant: nosuch" in output
+    assert "open.md" in output
+    assert counts(admin_engine, t)[0] == 1
+
+
+def test_identity_comes_from_a_verified_token(cli_env: dict[str, str], tmp_path: Path,
+                                              tenant_factory: Tenants, admin_engine: Engine) -> None:
+    t = tenant_factory("team")
+    (tmp_path / "a.md").write_text("# A\n\nBody.")
+    code, output = run(cli_env, "auth", "token", "--tenant", t.org_id, "--scopes", "read:team")
+    assert code == 0
+    reader = output.strip()
+    code, output = run({**cli_env, "ENGRAM_TOKEN": reader}, "ingest", str(tmp_path / "a.md"),
+                       "--scope", "team")
+    assert code == 1 and "0 created" in output and "1 failed" in output
+    tampered = reader[:-10] + ("A" if reader[-10] != "A" else "B") + reader[-9:]
+    code, output = run({**cli_env, "ENGRAM_TOKEN": tampered}, "ingest", str(tmp_path / "a.md"))
+    assert code == 2 and "signature does not verify" in output
+    code, output = run(cli_env, "ingest", str(tmp_path / "a.md"))
+    assert code == 2 and "no identity" in output
+    assert counts(admin_engine, t)[0] == 0
+
+
+def test_front_matter_parsing() -> None:
+    assert parse_front_matter("no block\n") == ({}, "no block\n")
+    meta, body = parse_front_matter("---\nKind: project\ntitle: 'Quoted'\n# comment\n---\nBody\n")
+    assert meta == {"kind": "project", "title": "Quoted"} and body == "Body\n"
+    with pytest.raises(BadInput, match="line 2 is not 'key: value'"):
+        parse_front_matter("---\njust words\n---\n")
