@@ -1,0 +1,224 @@
+"""The recall contract: budget, visibility under RLS, one round trip, rendering, input, BM25."""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+from sqlalchemy import func, select
+
+from orchestrator.db.models import Chunk
+from orchestrator.db.session import bound_session
+from orchestrator.errors import BadInput
+from orchestrator.recall import PLAN_STUDY, Evidence, Provenance, ScopeRef, SourceRef
+from orchestrator.recall.render import render
+from orchestrator.recall.service import count_statements
+from orchestrator.recall.statement import StatementLimits, build_recall_statement
+from orchestrator.recall.tail import token_cost
+from tests.support.recall import doc, embedder, recaller, write_documents
+
+__all__ = ["embedder", "recaller"]
+
+NOTES = [doc(f"n{i}.md", f"Meeting note {i}",
+             f"Meeting {i}: we discussed the quarterly budget, hiring plan item {i} and the "
+             f"office move; action owner number {i} follows up next week.") for i in range(8)]
+
+
+@pytest.fixture
+def notes(tenant_factory, app_engine, embedder, settings):
+    t = tenant_factory("team")
+    ident = t.identity(write=("team",))
+    write_documents(app_engine, ident, embedder, NOTES, settings)
+    return ident
+
+
+@pytest.mark.parametrize("budget", [1, 40, 90, 150, 400, 5000])
+def test_budget_keeps_the_longest_fitting_prefix_and_never_exceeds(notes, recaller, settings,
+                                                                     budget):
+    result, trace = recaller.trace(notes, "what did we discuss about the budget?",
+                                   budget_tokens=budget)
+    cpt = settings.recall_chars_per_token
+    assert token_cost(result.rendered, cpt) == result.used_tokens <= budget
+    assert result.rendered == render(result.question, result.evidence)
+    kept = len(result.evidence)
+    assert kept == trace.kept
+    if kept < len(trace.ordered):
+        # One more item of the same order would not fit.
+        _, full = recaller.trace(notes, "what did we discuss about the budget?",
+                                 budget_tokens=settings.recall_max_budget_tokens)
+        assert len(full.ordered) > kept
+    if budget == 5000:
+        assert kept == len(trace.ordered)
+    if budget == 1:
+        assert result.evidence == () and result.rendered == ""
+
+
+def test_budget_prefix_is_longest(notes, recaller, settings):
+    big, _ = recaller.trace(notes, "hiring plan", budget_tokens=settings.recall_max_budget_tokens)
+    cpt = settings.recall_chars_per_token
+    for n in range(1, len(big.evidence) + 1):
+        cost_n = token_cost(render(big.question, big.evidence[:n]), cpt)
+        small = recaller.recall(notes, "hiring plan", budget_tokens=cost_n)
+        assert len(small.evidence) >= n
+        if n < len(big.evidence):
+            tighter = recaller.recall(notes, "hiring plan", budget_tokens=cost_n)
+            nxt = token_cost(render(big.question, big.evidence[:n + 1]), cpt)
+            if nxt > cost_n:
+                assert len(tighter.evidence) == n
+        if n >= 3:
+            break
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"question": ""}, "empty"),
+    ({"question": "   \n"}, "empty"),
+    ({"question": "x" * 5000}, "limit"),
+    ({"question": 42}, "text"),
+    ({"budget_tokens": 0}, "positive"),
+    ({"budget_tokens": -5}, "positive"),
+    ({"budget_tokens": 10**9}, "above the limit"),
+    ({"budget_tokens": True}, "integer"),
+    ({"mode": "psychic"}, "unknown mode"),
+    ({"asker": "a" * 500}, "asker"),
+])
+def test_bad_input_is_refused_clearly(notes, recaller, kwargs, message):
+    args = {"question": "what did we discuss?", "budget_tokens": 500, "mode": None} | kwargs
+    with pytest.raises(BadInput, match=message):
+        recaller.recall(notes, **args)
+
+
+def test_modes_are_accepted_and_keep_every_lane(notes, recaller):
+    plain = recaller.recall(notes, "what did we discuss?")
+    for mode in ("causal", "timeline"):
+        result, trace = recaller.trace(notes, "what did we discuss?", mode=mode)
+        assert trace.plan == "full" and {"dense", "lexical", "title"} <= set(trace.pools)
+        assert [e.chunk_id for e in result.evidence] == [e.chunk_id for e in plain.evidence]
+
+
+def test_statement_is_one_round_trip(notes, recaller, app_engine):
+    with count_statements(app_engine) as sent:
+        result = recaller.recall(notes, "the office move")
+    assert result.evidence
+    # bind_identity, then the one recall statement: nothing else reaches the server.
+    assert len(sent) == 2, sent
+    assert "bind_identity" in sent[0]
+
+
+def test_rls_other_tenant_and_scope_never_returned_counted_or_traced(
+        tenant_factory, app_engine, embedder, settings, recaller):
+    a = tenant_factory("team", "exec")
+    b = tenant_factory("team")
+    secret = "The merger codename is BLUEHERON and the price is 41 dollars a share."
+    write_documents(app_engine, a.identity(write=("team", "exec")), embedder, [
+        doc("secret.md", "BLUEHERON merger", secret, scopes=("exec",), kind="project",
+            state="Active", area="Deals"),
+        doc("lunch.md", "Lunch", "Team lunch is on Friday at the noodle bar."),
+    ], settings)
+    write_documents(app_engine, b.identity(write=("team",)), embedder, [
+        doc("b.md", "B notes", "Tenant B talks about herons at the lake."),
+    ], settings)
+    question = "what is the BLUEHERON merger price?"
+    for ident, visible in ((a.identity(read=("team",)), 1), (b.identity(read=("team",)), 1)):
+        result, trace = recaller.trace(ident, question)
+        text = result.rendered + trace.format()
+        assert "BLUEHERON" not in text.replace(question, "")
+        assert "41 dollars" not in text and "Deals" not in text
+        assert all(e.source is None or e.source.path != "secret.md" for e in result.evidence)
+        assert trace.corpus["chunks"] == visible, "BM25's N counts only visible chunks"
+        assert not trace.pools["project_catalog"]
+    # The exec reader does see it, with the exact scope object it is shared into.
+    result = recaller.recall(a.identity(read=("exec",)), question)
+    hit = next(e for e in result.evidence if e.source and e.source.path == "secret.md")
+    assert hit.scopes == (ScopeRef("exec", "The exec scope"),)
+    assert hit.provenance is Provenance.SOURCE_EXCERPT
+    assert "The exec scope" in result.rendered
+
+
+def test_rendering_snapshot():
+    when = datetime(2026, 3, 14, 9, 30, tzinfo=UTC)
+    evidence = [
+        Evidence(text="Monday reading, Wednesday listening.",
+                 provenance=Provenance.SOURCE_EXCERPT,
+                 scopes=(ScopeRef("study", "Japanese study"), ScopeRef("team", "")),
+                 source=SourceRef("notes", "jlpt/plan.md", "JLPT N2 Window Weekly Plan"),
+                 updated_at=when, author="alice"),
+        Evidence(text="Current projects (Active or Waiting):\n- Roof repair: Active | area Home",
+                 provenance=Provenance.DERIVED_MEMORY, scopes=(ScopeRef("team", "The team"),)),
+    ]
+    assert render("What is my plan?", evidence) == (
+        "Relevant memory for: What is my plan?\n"
+        "\n"
+        "[1] source excerpt | JLPT N2 Window Weekly Plan (notes/jlpt/plan.md) | updated "
+        "2026-03-14 | by alice\n"
+        "shared in: study (Japanese study); team\n"
+        "Monday reading, Wednesday listening.\n"
+        "\n"
+        "[2] derived memory\n"
+        "shared in: team (The team)\n"
+        "Current projects (Active or Waiting):\n"
+        "- Roof repair: Active | area Home\n"
+    )
+    assert render("anything", []) == ""
+
+
+def test_lane_names_and_scores_never_reach_the_prompt(notes, recaller):
+    result, trace = recaller.trace(notes, "hiring plan item 3")
+    for word in ("dense", "lexical", "bm25", "rrf", "rerank", "title_rank", "merit"):
+        assert word not in result.rendered.lower()
+    assert "rrf" in trace.format()
+
+
+BM25_CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "A fox is quick; foxes are quicker than dogs in the snow.",
+    "Lazy afternoons: the dog sleeps, the cat sleeps, everybody sleeps.",
+    "Brown bread and brown rice are whole grains.",
+    "Snow fell on the quick river and the brown hills.",
+    "Nothing here matches at all, really nothing.",
+    "Dogs, dogs, dogs: a dog show with many dogs and one fox.",
+]
+
+
+def test_bm25_equals_reference_implementation(tenant_factory, app_engine, embedder, settings):
+    bm25s = pytest.importorskip("bm25s")
+    t = tenant_factory("team")
+    ident = t.identity(write=("team",))
+    write_documents(app_engine, ident, embedder,
+                    [doc(f"c{i}.md", f"Text {i}", body) for i, body in enumerate(BM25_CORPUS)],
+                    settings)
+    question = "quick brown dogs and a fox"
+    limits = StatementLimits(lexical_k=100, bm25_k1=1.2, bm25_b=0.75)
+    stmt = build_recall_statement(PLAN_STUDY["bm25-only"], limits)
+    with bound_session(app_engine, ident) as session:
+        rows = session.execute(stmt, {"question": question,
+                                      "query_embedding": np.zeros(384, dtype=np.float32)}
+                               ).mappings().all()
+        # The same tokens PostgreSQL scores (its tsvectors) and the same query lexemes.
+        query_terms = session.execute(
+            select(func.tsvector_to_array(func.to_tsvector("english", question)))).scalar_one()
+        pos = session.execute(select(Chunk.id, Chunk.lexical).order_by(Chunk.id)).all()
+    tokens: dict[object, list[str]] = {}
+    # tsvector text form: 'lexeme':1,5 'other':2 -> the lexeme once per position.
+    for cid, lexical in pos:
+        toks: list[str] = []
+        for lexeme, positions in re.findall(r"'((?:[^']|'')*)':([0-9A-D,]+)", str(lexical)):
+            toks += [lexeme.replace("''", "'")] * len(positions.split(","))
+        tokens[cid] = toks
+    ids = list(tokens)
+    retriever = bm25s.BM25(method="lucene", k1=1.2, b=0.75)
+    retriever.index([tokens[i] for i in ids], show_progress=False)
+    reference = retriever.get_scores(list(query_terms))
+    got = {r["chunk_id"]: r["bm25"] for r in rows if r["lane"] == "source"}
+    assert got, "the lexical lane must find matches"
+    for i, ref in zip(ids, reference, strict=True):
+        if ref > 0:
+            assert got[i] == pytest.approx(float(ref), abs=1e-6), (tokens[i], ref, got.get(i))
+        else:
+            assert i not in got
+    stats = next(r for r in rows if r["lane"] == "lexical_stats")
+    assert stats["item_count"] == len(BM25_CORPUS)
+    assert stats["bm25"] == pytest.approx(sum(map(len, tokens.values())) / len(tokens))
+    assert not math.isnan(stats["bm25"])
