@@ -6,8 +6,6 @@ lane from ``build_recall_statement`` makes the test fail.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
 import pytest
 
 from orchestrator.recall import PLAN_STUDY

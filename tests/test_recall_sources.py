@@ -44,7 +44,7 @@ def test_title_containment_longest_keeps_direct_bit_and_peers_stay(
     # Removing the title lane removes the direct-subject bit.
     from orchestrator.recall import PLAN_STUDY
 
-    study, st = recaller.study(ident, question, PLAN_STUDY["no-title"])
+    _study, st = recaller.study(ident, question, PLAN_STUDY["no-title"])
     assert not any(it.direct for it in st.ordered)
 
 
@@ -63,7 +63,7 @@ def test_project_catalog_lists_only_active_and_waiting_with_state_beside_area(
         doc("n1.md", "Active note", "A note, not a project.", kind="note", state="Active",
             area="Home"),
     ], settings, **{"p5.md": {"archived_at": datetime.now(UTC)}})
-    result, trace = recaller.trace(ident, "what am I working on right now?")
+    result, _trace = recaller.trace(ident, "what am I working on right now?")
     catalog = next(e for e in result.evidence if e.text.startswith("Current projects"))
     lines = catalog.text.splitlines()[1:]
     assert lines == ["- Visa renewal: Waiting | area Admin", "- Roof repair: Active | area Home"]

@@ -16,6 +16,7 @@ from rich.console import Console
 from orchestrator.cli.audit import audit_app
 from orchestrator.cli.auth import auth_app
 from orchestrator.cli.ingest import ingest
+from orchestrator.cli.recall import register as register_recall
 from orchestrator.cli.serve import serve
 from orchestrator.config import Settings
 from orchestrator.db.engine import Database
@@ -34,6 +35,7 @@ app.add_typer(audit_app, name="audit")
 app.add_typer(auth_app, name="auth")
 app.command("serve")(serve)
 app.command("ingest")(ingest)
+register_recall(app)
 
 out = Console()
 err = Console(stderr=True)

@@ -17,10 +17,11 @@ from orchestrator.recall.result import Evidence
 
 @lru_cache(maxsize=1)
 def _template() -> Template:
-    env = Environment(  # noqa: S701 - plain text for a model, not HTML
+    # Plain text for a model, not HTML: escaping would corrupt the evidence.
+    env = Environment(
         loader=PackageLoader("orchestrator.recall", "templates"),
-        undefined=StrictUndefined, autoescape=False, keep_trailing_newline=False,
-        trim_blocks=False, lstrip_blocks=False,
+        undefined=StrictUndefined,
+        autoescape=False,  # noqa: S701
     )
     return env.get_template("recall.j2")
 

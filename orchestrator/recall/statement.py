@@ -86,7 +86,7 @@ TS_CONFIG = "english"
 
 PROJECT_STATES = ("Active", "Waiting")
 
-Double = DOUBLE_PRECISION()
+Double: DOUBLE_PRECISION[float] = DOUBLE_PRECISION()
 
 # The one row shape of every branch of the union, in column order.
 COLUMNS: dict[str, TypeEngine[Any]] = {
@@ -387,7 +387,7 @@ def build_recall_statement(shape: PlanShape = FULL_PLAN,
     # 7. one union; every row with the exact scope objects it is shared into.
     if not branches:
         raise ValueError(f"plan shape {shape.name!r} has no lanes")
-    union: Select[Any] | CompoundSelect = union_all(*branches) if len(branches) > 1 else branches[0]
+    union: Select[Any] | CompoundSelect[Any] = union_all(*branches) if len(branches) > 1 else branches[0]
     rows = union.subquery("recall_rows")
     s = Scope.__table__.c
     scope_objects = (

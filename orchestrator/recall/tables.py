@@ -18,8 +18,8 @@ from sqlalchemy import (
     Index,
     PrimaryKeyConstraint,
     func,
-    text as sql_text,
 )
+from sqlalchemy import text as sql_text
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 

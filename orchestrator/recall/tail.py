@@ -72,7 +72,7 @@ def _merge_scopes(a: tuple[ScopeRef, ...], b: tuple[ScopeRef, ...]) -> tuple[Sco
     return tuple(sorted({*a, *b}, key=lambda s: s.name))
 
 
-def candidates_from_rows(rows: Sequence[Mapping[str, Any]], *, catalog_rrf: float
+def candidates_from_rows(rows: Sequence[Mapping[Any, Any]], *, catalog_rrf: float
                          ) -> tuple[list[Candidate], dict[str, Any]]:
     """Candidates, and what the statement said about the corpus (for the trace)."""
     out: list[Candidate] = []
@@ -104,7 +104,7 @@ def candidates_from_rows(rows: Sequence[Mapping[str, Any]], *, catalog_rrf: floa
         elif lane == "lexical_stats":
             corpus = {"chunks": int(row["item_count"] or 0), "avg_length": row["bm25"]}
     if areas:
-        scopes: tuple[ScopeRef, ...] = ()
+        scopes = tuple[ScopeRef, ...]()
         lines = []
         for name in sorted(areas):
             count, s, _ = areas[name]
@@ -117,7 +117,7 @@ def candidates_from_rows(rows: Sequence[Mapping[str, Any]], *, catalog_rrf: floa
             lanes={"areas": len(areas)}, rrf=catalog_rrf,
         ))
     if projects:
-        scopes = ()
+        scopes = tuple[ScopeRef, ...]()
         lines = []
         for row in projects:
             scopes = _merge_scopes(scopes, _scopes(row["scope_objects"]))

@@ -1,0 +1,83 @@
+"""``engram recall`` and ``engram trace``: recall for people, and the view to debug it.
+
+Both take the identity the way every CLI command does: a bearer token
+(``--token`` or ``ENGRAM_TOKEN``), or a token minted with the local development
+key for ``--org``/``--user`` with ``--read``/``--write`` scope lists. The
+identity is verified before anything runs; scopes are never passed to recall
+directly.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+
+from orchestrator.config import Settings
+from orchestrator.errors import EngramError
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+Token = Annotated[str | None, typer.Option(envvar="ENGRAM_TOKEN", help="bearer token")]
+Org = Annotated[str | None, typer.Option("--org", "--tenant",
+                                         help="mint a dev-key token for this organization")]
+User = Annotated[str, typer.Option(help="user of a minted token")]
+Read = Annotated[str, typer.Option(help="read scopes of a minted token, e.g. a,b")]
+Write = Annotated[str, typer.Option(help="write scopes of a minted token, e.g. c")]
+Asker = Annotated[str | None, typer.Option(help="who asks (enriches the query embedding)")]
+Budget = Annotated[int | None, typer.Option(help="token budget (default from settings)")]
+Mode = Annotated[str | None, typer.Option(help="causal or timeline: adds weight, never removes")]
+
+
+def _fail(message: str) -> NoReturn:
+    err.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(1)
+
+
+def _run(question: str, token: str | None, org: str | None, user: str, read: str, write: str,
+         asker: str | None, budget: int | None, mode: str | None, show_trace: bool) -> None:
+    from orchestrator.cli.auth import cli_identity, parse_scopes
+    from orchestrator.db.engine import Database, make_app_engine
+    from orchestrator.recall import Recaller
+
+    settings = Settings()
+    scopes = " ".join([f"read:{s}" for s in parse_scopes(read)] +
+                      [f"write:{s}" for s in parse_scopes(write)])
+    try:
+        identity = cli_identity(settings, token=token, tenant=org, user=user, scopes=scopes)
+        engine = make_app_engine(Database(settings).app_url(), pool_size=1)
+        try:
+            result, trace = Recaller(engine, settings).trace(identity, question, asker, budget,
+                                                             mode)
+        finally:
+            engine.dispose()
+    except EngramError as exc:
+        _fail(str(exc))
+    if show_trace:
+        out.print(trace.format())
+        out.print("6. rendered")
+    out.print(result.rendered or "(no evidence fits; nothing visible matched or the budget "
+              "is too small)")
+
+
+def recall_command(question: Annotated[str, typer.Argument(help="the question")],
+                   token: Token = None, org: Org = None, user: User = "dev", read: Read = "",
+                   write: Write = "", asker: Asker = None, budget: Budget = None,
+                   mode: Mode = None) -> None:
+    """Recall evidence for QUESTION and print the prompt-ready string."""
+    _run(question, token, org, user, read, write, asker, budget, mode, show_trace=False)
+
+
+def trace_command(question: Annotated[str, typer.Argument(help="the question")],
+                  token: Token = None, org: Org = None, user: User = "dev", read: Read = "",
+                  write: Write = "", asker: Asker = None, budget: Budget = None,
+                  mode: Mode = None) -> None:
+    """Show every stage of a recall: pools per lane, fusion, rerank, budget cut, timings."""
+    _run(question, token, org, user, read, write, asker, budget, mode, show_trace=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("recall")(recall_command)
+    app.command("trace")(trace_command)
