@@ -316,14 +316,26 @@ class Reranker:
             return query, [passage]
         overlap = min(self.overlap_tokens, room // 2)
         stride = room - overlap
+        words = enc.word_ids()
+        n = len(offsets)
+
+        def word_start(i: int, floor: int) -> int:
+            # Windows begin and end on word boundaries, so no window reads half a word.
+            while i > floor and words[i] is not None and words[i] == words[i - 1]:
+                i -= 1
+            return i
+
         out = []
         start = 0
         while True:
-            end = min(start + room, len(offsets))
+            end = min(start + room, n)
+            if end < n:
+                end = word_start(end, start + 1)
             out.append(passage[offsets[start][0]: offsets[end - 1][1]])
-            if end >= len(offsets):
+            if end >= n:
                 break
-            start += stride
+            start = word_start(max(start + stride, start + 1), start + 1)
+            start = min(start, end)
         return query, out
 
     # -- scoring ------------------------------------------------------------
