@@ -278,3 +278,31 @@ def test_printed_schema_is_committed() -> None:
     # Regenerate with `engram serve --write-schema` after reviewing the API change.
     assert PRINTED_SCHEMA.read_text() == printed_schema(), (
         "graphql/schema.printed.graphql is out of date; regenerate it and review the API change")
+
+
+RECALL = """query($q: String!, $b: Int) { recall(question: $q, budgetTokens: $b) {
+  question budgetTokens usedTokens rendered
+  evidence { text provenance scopes { name description } source { collection path title } documentId } } }"""
+
+
+def test_recall_sees_only_what_the_token_may_read(api_server: ApiServer,  # noqa: F811
+                                                  tenant_factory: Tenants) -> None:
+    a, b = tenant_factory("team", "board"), tenant_factory("team")
+    wa = writer(api_server, a)
+    upsert(api_server, wa, "zebra.md", title="Zebra migration",
+           body="The zebra migration report: herds cross the river in March.")
+    upsert(api_server, wa, "board.md", title="Board minutes", scopes=["board"],
+           body="Board only: the zebra migration budget is secret.")
+    upsert(api_server, writer(api_server, b), "other.md", title="Zebra migration elsewhere",
+           body="Tenant B's zebra migration notes.")
+    team_reader = api_server.token(a.org_id, "rita", ("read:team",))
+    result = api_server.gql(team_reader, RECALL, {"q": "When does the zebra migration happen?",
+                                                  "b": 500})["recall"]
+    paths = {e["source"]["path"] for e in result["evidence"] if e["source"]}
+    assert "zebra.md" in paths and "board.md" not in paths and "other.md" not in paths
+    first = next(e for e in result["evidence"] if e["source"] and e["source"]["path"] == "zebra.md")
+    assert first["scopes"] == [{"name": "team", "description": "The team scope"}]
+    assert "March" in result["rendered"] and "secret" not in result["rendered"]
+    assert "Tenant B" not in str(result) and 0 < result["usedTokens"] <= 500
+    response = api_server.post(team_reader, RECALL, {"q": "   "})
+    assert error_of(response)["extensions"]["code"] == "BAD_USER_INPUT"

@@ -34,6 +34,7 @@ from orchestrator.auth.tokens import TokenVerifier, bearer_token
 from orchestrator.config import Settings
 from orchestrator.db.session import bound_session
 from orchestrator.errors import EngramError, Forbidden, Unauthenticated
+from orchestrator.recall import Recaller
 
 STATUS_BY_CODE = {"UNAUTHENTICATED": 401, "FORBIDDEN": 403, "BAD_USER_INPUT": 400,
                   "CONFLICT": 409, "NOT_FOUND": 404}
@@ -66,6 +67,7 @@ class ApiConfig:
     settings: Settings
     engine: Engine
     verifier: TokenVerifier
+    recaller: Recaller
 
     @property
     def introspection(self) -> bool:
@@ -87,7 +89,7 @@ def execute(config: ApiConfig, identity: Identity, data: dict[str, Any]) -> tupl
             bound = True
             success, result = graphql_sync(
                 build_schema(), data,
-                context_value=RequestContext(identity, session, config.settings),
+                context_value=RequestContext(identity, session, config.settings, config.recaller),
                 introspection=config.introspection,
                 validation_rules=validation_rules(config.settings, variables),
                 error_formatter=format_error, debug=False)
@@ -118,8 +120,11 @@ def _is_mutation(data: dict[str, Any]) -> bool:
                for d in doc.definitions)
 
 
-def create_app(settings: Settings, engine: Engine, verifier: TokenVerifier | None = None) -> Starlette:
-    config = ApiConfig(settings, engine, verifier or TokenVerifier.from_settings(settings))
+def create_app(settings: Settings, engine: Engine, verifier: TokenVerifier | None = None,
+               recaller: Recaller | None = None) -> Starlette:
+    """The app; ``recaller`` defaults to one over ``engine`` that loads its models on first use."""
+    config = ApiConfig(settings, engine, verifier or TokenVerifier.from_settings(settings),
+                       recaller or Recaller(engine, settings))
     explorer = ExplorerGraphiQL(title="Engram")
 
     async def read_body(request: Request) -> bytes | Response:

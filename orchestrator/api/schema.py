@@ -42,6 +42,7 @@ from orchestrator.auth import Identity
 from orchestrator.config import Settings
 from orchestrator.errors import BadInput, EngramError
 from orchestrator.ingest.documents import DocumentInput
+from orchestrator.recall import Evidence, Recaller
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "graphql"
 PRINTED_SCHEMA = SCHEMA_DIR / "schema.printed.graphql"
@@ -53,6 +54,7 @@ class RequestContext:
     identity: Identity
     session: Session
     settings: Settings
+    recaller: Recaller | None = None
 
 
 def _ctx(info: Any) -> RequestContext:
@@ -137,6 +139,33 @@ def resolve_document_by_id(_: None, info: Any, id: str) -> dict[str, Any] | None
     ctx = _ctx(info)
     view = ops.get_document_by_id(ctx.session, ctx.identity, ops.parse_id(id))
     return _document(view) if view else None
+
+
+def _evidence(ev: Evidence) -> dict[str, Any]:
+    return {
+        "text": ev.text, "provenance": str(ev.provenance),
+        "scopes": [{"name": s.name, "description": s.description} for s in ev.scopes],
+        "source": ({"collection": ev.source.collection, "path": ev.source.path,
+                    "title": ev.source.title} if ev.source else None),
+        "author": ev.author, "createdAt": ev.created_at, "updatedAt": ev.updated_at,
+        "documentId": str(ev.document_id) if ev.document_id else None,
+        "chunkId": str(ev.chunk_id) if ev.chunk_id else None,
+        "charStart": ev.char_start, "charEnd": ev.char_end,
+    }
+
+
+@query.field("recall")
+def resolve_recall(_: None, info: Any, question: str, asker: str | None = None,
+                   budgetTokens: int | None = None, mode: str | None = None  # noqa: N803
+                   ) -> dict[str, Any]:
+    ctx = _ctx(info)
+    if ctx.recaller is None:
+        raise EngramError("recall is not configured on this server")
+    # Recall binds the same identity in its own read-only transaction.
+    result = ctx.recaller.recall(ctx.identity, question, asker, budgetTokens, mode)
+    return {"question": result.question, "asker": result.asker,
+            "budgetTokens": result.budget_tokens, "usedTokens": result.used_tokens,
+            "rendered": result.rendered, "evidence": [_evidence(e) for e in result.evidence]}
 
 
 @mutation.field("upsertDocument")
@@ -226,7 +255,9 @@ def depth_limit(max_depth: int) -> type[ValidationRule]:
 
 
 COST_MAP: dict[str, dict[str, Any]] = {
-    "Query": {"documents": {"complexity": 1, "multipliers": ["first"]}},
+    "Query": {"documents": {"complexity": 1, "multipliers": ["first"]},
+              # One recall is a statement over every lane, an embedding and a rerank.
+              "recall": {"complexity": 50}},
 }
 
 
