@@ -196,8 +196,11 @@ def admin_create_scope(org_id: str, name: str,
 
 
 @app.command("up")
-def up() -> None:
-    """Start the embedded database (unless external), migrate, and say how to connect."""
+def up(
+    serve_api: Annotated[bool, typer.Option(
+        "--serve/--no-serve", help="then run the worker and the API until interrupted")] = True,
+) -> None:
+    """Start the embedded database (unless external), migrate, then run the worker and the API."""
     from orchestrator.db.migrate import migrate
 
     db = _database()
@@ -215,6 +218,10 @@ def up() -> None:
     out.print("connect as the application role:")
     out.print(f"  {db.psql_url('engram_app')}", highlight=False, soft_wrap=True)
     out.print("or open psql as the administrator: engram db psql")
+    if serve_api:
+        from orchestrator.cli.serve import serve_engram
+
+        serve_engram(Settings())
 
 
 def main() -> None:

@@ -1,11 +1,14 @@
 """``engram serve``: the GraphQL API under uvicorn.
 
-The app connects only as ``engram_app``; ``engram up`` calls ``serve_api`` after
-migrating so that ``make up`` ends with Engram answering requests.
+The app connects only as ``engram_app``; ``engram up`` calls ``serve_engram``
+after migrating, so that ``make up`` ends with Engram running: the embedding
+worker in a thread of the same process (as ``engram_worker``) and the API in
+the foreground.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Annotated
 
 import typer
@@ -31,6 +34,47 @@ def serve_api(settings: Settings, host: str | None = None, port: int | None = No
         uvicorn.run(app, host=host, port=port, log_level="info", lifespan="off")
     finally:
         engine.dispose()
+
+
+def start_worker(settings: Settings) -> tuple[threading.Thread, threading.Event] | None:
+    """The embedding worker in a thread of this process (``engram up``); None if it cannot run."""
+    from orchestrator.db.engine import Database, make_app_engine
+    from orchestrator.errors import EngramError
+    from orchestrator.worker.embedder import Embedder
+    from orchestrator.worker.queue import QueueWorker
+
+    db = Database(settings)
+    try:
+        engine = make_app_engine(db.role_url("engram_worker"), pool_size=2)
+        worker = QueueWorker(engine, Embedder.from_settings(settings), settings)
+        worker.check_model()
+    except EngramError as exc:
+        # The API still answers without it; chunks wait in the queue until a worker runs.
+        out.print(f"[yellow]worker not started:[/yellow] {exc}")
+        return None
+    stop = threading.Event()
+
+    def run() -> None:
+        try:
+            worker.run_forever(db.psql_url("engram_worker"), stop)
+        finally:
+            engine.dispose()
+
+    thread = threading.Thread(target=run, name="engram-worker", daemon=True)
+    thread.start()
+    out.print("embedding worker running in this process")
+    return thread, stop
+
+
+def serve_engram(settings: Settings) -> None:
+    """Worker in a thread, API in the foreground, until interrupted."""
+    started = start_worker(settings)
+    try:
+        serve_api(settings)
+    finally:
+        if started is not None:
+            started[1].set()
+            started[0].join(timeout=10)
 
 
 def serve(
