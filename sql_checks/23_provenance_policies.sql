@@ -1,7 +1,7 @@
 -- The application's access to agents, activities, derivations and receipts:
 -- its own tenant only, column-listed writes, allow and deny for each policy.
 begin;
-select plan(16);
+select plan(17);
 
 select tests.make_tenant('t-prov-p1', array['team', 'exec']);
 select tests.make_tenant('t-prov-p2', array['team']);
@@ -20,6 +20,10 @@ select is((select actor_user || '/' || actor_role from provenance.activities whe
 select throws_ok($$update provenance.activities set kind = 'x'$$, '42501', null,
                  'activities update deny: only ended_at is writable');
 select lives_ok($$select provenance.end_activity()$$, 'activities update allow: ending one''s activity');
+select set_config('engram.activity_id', '00000000-0000-0000-0000-000000000001', true);
+select throws_ok($$update sources.documents set title = 'x' where path = 'a.md'$$, '22023', null,
+                 'a write cannot name an activity that does not exist');
+select set_config('engram.activity_id', '', true);
 select lives_ok($$insert into provenance.derivations (derived_table, derived_row_id, source_table, source_row_id)
                   select 'sources.chunks', jsonb_build_object('id', c.id), 'sources.documents',
                          jsonb_build_object('id', c.document_id) from sources.chunks c limit 1$$,

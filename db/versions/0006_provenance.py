@@ -158,6 +158,13 @@ begin
           from provenance.events e where e.tenant_id = v_tenant order by e.seq desc limit 1;
         v_seq := coalesce(v_seq, 0);
         v_prev := coalesce(v_prev, provenance.genesis_hash());
+        -- engram.activity_id is a plain setting any session can write: an event may
+        -- only name an activity that exists in its tenant.
+        if v_activity is not null and not exists (
+                select 1 from provenance.activities a where a.tenant_id = v_tenant and a.id = v_activity) then
+            raise exception 'engram.activity_id % names no activity of this tenant; start one with '
+                            'provenance.begin_activity', v_activity using errcode = '22023';
+        end if;
         a_seq := '{}'; a_row := '{}'; a_row_hash := '{}'; a_prev := '{}'; a_hash := '{}';
         for r in
             select (select jsonb_object_agg(k, u.i -> k) from unnest(p_key) as k) as row_id,
@@ -718,6 +725,9 @@ create policy activities__update_app on provenance.activities for update to engr
     using (tenant_id = (select auth.tenant_id()) and actor_user = (select auth.user_id()))
     with check (tenant_id = (select auth.tenant_id()) and actor_user = (select auth.user_id()));
 create policy activities__select_auditor on provenance.activities for select to engram_auditor
+    using (true);
+-- The chain trigger (running as the owner) checks that an event's activity exists.
+create policy activities__select_owner on provenance.activities for select to engram_owner
     using (true);
 
 create policy derivations__select_app on provenance.derivations for select to engram_app
