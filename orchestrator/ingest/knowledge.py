@@ -1,0 +1,388 @@
+"""Writing and reading knowledge: entities, facts, keyed facts, relations, conflicts, quarantine.
+
+The database owns every rule (see ``db/versions/0004_knowledge.py``): scopes,
+shapes, perspectives, conflict detection and resolution run in SQL under the
+bound identity's row level security. This module is the thin typed layer over
+it. It validates what Python can see before a round trip (types, ranges, date
+formats) so that a bad call is refused with a message naming the problem, and
+every write runs in a savepoint: a refused write leaves nothing behind and the
+caller's session stays usable.
+
+A claim that fails a shape is not an error: ``assert_fact`` returns an
+``AssertResult`` with ``quarantine_id`` and the reasons, because the claim is
+kept (in quarantine) and can be released after correction.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any, Literal
+
+from sqlalchemy import func, insert, select, text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
+
+from orchestrator.db.knowledge_models import (
+    FactClaim,
+    FactConflict,
+    Quarantine,
+    effective_claims,
+)
+from orchestrator.db.session import translate
+from orchestrator.errors import BadInput
+from orchestrator.ingest.documents import resolve_scopes
+
+EpistemicKind = Literal["world_fact", "experience", "observation", "opinion", "preference"]
+Strategy = Literal["newest_wins", "highest_authority_wins", "keep_both", "manual"]
+Literal_ = str | bool | int | float | date | datetime
+
+EPISTEMIC_KINDS = ("world_fact", "experience", "observation", "opinion", "preference")
+STRATEGIES = ("newest_wins", "highest_authority_wins", "keep_both", "manual")
+DATATYPES = ("string", "number", "integer", "boolean", "date", "datetime", "uri")
+_PREDICATE = re.compile(r"^[a-z][a-z0-9_:.-]{0,99}$")
+
+
+@dataclass(frozen=True)
+class FactInput:
+    """One claim. Exactly one of ``value`` (a literal) and ``object_id`` (an entity)."""
+
+    subject_id: uuid.UUID
+    predicate: str
+    text: str
+    scopes: tuple[str, ...]
+    value: Literal_ | None = None
+    object_id: uuid.UUID | None = None
+    datatype: str | None = None
+    kind: EpistemicKind = "world_fact"
+    author_role: str = "user"
+    confidence: float = 1.0
+    authority: int = 0
+    valid_from: datetime | str | None = None
+    valid_to: datetime | str | None = None
+    fact_key: str | None = None
+    as_of: datetime | str | None = None
+
+
+@dataclass(frozen=True)
+class AssertResult:
+    claim_id: uuid.UUID | None
+    quarantine_id: uuid.UUID | None = None
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def quarantined(self) -> bool:
+        return self.quarantine_id is not None
+
+
+@dataclass(frozen=True)
+class Fact:
+    id: uuid.UUID
+    text: str
+    subject_id: uuid.UUID
+    predicate: str
+    object_id: uuid.UUID | None
+    object_value: str | None
+    object_datatype: str
+    epistemic_kind: str
+    perspective_key: str
+    author: str
+    author_role: str
+    confidence: float
+    authority: int
+    valid_from: datetime | None
+    valid_to: datetime | None
+    recorded_at: datetime
+    fact_key: str | None
+    as_of: datetime | None
+    disputed: bool
+    beaten_by: uuid.UUID | None
+
+
+@dataclass(frozen=True)
+class ConflictRow:
+    id: uuid.UUID
+    kind: str
+    claim_a: uuid.UUID
+    claim_b: uuid.UUID
+    subject_id: uuid.UUID
+    predicate: str
+    perspective_key: str
+    status: str
+    strategy: str | None
+    winner_id: uuid.UUID | None
+
+
+@dataclass(frozen=True)
+class QuarantineRow:
+    id: uuid.UUID
+    shape_id: uuid.UUID | None
+    reasons: tuple[str, ...]
+    payload: dict[str, Any] = field(hash=False)
+    status: str = "held"
+    released_claim_id: uuid.UUID | None = None
+
+
+@contextmanager
+def _savepoint(session: Session) -> Iterator[None]:
+    try:
+        with session.begin_nested():
+            yield
+    except DBAPIError as exc:
+        raise translate(exc) from exc
+
+
+def _timestamp(name: str, value: datetime | str | None) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise BadInput(f"{name} {value!r} is not an ISO 8601 date or time") from None
+    if not isinstance(value, datetime):
+        raise BadInput(f"{name} must be a datetime or an ISO 8601 string")
+    if value.tzinfo is None:
+        raise BadInput(f"{name} {value.isoformat()} has no time zone")
+    return value
+
+
+def _literal(value: Literal_, datatype: str | None) -> tuple[str, str]:
+    """A Python value as the (text, datatype) pair a claim stores."""
+    if datatype is not None and datatype not in DATATYPES:
+        raise BadInput(f"datatype {datatype!r} is not one of {', '.join(DATATYPES)}")
+    if isinstance(value, bool):
+        inferred, textual = "boolean", "true" if value else "false"
+    elif isinstance(value, int):
+        inferred, textual = "integer", str(value)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise BadInput(f"value {value!r} is not a finite number")
+        inferred, textual = "number", repr(value)
+    elif isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise BadInput(f"value {value.isoformat()} has no time zone")
+        inferred, textual = "datetime", value.isoformat()
+    elif isinstance(value, date):
+        inferred, textual = "date", value.isoformat()
+    elif isinstance(value, str):
+        inferred, textual = "string", value
+    else:
+        raise BadInput(f"value of type {type(value).__name__} cannot be stored in a claim")
+    if datatype is None or datatype == inferred:
+        return textual, inferred
+    if inferred != "string":
+        raise BadInput(f"value {textual!r} is a {inferred}, not a {datatype}")
+    # A string with an explicit datatype: the database checks the format.
+    return textual, datatype
+
+
+def _validate(fact: FactInput) -> tuple[datetime | None, datetime | None, datetime | None]:
+    problems = []
+    if not isinstance(fact.predicate, str) or not _PREDICATE.match(fact.predicate):
+        problems.append(f"predicate {fact.predicate!r} must be lower case letters, digits and _:.-")
+    if not isinstance(fact.text, str) or not fact.text.strip():
+        problems.append("text must not be empty")
+    if (fact.value is None) == (fact.object_id is None):
+        problems.append("a claim has exactly one object: a value or an entity")
+    if fact.kind not in EPISTEMIC_KINDS:
+        problems.append(f"kind {fact.kind!r} is not one of {', '.join(EPISTEMIC_KINDS)}")
+    if isinstance(fact.confidence, bool) or not isinstance(fact.confidence, (int, float)) or \
+            not 0.0 <= float(fact.confidence) <= 1.0:
+        problems.append(f"confidence {fact.confidence!r} is outside [0, 1]")
+    if isinstance(fact.authority, bool) or not isinstance(fact.authority, int) or \
+            not 0 <= fact.authority <= 100:
+        problems.append(f"authority {fact.authority!r} is outside 0..100")
+    if not fact.scopes:
+        problems.append("a claim must be shared into at least one scope")
+    if (fact.fact_key is None) != (fact.as_of is None):
+        problems.append("a keyed fact needs both fact_key and as_of")
+    if problems:
+        raise BadInput("invalid claim: " + "; ".join(problems))
+    valid_from = _timestamp("valid_from", fact.valid_from)
+    valid_to = _timestamp("valid_to", fact.valid_to)
+    as_of = _timestamp("as_of", fact.as_of)
+    if valid_from is not None and valid_to is not None and valid_to <= valid_from:
+        raise BadInput(f"invalid claim: valid_to {valid_to.isoformat()} is not after valid_from "
+                       f"{valid_from.isoformat()}")
+    return valid_from, valid_to, as_of
+
+
+def assert_fact(session: Session, fact: FactInput) -> AssertResult:
+    """Assert a claim; it lands, or it is quarantined with the reasons, or it is refused."""
+    valid_from, valid_to, as_of = _validate(fact)
+    object_value, datatype = (None, "entity") if fact.value is None else \
+        _literal(fact.value, fact.datatype)
+    scope_ids = resolve_scopes(session, fact.scopes)
+    with _savepoint(session):
+        content_id = session.execute(select(func.knowledge.intern_content(fact.text))).scalar_one()
+        claim_id = session.execute(
+            insert(FactClaim).values(
+                content_id=content_id, subject_id=fact.subject_id, predicate=fact.predicate,
+                object_id=fact.object_id, object_value=object_value, object_datatype=datatype,
+                scopes=scope_ids, epistemic_kind=fact.kind, author_role=fact.author_role,
+                confidence=float(fact.confidence), authority=fact.authority,
+                valid_from=valid_from, valid_to=valid_to, fact_key=fact.fact_key, as_of=as_of,
+            ).returning(FactClaim.id)
+        ).scalar_one_or_none()
+        if claim_id is not None:
+            return AssertResult(claim_id)
+        held = session.execute(text("select nullif(current_setting('engram.last_quarantine', true), '')")
+                               ).scalar_one()
+        if held is None:
+            raise BadInput("the claim was neither stored nor quarantined")
+        reasons = session.execute(select(Quarantine.reasons).where(Quarantine.id == uuid.UUID(held))
+                                  ).scalar_one()
+        return AssertResult(None, uuid.UUID(held), tuple(reasons))
+
+
+def assert_keyed_fact(session: Session, fact: FactInput, *, fact_key: str,
+                      as_of: datetime | str, authority: int) -> AssertResult:
+    """A keyed snapshot: the newest ``as_of`` per key is current and outranks prose."""
+    if not isinstance(fact_key, str) or not 1 <= len(fact_key) <= 200:
+        raise BadInput("fact_key must be 1 to 200 characters")
+    return assert_fact(session, FactInput(**{**fact.__dict__, "fact_key": fact_key,
+                                             "as_of": as_of, "authority": authority}))
+
+
+def assert_relation(session: Session, subject_id: uuid.UUID, predicate: str,
+                    object_id: uuid.UUID, text_: str, scopes: Sequence[str],
+                    **options: Any) -> AssertResult:
+    """A claim whose object is an entity: an edge of the graph."""
+    return assert_fact(session, FactInput(subject_id=subject_id, predicate=predicate, text=text_,
+                                          scopes=tuple(scopes), object_id=object_id, **options))
+
+
+# --- entities ------------------------------------------------------------------------
+
+
+def resolve_entity(session: Session, entity_type: str, name: str, scopes: Sequence[str] = (),
+                   *, create: bool = True) -> uuid.UUID | None:
+    """The entity of this type named (or aliased) ``name``, normalised; created when missing."""
+    if not isinstance(name, str) or not name.strip():
+        raise BadInput("an entity name must not be empty")
+    if create and not scopes:
+        raise BadInput("a new entity must be shared into at least one scope")
+    scope_ids = resolve_scopes(session, tuple(scopes)) if scopes else []
+    with _savepoint(session):
+        found: uuid.UUID | None = session.execute(select(func.knowledge.resolve_entity(
+            entity_type, name, scope_ids, create))).scalar_one()
+        return found
+
+
+def add_aliases(session: Session, entity_id: uuid.UUID, aliases: Sequence[str]) -> None:
+    with _savepoint(session):
+        done = session.execute(text(
+            "update knowledge.entities set aliases = aliases || cast(:a as text[]) "
+            "where id = :id returning id"), {"a": list(aliases), "id": entity_id}).first()
+    if done is None:
+        raise BadInput(f"entity {entity_id} is not visible or not writable")
+
+
+def merge_entities(session: Session, survivor: uuid.UUID, merged: uuid.UUID) -> uuid.UUID:
+    """Merge ``merged`` into ``survivor``; the merged-away id keeps resolving."""
+    with _savepoint(session):
+        result: uuid.UUID = session.execute(
+            select(func.knowledge.merge_entities(survivor, merged))).scalar_one()
+        return result
+
+
+def canonical_entity(session: Session, entity_id: uuid.UUID) -> uuid.UUID | None:
+    found: uuid.UUID | None = session.execute(
+        select(func.knowledge.canonical_entity(entity_id))).scalar_one()
+    return found
+
+
+# --- reads ---------------------------------------------------------------------------
+
+
+def current_facts(session: Session, entity_id: uuid.UUID, *, include_beaten: bool = False
+                  ) -> list[Fact]:
+    """Current claims about an entity (merges followed), keyed facts applied."""
+    subject = canonical_entity(session, entity_id)
+    if subject is None:
+        return []
+    c = effective_claims.c
+    stmt = select(effective_claims).where(c.subject_id == subject).order_by(
+        c.predicate, c.recorded_at, c.id)
+    if not include_beaten:
+        stmt = stmt.where(c.beaten_by.is_(None))
+    return [Fact(id=r.id, text=r.text, subject_id=r.subject_id, predicate=r.predicate,
+                 object_id=r.object_id, object_value=r.object_value,
+                 object_datatype=r.object_datatype, epistemic_kind=r.epistemic_kind,
+                 perspective_key=r.perspective_key, author=r.author, author_role=r.author_role,
+                 confidence=r.confidence, authority=r.authority, valid_from=r.valid_from,
+                 valid_to=r.valid_to, recorded_at=r.recorded_at, fact_key=r.fact_key,
+                 as_of=r.as_of, disputed=r.disputed, beaten_by=r.beaten_by)
+            for r in session.execute(stmt)]
+
+
+def conflicts(session: Session, *, status: str | None = None) -> list[ConflictRow]:
+    stmt = select(FactConflict).order_by(FactConflict.detected_at, FactConflict.id)
+    if status is not None:
+        stmt = stmt.where(FactConflict.status == status)
+    return [ConflictRow(r.id, r.kind, r.claim_a, r.claim_b, r.subject_id, r.predicate,
+                        r.perspective_key, r.status, r.strategy, r.winner_id)
+            for r in session.execute(stmt).scalars()]
+
+
+def detect_conflicts(session: Session) -> int:
+    """Sweep the whole tenant (what the caller can read); returns how many conflicts are new."""
+    with _savepoint(session):
+        found: int = session.execute(select(func.knowledge.detect_conflicts())).scalar_one()
+        return found
+
+
+def resolve_conflict(session: Session, conflict_id: uuid.UUID, strategy: Strategy,
+                     winner: uuid.UUID | None = None) -> uuid.UUID | None:
+    """Resolve with a strategy; returns the winning claim (None for keep_both)."""
+    if strategy not in STRATEGIES:
+        raise BadInput(f"strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
+    if strategy == "manual" and winner is None:
+        raise BadInput("a manual resolution names the winning claim")
+    with _savepoint(session):
+        result: uuid.UUID | None = session.execute(
+            text("select knowledge.resolve_conflict(:c, cast(:s as knowledge.resolution_strategy), :w)"),
+            {"c": conflict_id, "s": strategy, "w": winner}).scalar_one()
+        return result
+
+
+def quarantine(session: Session, *, status: str | None = "held") -> list[QuarantineRow]:
+    """Quarantined claims the caller wrote or can read."""
+    stmt = select(Quarantine).order_by(Quarantine.created_at, Quarantine.id)
+    if status is not None:
+        stmt = stmt.where(Quarantine.status == status)
+    return [QuarantineRow(r.id, r.shape_id, tuple(r.reasons), r.payload, r.status,
+                          r.released_claim_id)
+            for r in session.execute(stmt).scalars()]
+
+
+def release_quarantine(session: Session, quarantine_id: uuid.UUID,
+                       corrections: dict[str, Any] | None = None) -> AssertResult:
+    """Retry a quarantined claim with corrections; still failing keeps it held (new reasons)."""
+    allowed = {"object_value", "object_id", "object_datatype", "predicate", "subject_id",
+               "valid_from", "valid_to", "confidence", "authority", "epistemic_kind"}
+    unknown = sorted(set(corrections or {}) - allowed)
+    if unknown:
+        raise BadInput(f"cannot correct {', '.join(unknown)}; correctable: {', '.join(sorted(allowed))}")
+    with _savepoint(session):
+        claim_id = session.execute(
+            text("select knowledge.release_quarantine(:q, cast(:p as jsonb))"),
+            {"q": quarantine_id, "p": json.dumps(corrections or {}, default=str)}).scalar_one()
+    if claim_id is not None:
+        return AssertResult(claim_id)
+    reasons = session.execute(select(Quarantine.reasons).where(Quarantine.id == quarantine_id)
+                              ).scalar_one()
+    return AssertResult(None, quarantine_id, tuple(reasons))
+
+
+def touch_facts(session: Session, claim_ids: Sequence[uuid.UUID]) -> int:
+    """Count one access for each claim recall selected (readers included)."""
+    counted: int = session.execute(select(func.knowledge.touch_claims(list(claim_ids)))).scalar_one()
+    return counted
