@@ -247,3 +247,21 @@ def test_concurrent_writers_leave_linear_gap_free_chains(
         assert docs == 4 * per_thread
         rep = _one(auditor_engine, t.id)
         assert rep.ok and rep.checked == len(seqs), "linear: every event links to the one before"
+
+
+def test_deleting_a_tenant_keeps_its_record(app_engine: Engine, admin_engine: Engine,
+                                            auditor_engine: Engine, tenant_factory: TenantMaker) -> None:
+    t = tenant_factory("team")
+    put(app_engine, t, "gone.md")
+    before = event_count(admin_engine, t.id)
+    with admin_engine.begin() as conn:
+        conn.execute(text("set local role engram_dba"))
+        assert conn.execute(text("delete from auth.tenants where id = :t"), {"t": t.id}).rowcount == 1
+    # The cascade's deletes are chained too, and the chain still verifies.
+    with admin_engine.connect() as conn:
+        ops = list(conn.execute(text(
+            "select operation from provenance.events where tenant_id = :t and seq > :n order by seq"),
+            {"t": t.id, "n": before}).scalars())
+    assert ops and set(ops) == {"DELETE"}
+    rep = _one(auditor_engine, t.id)
+    assert rep.ok and rep.checked == before + len(ops)
