@@ -113,3 +113,25 @@ def verify_offline(events: list[ChainEvent], *, prev: bytes = GENESIS,
         prev = ev.hash
         expected_seq += 1
     return None
+
+
+def event_to_json(ev: ChainEvent) -> dict[str, Any]:
+    """One event as a JSON object (``engram audit dump``), every field needed to recompute it."""
+    return {
+        "tenant_id": str(ev.tenant_id), "seq": ev.seq, "recorded_at": utc_text(ev.recorded_at),
+        "table_name": ev.table_name, "row_id": ev.row_id, "operation": ev.operation,
+        "actor_user": ev.actor_user, "actor_role": ev.actor_role,
+        "activity_id": str(ev.activity_id) if ev.activity_id else None,
+        "row_hash": ev.row_hash.hex(), "prev_hash": ev.prev_hash.hex(), "hash": ev.hash.hex(),
+    }
+
+
+def event_from_json(line: str) -> ChainEvent:
+    """Parse a line of a dump; numbers in row ids stay exact (Decimal)."""
+    obj = json.loads(line, parse_float=Decimal)
+    return ChainEvent(
+        uuid.UUID(obj["tenant_id"]), int(obj["seq"]),
+        datetime.strptime(obj["recorded_at"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC),
+        obj["table_name"], obj["row_id"], obj["operation"], obj["actor_user"], obj["actor_role"],
+        uuid.UUID(obj["activity_id"]) if obj["activity_id"] else None,
+        bytes.fromhex(obj["row_hash"]), bytes.fromhex(obj["prev_hash"]), bytes.fromhex(obj["hash"]))
