@@ -145,6 +145,13 @@ def test_export_parses_and_round_trips_lineage(
     prov = str(PROV)
     used = {str(x) for triple in g for x in triple if str(x).startswith(prov)}
     assert used and all(URIRef(u) in PROV for u in used), used - {u for u in used if URIRef(u) in PROV}
+    # ... and each is used as what it is: properties as predicates, classes as types.
+    from rdflib import RDF
+    for _, p, o in g:
+        if str(p).startswith(prov):
+            assert str(p)[len(prov)][0].islower(), p
+        if p == RDF.type and str(o).startswith(prov):
+            assert str(o)[len(prov)][0].isupper(), o
     # The derived fact's sources, read back from RDF, are exactly the lineage's.
     names = Names(t.id)
     summary_edges = [e for e in back.edges if e.derived == (DOCS, f'{{"id":"{ids["summary"]}"}}')]
