@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Callable
 
 import pytest
-from rdflib import Graph, URIRef
+from rdflib import RDF, Graph, URIRef
 from rdflib.namespace import PROV
 from sqlalchemy import Engine, select, text
 
@@ -146,7 +146,6 @@ def test_export_parses_and_round_trips_lineage(
     used = {str(x) for triple in g for x in triple if str(x).startswith(prov)}
     assert used and all(URIRef(u) in PROV for u in used), used - {u for u in used if URIRef(u) in PROV}
     # ... and each is used as what it is: properties as predicates, classes as types.
-    from rdflib import RDF
     for _, p, o in g:
         if str(p).startswith(prov):
             assert str(p)[len(prov)][0].islower(), p
