@@ -210,6 +210,9 @@ def resolve_archive(_: None, info: Any, id: str, archived: bool = True
 
 @lru_cache(maxsize=1)
 def build_schema() -> GraphQLSchema:
+    from orchestrator.api import knowledge
+
+    knowledge.bind(query, mutation)
     sdl = load_schema_from_path(str(SCHEMA_DIR / "schema.graphql"))
     return make_executable_schema(sdl, query, mutation, datetime_scalar, json_scalar)
 
