@@ -134,6 +134,28 @@ def test_quarantine_and_release(app_engine: Engine, admin_engine: Engine, tenant
         assert kn.quarantine(s) == [], "quarantine is visible to its writer, not to others"
 
 
+def test_dry_run_shape_reports_and_changes_nothing(app_engine: Engine, admin_engine: Engine,
+                                                   tenant: TenantFixture) -> None:
+    ann = _entity(app_engine, tenant, "Ann")
+    bob = _entity(app_engine, tenant, "Bob")
+    with bound_session(app_engine, _writer(tenant)) as s:
+        ok = kn.assert_fact(s, _fact(ann, "email", "ann@example.org"))
+        bad = kn.assert_fact(s, _fact(bob, "email", "bob at example"))
+    before = counts(admin_engine, tenant.id)
+    with bound_session(app_engine, _writer(tenant)) as s:
+        report = kn.dry_run_shape(s, "email", value_pattern=r"^[^@ ]+@[^@ ]+$")
+        minimum = kn.dry_run_shape(s, "email", subject_type="person", min_count=2)
+        with pytest.raises(BadInput, match="predicate"):
+            kn.dry_run_shape(s, "Not A Predicate")
+    assert [(v.claim_id, v.subject_id) for v in report] == [(bad.claim_id, bob)]
+    assert "does not match the pattern" in report[0].reasons[0]
+    assert {v.subject_id for v in minimum} == {ann, bob} and ok.claim_id is not None
+    assert counts(admin_engine, tenant.id) == before
+    with admin_engine.connect() as conn:
+        assert conn.execute(text("select count(*) from knowledge.shapes where tenant_id = :t"),
+                            {"t": tenant.id}).scalar_one() == 0
+
+
 def _bad_inputs(other_tenant_entity: uuid.UUID) -> list[tuple[str, dict[str, Any], str]]:
     return [
         ("confidence above 1", {"confidence": 1.5}, r"confidence 1\.5 is outside \[0, 1\]"),

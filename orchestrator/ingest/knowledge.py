@@ -120,6 +120,13 @@ class ConflictRow:
 
 
 @dataclass(frozen=True)
+class ShapeViolation:
+    claim_id: uuid.UUID | None
+    subject_id: uuid.UUID
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class QuarantineRow:
     id: uuid.UUID
     shape_id: uuid.UUID | None
@@ -130,7 +137,8 @@ class QuarantineRow:
 
 
 @contextmanager
-def _savepoint(session: Session) -> Iterator[None]:
+def savepoint(session: Session) -> Iterator[None]:
+    """Run a write in a savepoint; a database refusal becomes an EngramError, nothing stays."""
     try:
         with session.begin_nested():
             yield
@@ -220,7 +228,7 @@ def assert_fact(session: Session, fact: FactInput) -> AssertResult:
     object_value, datatype = (None, "entity") if fact.value is None else \
         _literal(fact.value, fact.datatype)
     scope_ids = resolve_scopes(session, fact.scopes)
-    with _savepoint(session):
+    with savepoint(session):
         content_id = session.execute(select(func.knowledge.intern_content(fact.text))).scalar_one()
         claim_id = session.execute(
             insert(FactClaim).values(
@@ -270,14 +278,14 @@ def resolve_entity(session: Session, entity_type: str, name: str, scopes: Sequen
     if create and not scopes:
         raise BadInput("a new entity must be shared into at least one scope")
     scope_ids = resolve_scopes(session, tuple(scopes)) if scopes else []
-    with _savepoint(session):
+    with savepoint(session):
         found: uuid.UUID | None = session.execute(select(func.knowledge.resolve_entity(
             entity_type, name, scope_ids, create))).scalar_one()
         return found
 
 
 def add_aliases(session: Session, entity_id: uuid.UUID, aliases: Sequence[str]) -> None:
-    with _savepoint(session):
+    with savepoint(session):
         done = session.execute(text(
             "update knowledge.entities set aliases = aliases || cast(:a as text[]) "
             "where id = :id returning id"), {"a": list(aliases), "id": entity_id}).first()
@@ -287,7 +295,7 @@ def add_aliases(session: Session, entity_id: uuid.UUID, aliases: Sequence[str]) 
 
 def merge_entities(session: Session, survivor: uuid.UUID, merged: uuid.UUID) -> uuid.UUID:
     """Merge ``merged`` into ``survivor``; the merged-away id keeps resolving."""
-    with _savepoint(session):
+    with savepoint(session):
         result: uuid.UUID = session.execute(
             select(func.knowledge.merge_entities(survivor, merged))).scalar_one()
         return result
@@ -334,7 +342,7 @@ def conflicts(session: Session, *, status: str | None = None) -> list[ConflictRo
 
 def detect_conflicts(session: Session) -> int:
     """Sweep the whole tenant (what the caller can read); returns how many conflicts are new."""
-    with _savepoint(session):
+    with savepoint(session):
         found: int = session.execute(select(func.knowledge.detect_conflicts())).scalar_one()
         return found
 
@@ -346,7 +354,7 @@ def resolve_conflict(session: Session, conflict_id: uuid.UUID, strategy: Strateg
         raise BadInput(f"strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
     if strategy == "manual" and winner is None:
         raise BadInput("a manual resolution names the winning claim")
-    with _savepoint(session):
+    with savepoint(session):
         result: uuid.UUID | None = session.execute(
             text("select knowledge.resolve_conflict(:c, cast(:s as knowledge.resolution_strategy), :w)"),
             {"c": conflict_id, "s": strategy, "w": winner}).scalar_one()
@@ -371,7 +379,7 @@ def release_quarantine(session: Session, quarantine_id: uuid.UUID,
     unknown = sorted(set(corrections or {}) - allowed)
     if unknown:
         raise BadInput(f"cannot correct {', '.join(unknown)}; correctable: {', '.join(sorted(allowed))}")
-    with _savepoint(session):
+    with savepoint(session):
         claim_id = session.execute(
             text("select knowledge.release_quarantine(:q, cast(:p as jsonb))"),
             {"q": quarantine_id, "p": json.dumps(corrections or {}, default=str)}).scalar_one()
@@ -386,3 +394,24 @@ def touch_facts(session: Session, claim_ids: Sequence[uuid.UUID]) -> int:
     """Count one access for each claim recall selected (readers included)."""
     counted: int = session.execute(select(func.knowledge.touch_claims(list(claim_ids)))).scalar_one()
     return counted
+
+
+def dry_run_shape(session: Session, predicate: str, *, subject_type: str | None = None,
+                  object_type: str | None = None, datatype: str | None = None,
+                  min_count: int | None = None, max_count: int | None = None,
+                  value_pattern: str | None = None, allowed_values: Sequence[str] | None = None
+                  ) -> list[ShapeViolation]:
+    """What a proposed shape for ``predicate`` would reject among the claims the caller reads.
+
+    Changes nothing: the report comes from the same check functions the trigger uses.
+    """
+    if not isinstance(predicate, str) or not _PREDICATE.match(predicate):
+        raise BadInput(f"predicate {predicate!r} must be lower case letters, digits and _:.-")
+    with savepoint(session):
+        rows = session.execute(text(
+            "select claim_id, subject_id, reasons from knowledge.dry_run_shape("
+            ":p, :st, :ot, :dt, :mn, :mx, :vp, cast(:av as text[]))"),
+            {"p": predicate, "st": subject_type, "ot": object_type, "dt": datatype, "mn": min_count,
+             "mx": max_count, "vp": value_pattern,
+             "av": list(allowed_values) if allowed_values is not None else None}).all()
+    return [ShapeViolation(r.claim_id, r.subject_id, tuple(r.reasons)) for r in rows]

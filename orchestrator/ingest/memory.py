@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from orchestrator.db.knowledge_models import Decision, DecisionLink, Episode, WorkingMemoryItem
 from orchestrator.errors import BadInput
 from orchestrator.ingest.documents import resolve_scopes
-from orchestrator.ingest.knowledge import _savepoint
+from orchestrator.ingest.knowledge import savepoint
 
 CausalKind = Literal["caused", "influenced", "precedent_for"]
 CAUSAL_KINDS = ("caused", "influenced", "precedent_for")
@@ -62,7 +62,7 @@ def record_decision(session: Session, decision: DecisionInput) -> uuid.UUID:
     _text("reasoning", decision.reasoning)
     confidence = _unit("confidence", decision.confidence)
     scope_ids = resolve_scopes(session, decision.scopes)
-    with _savepoint(session):
+    with savepoint(session):
         new_id: uuid.UUID = session.execute(insert(Decision).values(
             category=decision.category, scenario=decision.scenario, reasoning=decision.reasoning,
             outcome=decision.outcome, confidence=confidence, scopes=scope_ids,
@@ -78,7 +78,7 @@ def link_decisions(session: Session, source: uuid.UUID, target: uuid.UUID, kind:
     if source == target:
         raise BadInput("a decision cannot be linked to itself")
     scope_ids = resolve_scopes(session, tuple(scopes))
-    with _savepoint(session):
+    with savepoint(session):
         new_id: uuid.UUID = session.execute(insert(DecisionLink).values(
             from_decision_id=source, to_decision_id=target, kind=kind, scopes=scope_ids,
         ).returning(DecisionLink.id)).scalar_one()
@@ -96,7 +96,7 @@ def record_episode(session: Session, session_id: str, summary: str, started_at: 
     if isinstance(turn_count, bool) or not isinstance(turn_count, int) or turn_count < 0:
         raise BadInput("turn_count must be a non-negative integer")
     scope_ids = resolve_scopes(session, tuple(scopes))
-    with _savepoint(session):
+    with savepoint(session):
         new_id: uuid.UUID = session.execute(insert(Episode).values(
             session_id=session_id, summary=summary, started_at=started_at, ended_at=ended_at,
             turn_count=turn_count, scopes=scope_ids, user_id=func.auth.user_id(),
@@ -112,7 +112,7 @@ def add_working_memory(session: Session, session_id: str, text: str, scopes: Seq
     if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
         raise BadInput("ttl must be a positive duration")
     scope_ids = resolve_scopes(session, tuple(scopes))
-    with _savepoint(session):
+    with savepoint(session):
         new_id: uuid.UUID = session.execute(insert(WorkingMemoryItem).values(
             session_id=session_id, text=text, scopes=scope_ids,
             expires_at=func.now() + ttl,
