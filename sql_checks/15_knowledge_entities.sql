@@ -2,7 +2,7 @@
 -- the column grants of the knowledge tables.
 begin;
 \ir helpers_knowledge.sql
-select plan(24);
+select plan(25);
 
 select tests.make_tenant('t-ke', array['team', 'private']);
 create temp table ids (name text primary key, id uuid);
@@ -50,6 +50,8 @@ select throws_ok($$select knowledge.merge_entities(pg_temp.e('robert'), pg_temp.
                  'an entity cannot be merged twice');
 select throws_ok($$update knowledge.entities set merged_into = null where id = pg_temp.e('bob')$$, '42501', null,
                  'a merge cannot be undone by clearing merged_into');
+select throws_ok($$update knowledge.entities set merged_into = pg_temp.e('bob') where id = pg_temp.e('acme')$$,
+                 '22023', null, 'nothing merges into a merged-away entity (no chains, no loops)');
 reset role;
 select tests.act_as('t-ke', 'rita', array['team'], '{}');
 select throws_ok($$select knowledge.merge_entities(pg_temp.e('robert'), pg_temp.e('acme'))$$, '42501', null,

@@ -86,6 +86,32 @@ def test_entity_resolution_is_normalised(app_engine: Engine, tenant: TenantFixtu
         kn.resolve_entity(s, "person", "New Person", ["team"])
 
 
+def test_concurrent_resolution_makes_one_entity(app_engine: Engine, admin_engine: Engine,
+                                                tenant: TenantFixture) -> None:
+    start = threading.Barrier(3)
+    found: list[uuid.UUID | None] = []
+    errors: list[BaseException] = []
+
+    def resolve(user: str, spelling: str) -> None:
+        try:
+            with bound_session(app_engine, _writer(tenant, user)) as s:
+                start.wait(timeout=10)
+                found.append(kn.resolve_entity(s, "person", spelling, ["team"]))
+                time.sleep(0.3)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=resolve, args=(u, n))
+               for u, n in (("alice", "Zoe Quinn"), ("bruno", "zoe  quinn"), ("carla", "ZOE QUINN."))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=30)
+    assert not errors, errors
+    assert len(set(found)) == 1 and None not in found
+    assert counts(admin_engine, tenant.id)["knowledge.entities"] == 1
+
+
 def test_merge_repoints_claims_and_keeps_the_old_id(app_engine: Engine, admin_engine: Engine,
                                                     tenant: TenantFixture) -> None:
     robert = _entity(app_engine, tenant, "Robert Smith")

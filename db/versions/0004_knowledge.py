@@ -239,6 +239,12 @@ begin
         if new.merged_into = new.id then
             raise exception 'an entity cannot be merged into itself' using errcode = '22023';
         end if;
+        -- Merges point at survivors only, so chains stay one step deep and never loop.
+        if exists (select 1 from knowledge.entities e where e.tenant_id = new.tenant_id
+                      and e.id = new.merged_into and e.merged_into is not null) then
+            raise exception 'entity % was merged away; merge into its survivor', new.merged_into
+                using errcode = '22023';
+        end if;
         if tg_op = 'UPDATE' and old.merged_into is not null and new.merged_into is distinct from old.merged_into
            and knowledge.canonical_entity(old.merged_into) is distinct from new.merged_into then
             raise exception 'a merged entity can only be repointed to its survivor' using errcode = '42501';
