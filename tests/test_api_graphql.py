@@ -306,3 +306,23 @@ def test_recall_sees_only_what_the_token_may_read(api_server: ApiServer,  # noqa
     assert "Tenant B" not in str(result) and 0 < result["usedTokens"] <= 500
     response = api_server.post(team_reader, RECALL, {"q": "   "})
     assert error_of(response)["extensions"]["code"] == "BAD_USER_INPUT"
+
+
+def test_verify_chain_is_for_auditors_and_sees_tampering(api_server: ApiServer,  # noqa: F811
+                                                         tenant_factory: Tenants,
+                                                         admin_engine: Engine) -> None:
+    from tests.support.provenance import as_superuser
+
+    t = tenant_factory("team")
+    upsert(api_server, writer(api_server, t), "a.md")
+    q = "{ verifyChain { ok checked headSeq headHash brokenAt problem rowProblems } }"
+    response = api_server.post(writer(api_server, t), q)
+    error = error_of(response)
+    assert error["extensions"]["code"] == "FORBIDDEN" and "engram:auditor" in error["message"]
+    auditor = api_server.token(t.org_id, "audrey", ("read:team", "engram:auditor"))
+    report = api_server.gql(auditor, q)["verifyChain"]
+    assert report["ok"] and report["checked"] >= 2 and report["rowProblems"] == []
+    as_superuser(admin_engine, "update sources.documents set body = 'rewritten' where tenant_id = :t",
+                 {"t": t.id})
+    report = api_server.gql(auditor, q)["verifyChain"]
+    assert not report["ok"] and report["rowProblems"]

@@ -68,6 +68,18 @@ class ApiConfig:
     engine: Engine
     verifier: TokenVerifier
     recaller: Recaller
+    _auditor: Engine | None = None
+
+    def auditor_engine(self) -> Engine:
+        """engram_auditor's engine, made on first use (only verifyChain needs it)."""
+        if self._auditor is None:
+            from sqlalchemy import create_engine
+
+            from orchestrator.db.engine import Database
+
+            self._auditor = create_engine(Database(self.settings).role_url("engram_auditor"),
+                                          pool_size=2, max_overflow=2, pool_pre_ping=True)
+        return self._auditor
 
     @property
     def introspection(self) -> bool:
@@ -89,7 +101,8 @@ def execute(config: ApiConfig, identity: Identity, data: dict[str, Any]) -> tupl
             bound = True
             success, result = graphql_sync(
                 build_schema(), data,
-                context_value=RequestContext(identity, session, config.settings, config.recaller),
+                context_value=RequestContext(identity, session, config.settings, config.recaller,
+                                             config.auditor_engine),
                 introspection=config.introspection,
                 validation_rules=validation_rules(config.settings, variables),
                 error_formatter=format_error, debug=False)

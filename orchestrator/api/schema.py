@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -24,6 +25,7 @@ from typing import Any
 from ariadne import MutationType, QueryType, ScalarType, load_schema_from_path, make_executable_schema
 from ariadne.validation import cost_validator
 from graphql.validation import ASTValidationRule
+from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from graphql import (
@@ -40,7 +42,7 @@ from graphql import (
 from orchestrator.api import documents as ops
 from orchestrator.auth import Identity
 from orchestrator.config import Settings
-from orchestrator.errors import BadInput, EngramError
+from orchestrator.errors import BadInput, EngramError, Forbidden
 from orchestrator.ingest.documents import DocumentInput
 from orchestrator.recall import Evidence, Recaller
 
@@ -55,6 +57,7 @@ class RequestContext:
     session: Session
     settings: Settings
     recaller: Recaller | None = None
+    auditor_engine: Callable[[], Engine] | None = None
 
 
 def _ctx(info: Any) -> RequestContext:
@@ -166,6 +169,30 @@ def resolve_recall(_: None, info: Any, question: str, asker: str | None = None,
     return {"question": result.question, "asker": result.asker,
             "budgetTokens": result.budget_tokens, "usedTokens": result.used_tokens,
             "rendered": result.rendered, "evidence": [_evidence(e) for e in result.evidence]}
+
+
+@query.field("verifyChain")
+def resolve_verify_chain(_: None, info: Any, rows: bool = True) -> dict[str, Any]:
+    from orchestrator.audit import chain
+
+    ctx = _ctx(info)
+    if "auditor" not in ctx.identity.roles:
+        raise Forbidden("verifyChain is for auditors: the token needs the engram:auditor scope")
+    if ctx.auditor_engine is None:
+        raise EngramError("no auditor connection is configured on this server")
+    tenant = ctx.session.execute(select(func.auth.tenant_id())).scalar_one()
+    # The chain is read as engram_auditor, and only the caller's own tenant's.
+    with ctx.auditor_engine().connect() as conn:
+        reports = chain.verify(conn, tenant, rows=rows)
+    if not reports:
+        return {"ok": True, "checked": 0, "headSeq": None, "headHash": None, "brokenAt": None,
+                "problem": None, "rowProblems": []}
+    r = reports[0]
+    return {"ok": r.ok, "checked": r.checked, "headSeq": r.head_seq,
+            "headHash": r.head_hash.hex() if r.head_hash else None,
+            "brokenAt": r.chain_break.seq if r.chain_break else None,
+            "problem": r.chain_break.problem if r.chain_break else None,
+            "rowProblems": [f"{p.table_name} {p.row_id}: {p.problem}" for p in r.row_problems]}
 
 
 @mutation.field("upsertDocument")
