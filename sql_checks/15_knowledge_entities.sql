@@ -2,7 +2,7 @@
 -- the column grants of the knowledge tables.
 begin;
 \ir helpers_knowledge.sql
-select plan(25);
+select plan(30);
 
 select tests.make_tenant('t-ke', array['team', 'private']);
 create temp table ids (name text primary key, id uuid);
@@ -71,6 +71,21 @@ select table_privs_are('knowledge', 'fact_content', 'engram_app', array['SELECT'
                        'app: fact_content read-only (intern_content inserts)');
 select table_privs_are('knowledge', 'shapes', 'engram_app', array['SELECT'], 'app: shapes read-only');
 select table_privs_are('knowledge', 'fact_claim', 'engram_auditor', '{}', 'auditor: no access to claims');
+
+-- relations: claims whose object is an entity, indexed both ways for graph walks
+select has_index('knowledge', 'fact_claim', 'ix_fact_claim_tenant_id_subject_id', array['tenant_id', 'subject_id'],
+                 'relations: btree on (tenant, subject)');
+select has_index('knowledge', 'fact_claim', 'ix_fact_claim_tenant_id_object_id', array['tenant_id', 'object_id'],
+                 'relations: btree on (tenant, object)');
+select tests.act_as('t-ke', 'rita', array['team'], '{}');
+select results_eq($$select predicate, object_id from knowledge.relations$$,
+                  $$select 'employs'::text, pg_temp.e('robert')$$, 'the relations view holds only entity objects');
+reset role;
+select tests.act_as('t-ke', 'pat', array['private'], '{}');
+select is_empty($$select 1 from knowledge.relations$$, 'relations: invisible outside their scopes');
+reset role;
+select column_privs_are('memory', 'episodes', 'user_id', 'engram_app', array['SELECT'],
+                        'app cannot record an episode as another user');
 
 select * from finish();
 rollback;

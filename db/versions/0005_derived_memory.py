@@ -215,7 +215,8 @@ grant insert (session_id, text, scopes, expires_at) on memory.working_memory to 
 grant update (text, scopes, expires_at) on memory.working_memory to engram_app;
 grant insert (subject_entity_id, subject_user_id, summary, scopes) on memory.profiles to engram_app;
 grant update (summary, scopes) on memory.profiles to engram_app;
-grant insert (session_id, user_id, summary, started_at, ended_at, turn_count, scopes) on memory.episodes to engram_app;
+-- user_id is left to its default, the bound user: nobody records an episode as someone else.
+grant insert (session_id, summary, started_at, ended_at, turn_count, scopes) on memory.episodes to engram_app;
 grant update (summary, ended_at, turn_count, scopes) on memory.episodes to engram_app;
 grant insert (text, confidence, subject_entity_id, perspective_key, source_claim_ids, scopes)
     on memory.observations to engram_app;

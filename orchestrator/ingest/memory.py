@@ -99,7 +99,7 @@ def record_episode(session: Session, session_id: str, summary: str, started_at: 
     with savepoint(session):
         new_id: uuid.UUID = session.execute(insert(Episode).values(
             session_id=session_id, summary=summary, started_at=started_at, ended_at=ended_at,
-            turn_count=turn_count, scopes=scope_ids, user_id=func.auth.user_id(),
+            turn_count=turn_count, scopes=scope_ids,
         ).returning(Episode.id)).scalar_one()
         return new_id
 
