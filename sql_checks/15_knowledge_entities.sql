@@ -2,7 +2,7 @@
 -- the column grants of the knowledge tables.
 begin;
 \ir helpers_knowledge.sql
-select plan(30);
+select plan(33);
 
 select tests.make_tenant('t-ke', array['team', 'private']);
 create temp table ids (name text primary key, id uuid);
@@ -86,6 +86,14 @@ select is_empty($$select 1 from knowledge.relations$$, 'relations: invisible out
 reset role;
 select column_privs_are('memory', 'episodes', 'user_id', 'engram_app', array['SELECT'],
                         'app cannot record an episode as another user');
+select table_privs_are('knowledge', 'fact_claim', 'engram_dba', '{}', 'dba: reads no claims');
+select tests.act_as_dba();
+select lives_ok($$insert into knowledge.shapes (tenant_id, predicate, max_count)
+                  values (tests.tenant('t-ke'), 'birthday', 1)$$, 'dba: defines a shape');
+reset role;
+select tests.act_as('t-ke', 'rita', array['team'], '{}');
+select is((select max_count from knowledge.shapes where predicate = 'birthday'), 1, 'app: reads its tenant''s shapes');
+reset role;
 
 select * from finish();
 rollback;
