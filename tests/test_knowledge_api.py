@@ -194,6 +194,9 @@ def _bad_inputs(other_tenant_entity: uuid.UUID) -> list[tuple[str, dict[str, Any
          "is not a valid date"),
         ("entity of another tenant", {"subject_id": other_tenant_entity},
          "does not exist in this tenant or is not visible"),
+        ("object entity of another tenant", {"value": None, "object_id": other_tenant_entity},
+         "object entity .* does not exist in this tenant"),
+        ("no object at all", {"value": None}, "exactly one object"),
         ("unknown scope", {"scopes": ("nope",)}, "unknown scope"),
     ]
 
