@@ -7,9 +7,9 @@ them all onto the one ``metadata``.
 
 from __future__ import annotations
 
-import orchestrator.db.knowledge_models  # noqa: F401
-import orchestrator.db.provenance_models  # noqa: F401
-import orchestrator.db.worker_models  # noqa: F401
+import orchestrator.db.knowledge_models
+import orchestrator.db.provenance_models
+import orchestrator.db.worker_models
 import orchestrator.recall.tables  # noqa: F401
 from orchestrator.db import models
 from orchestrator.db.models import TIER_INDEXES, metadata
