@@ -9,7 +9,8 @@ create temp view chain_candidates as
     select c.oid::regclass as tbl from pg_class c join pg_namespace n on n.oid = c.relnamespace
      where n.nspname in ('sources', 'knowledge', 'memory', 'provenance')
        and c.relkind in ('r', 'p') and not c.relispartition
-       and c.oid <> 'provenance.events'::regclass
+       and c.oid not in ('provenance.events'::regclass, 'provenance.pending'::regclass,
+                         'provenance.pending_commits'::regclass)
        and exists (select 1 from pg_attribute a where a.attrelid = c.oid and a.attname = 'tenant_id'
                       and not a.attisdropped);
 

@@ -1,6 +1,8 @@
 -- The application's access to agents, activities, derivations and receipts:
 -- its own tenant only, column-listed writes, allow and deny for each policy.
 begin;
+-- Chain at the end of each statement, not at commit (these transactions roll back).
+set constraints all immediate;
 select plan(17);
 
 select tests.make_tenant('t-prov-p1', array['team', 'exec']);

@@ -14,10 +14,14 @@ hash chain, by trigger, never by application code:
   ``sha256(prev_hash || event_body)``. ``docs/provenance.md`` defines both
   canonical forms.
 * Chain triggers are statement-level with transition tables (one call per
-  statement, however many rows). A writer takes a transaction-scoped advisory
-  lock keyed by its tenant and reads the tenant's last event through the
-  primary key: writers of one tenant queue, writers of different tenants never
-  wait on each other, and no hot "head" row collects a new version per write.
+  statement, however many rows). They only stage events (``provenance.pending``,
+  unlogged); a deferred constraint trigger numbers and hashes them at COMMIT,
+  once per tenant and transaction, under a transaction-scoped advisory lock
+  keyed by the tenant, reading the tenant's last event through the primary key.
+  So events are numbered in commit order, writers of one tenant queue only for
+  their commit (an open writer blocks nobody, and the chain adds no deadlock),
+  writers of different tenants never wait on each other, and no hot "head" row
+  collects a new version per write.
 * The trigger function is SECURITY DEFINER (owner ``engram_owner``) because the
   writing roles (``engram_app``, ``engram_worker``) have no grant on the chain;
   FORCE RLS holds for the owner too, so explicit owner policies allow exactly
@@ -196,33 +200,50 @@ comment on function provenance.append_events(text, text, text[], jsonb[]) is
     'Internal: appends one event per row image to each tenant''s chain (called by the chain trigger).';
 revoke all on function provenance.append_events(text, text, text[], jsonb[]) from public;
 
--- SECURITY DEFINER: the writing roles have no grant on provenance.events, and
--- must not have one; the function is owned by engram_owner, whose policies on
--- the chain allow SELECT and INSERT only. EXECUTE is revoked from PUBLIC, so no
--- role can attach it to a table of its own and forge events.
+-- SECURITY DEFINER: the writing roles have no grant on the chain or its staging
+-- table, and must not have one; the function is owned by engram_owner, whose
+-- policies allow exactly what it does. EXECUTE is revoked from PUBLIC, so no role
+-- can attach it to a table of its own and forge events.
 create function provenance.tg_chain__append() returns trigger
     language plpgsql security definer
     set search_path = pg_catalog, pg_temp
     """ + CANONICAL_SETTINGS + r"""
 as $$
 declare
-    v_images jsonb[];
+    v_txid bigint := pg_current_xact_id()::text::bigint;
+    v_now timestamptz := clock_timestamp();
+    v_table text := tg_table_schema || '.' || tg_table_name;
+    v_user text := auth.user_id();
+    v_role text := coalesce(nullif(current_setting('role', true), 'none'), session_user);
+    v_activity uuid := nullif(current_setting('engram.activity_id', true), '')::uuid;
 begin
+    -- Staged here, numbered and hashed at commit (tg_pending_commits__chain), so that a
+    -- tenant's writers queue for the chain only while they commit.
     if tg_op = 'DELETE' then
-        select array_agg(to_jsonb(o)) into v_images from old_rows o;
+        insert into provenance.pending (tenant_id, txid, ord, recorded_at, table_name, row_id, operation,
+                                        actor_user, actor_role, activity_id, row_hash)
+        select (x.i ->> 'tenant_id')::uuid, v_txid, nextval('provenance.pending_ord'), v_now, v_table,
+               (select jsonb_object_agg(k, x.i -> k) from unnest(tg_argv) as k), tg_op, v_user, v_role,
+               v_activity, sha256(convert_to(x.i::text, 'UTF8'))
+          from (select to_jsonb(o) as i from old_rows o) x;
+        insert into provenance.pending_commits (tenant_id, txid)
+        select distinct o.tenant_id, v_txid from old_rows o on conflict do nothing;
     else
-        select array_agg(to_jsonb(n)) into v_images from new_rows n;
-    end if;
-    if v_images is not null then
-        perform provenance.append_events(tg_table_schema || '.' || tg_table_name, tg_op, tg_argv,
-                                         v_images);
+        insert into provenance.pending (tenant_id, txid, ord, recorded_at, table_name, row_id, operation,
+                                        actor_user, actor_role, activity_id, row_hash)
+        select (x.i ->> 'tenant_id')::uuid, v_txid, nextval('provenance.pending_ord'), v_now, v_table,
+               (select jsonb_object_agg(k, x.i -> k) from unnest(tg_argv) as k), tg_op, v_user, v_role,
+               v_activity, sha256(convert_to(x.i::text, 'UTF8'))
+          from (select to_jsonb(n) as i from new_rows n) x;
+        insert into provenance.pending_commits (tenant_id, txid)
+        select distinct n.tenant_id, v_txid from new_rows n on conflict do nothing;
     end if;
     return null;
 end
 $$;
 comment on function provenance.tg_chain__append() is
-    'Chain trigger (statement level, transition tables): one event per written row. Arguments: '
-    'the primary-key columns other than tenant_id.';
+    'Chain trigger (statement level, transition tables): stages one event per written row for the '
+    'commit-time chaining. Arguments: the primary-key columns other than tenant_id.';
 revoke all on function provenance.tg_chain__append() from public;
 
 create function provenance.chained_tables() returns setof regclass
@@ -235,6 +256,80 @@ as $$
 $$;
 comment on function provenance.chained_tables() is 'Every table whose writes append to the chain.';
 
+
+-- SECURITY DEFINER for the same reason as tg_chain__append; it runs at commit
+-- (a deferred constraint trigger), once per tenant and transaction.
+create function provenance.tg_pending_commits__chain() returns trigger
+    language plpgsql security definer
+    set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_seq bigint;
+    v_prev bytea;
+    v_hash bytea;
+    v_checked uuid;
+    r record;
+    a_seq bigint[] := '{}';
+    a_at timestamptz[] := '{}';
+    a_table text[] := '{}';
+    a_row jsonb[] := '{}';
+    a_op text[] := '{}';
+    a_user text[] := '{}';
+    a_role text[] := '{}';
+    a_activity uuid[] := '{}';
+    a_row_hash bytea[] := '{}';
+    a_prev bytea[] := '{}';
+    a_hash bytea[] := '{}';
+begin
+    -- 1701734258 is the lock class of the chain ('engr'); the second key is the tenant.
+    perform pg_advisory_xact_lock(1701734258, hashtext(new.tenant_id::text));
+    select e.seq, e.hash into v_seq, v_prev
+      from provenance.events e where e.tenant_id = new.tenant_id order by e.seq desc limit 1;
+    v_seq := coalesce(v_seq, 0);
+    v_prev := coalesce(v_prev, provenance.genesis_hash());
+    for r in
+        select * from provenance.pending p where p.tenant_id = new.tenant_id and p.txid = new.txid
+         order by p.ord
+    loop
+        -- engram.activity_id is a plain setting any session can write: an event may
+        -- only name an activity that exists in its tenant.
+        if r.activity_id is not null and r.activity_id is distinct from v_checked then
+            if not exists (select 1 from provenance.activities a
+                            where a.tenant_id = new.tenant_id and a.id = r.activity_id) then
+                raise exception 'engram.activity_id % names no activity of this tenant; start one with '
+                                'provenance.begin_activity', r.activity_id using errcode = '22023';
+            end if;
+            v_checked := r.activity_id;
+        end if;
+        v_seq := v_seq + 1;
+        v_hash := sha256(v_prev || provenance.event_body(new.tenant_id, v_seq, r.recorded_at, r.table_name,
+                                                         r.row_id, r.operation, r.actor_user, r.actor_role,
+                                                         r.activity_id, r.row_hash));
+        a_seq := array_append(a_seq, v_seq);
+        a_at := array_append(a_at, r.recorded_at);
+        a_table := array_append(a_table, r.table_name);
+        a_row := array_append(a_row, r.row_id);
+        a_op := array_append(a_op, r.operation);
+        a_user := array_append(a_user, r.actor_user);
+        a_role := array_append(a_role, r.actor_role);
+        a_activity := array_append(a_activity, r.activity_id);
+        a_row_hash := array_append(a_row_hash, r.row_hash);
+        a_prev := array_append(a_prev, v_prev);
+        a_hash := array_append(a_hash, v_hash);
+        v_prev := v_hash;
+    end loop;
+    insert into provenance.events (tenant_id, seq, recorded_at, table_name, row_id, operation,
+                                   actor_user, actor_role, activity_id, row_hash, prev_hash, hash)
+    select new.tenant_id, u.* from unnest(a_seq, a_at, a_table, a_row, a_op, a_user, a_role, a_activity,
+                                          a_row_hash, a_prev, a_hash) as u;
+    delete from provenance.pending p where p.tenant_id = new.tenant_id and p.txid = new.txid;
+    delete from provenance.pending_commits c where c.tenant_id = new.tenant_id and c.txid = new.txid;
+    return null;
+end
+$$;
+comment on function provenance.tg_pending_commits__chain() is
+    'At commit: numbers and hashes the transaction''s staged events of one tenant onto its chain.';
+revoke all on function provenance.tg_pending_commits__chain() from public;
 
 create function provenance.baseline(p_table regclass) returns bigint
     language plpgsql volatile security invoker
@@ -702,6 +797,22 @@ create trigger tg_derivations__versions before insert on provenance.derivations
 create trigger tg_activities__stamp before insert or update on provenance.activities
     for each row execute function provenance.tg_activities__stamp();
 
+alter table provenance.pending enable row level security;
+alter table provenance.pending force row level security;
+alter table provenance.pending_commits enable row level security;
+alter table provenance.pending_commits force row level security;
+create policy pending__all_owner on provenance.pending for all to engram_owner using (true) with check (true);
+create policy pending_commits__all_owner on provenance.pending_commits for all to engram_owner
+    using (true) with check (true);
+create constraint trigger tg_pending_commits__chain after insert on provenance.pending_commits
+    deferrable initially deferred
+    for each row execute function provenance.tg_pending_commits__chain();
+comment on table provenance.pending is
+    'Events staged by the chain trigger during a transaction; chained and removed at its commit.';
+comment on table provenance.pending_commits is
+    'One row per tenant and transaction with staged events: fires the commit-time chaining.';
+comment on sequence provenance.pending_ord is 'Order of staged events within a transaction.';
+
 alter table provenance.agents enable row level security;
 alter table provenance.agents force row level security;
 alter table provenance.activities enable row level security;
@@ -817,6 +928,34 @@ def upgrade() -> None:
     op.create_index("ix_events_tenant_id_activity_id", "events", ["tenant_id", "activity_id"],
                     schema="provenance", postgresql_where=sa.text("activity_id is not null"))
 
+    op.execute("create sequence provenance.pending_ord as bigint")
+    op.create_table(
+        "pending",
+        _uuid("tenant_id"),
+        sa.Column("txid", sa.BigInteger(), nullable=False),
+        sa.Column("ord", sa.BigInteger(), nullable=False),
+        sa.Column("recorded_at", ts, nullable=False),
+        sa.Column("table_name", sa.Text(), nullable=False),
+        sa.Column("row_id", postgresql.JSONB(), nullable=False),
+        sa.Column("operation", sa.Text(), nullable=False),
+        sa.Column("actor_user", sa.Text(), nullable=True),
+        sa.Column("actor_role", sa.Text(), nullable=False),
+        _uuid("activity_id", nullable=True),
+        sa.Column("row_hash", postgresql.BYTEA(), nullable=False),
+        sa.PrimaryKeyConstraint("tenant_id", "txid", "ord", name="pk_pending"),
+        schema="provenance",
+        # Unlogged: a staged row lives only inside its writing transaction, which a
+        # crash aborts anyway; the chained event in provenance.events is logged.
+        prefixes=["UNLOGGED"],
+    )
+    op.create_table(
+        "pending_commits",
+        _uuid("tenant_id"),
+        sa.Column("txid", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("tenant_id", "txid", name="pk_pending_commits"),
+        schema="provenance",
+        prefixes=["UNLOGGED"],
+    )
     op.create_table(
         "agents",
         _uuid("tenant_id", default="auth.tenant_id()"),

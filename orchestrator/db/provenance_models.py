@@ -170,3 +170,36 @@ class Receipt(Base):
     rendered_hash: Mapped[bytes] = mapped_column(BYTEA)
     activity_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
     receipt_hash: Mapped[bytes] = mapped_column(BYTEA)
+
+
+class Pending(Base):
+    """Events staged during a transaction, chained at its commit (owner only)."""
+
+    __tablename__ = "pending"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "txid", "ord", name="pk_pending"),
+        {"schema": SCHEMA},
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
+    txid: Mapped[int] = mapped_column(BigInteger)
+    ord: Mapped[int] = mapped_column(BigInteger)
+    recorded_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    table_name: Mapped[str] = mapped_column(Text)
+    row_id: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    operation: Mapped[str] = mapped_column(Text)
+    actor_user: Mapped[str | None] = mapped_column(Text)
+    actor_role: Mapped[str] = mapped_column(Text)
+    activity_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    row_hash: Mapped[bytes] = mapped_column(BYTEA)
+
+
+class PendingCommit(Base):
+    __tablename__ = "pending_commits"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "txid", name="pk_pending_commits"),
+        {"schema": SCHEMA},
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
+    txid: Mapped[int] = mapped_column(BigInteger)
