@@ -1,9 +1,12 @@
 """Where models run: CUDA when present (half precision, bigger batches), else CPU.
 
 ``ENGRAM_DEVICE`` (``Settings.device``) overrides the choice. On the CPU, torch
-defaults to one intra-op thread per logical core and also spins inter-op
-threads; on a small shared machine that oversubscribes, so the worker pins
-intra-op threads to the cores this process may use and one inter-op thread.
+defaults to one intra-op thread per core, and its OpenMP threads spin while
+they wait. In the one-machine deployment PostgreSQL, the API and the worker
+share the cores, and a worker holding all of them starves the rest and itself:
+measured on 2 shared cores under load, one thread embedded single passages ten
+times faster than two. So the worker takes half the cores this process may use
+(at least one), one inter-op thread, and ``ENGRAM_TORCH_THREADS`` overrides.
 """
 
 from __future__ import annotations
@@ -39,12 +42,12 @@ def usable_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def configure_threads() -> int:
+def configure_threads(wanted: int | None = None) -> int:
     """Set torch's thread counts once per process; returns the intra-op count."""
     global _threads_set
     import torch
 
-    n = usable_cpus()
+    n = wanted if wanted and wanted > 0 else max(1, usable_cpus() // 2)
     with _threads_lock:
         if not _threads_set:
             torch.set_num_threads(n)
@@ -70,9 +73,10 @@ def choose_device(settings: Settings) -> DeviceChoice:
         if wanted != "cpu":
             raise BadInput(
                 f"ENGRAM_DEVICE={settings.device!r} is not a device; use cpu or cuda[:N]")
-        configure_threads()
-        return DeviceChoice("cpu", False, 1, "ENGRAM_DEVICE=cpu")
+        threads = configure_threads(settings.torch_threads)
+        return DeviceChoice("cpu", False, 1, f"ENGRAM_DEVICE=cpu, {threads} torch threads")
     if torch.cuda.is_available():
         return DeviceChoice("cuda", True, 4, f"CUDA available ({torch.cuda.get_device_name(0)})")
-    configure_threads()
-    return DeviceChoice("cpu", False, 1, f"no CUDA; CPU with {usable_cpus()} threads")
+    threads = configure_threads(settings.torch_threads)
+    return DeviceChoice("cpu", False, 1,
+                        f"no CUDA; CPU, {threads} torch threads of {usable_cpus()} cores")
