@@ -166,6 +166,7 @@ def suppress_duplicates(ordered: list[Candidate], threshold: float
     """Keep candidates in order, dropping any near-duplicate of one already kept."""
     kept: list[Candidate] = []
     kept_vecs: list[np.ndarray[Any, Any]] = []
+    kept_with_vecs: list[Candidate] = []
     kept_texts: dict[str, Candidate] = {}
     dropped: list[tuple[Candidate, Candidate, float]] = []
     for c in ordered:
@@ -174,20 +175,16 @@ def suppress_duplicates(ordered: list[Candidate], threshold: float
             dropped.append((c, kept_texts[norm_text], 1.0))
             continue
         vec = _unit(c.embedding)
-        twin: tuple[Candidate, float] | None = None
-        if vec is not None:
-            for other, ov in zip((k for k in kept if _unit(k.embedding) is not None), kept_vecs,
-                                 strict=True):
-                sim = float(vec @ ov)
-                if sim >= threshold:
-                    twin = (other, sim)
-                    break
-        if twin is not None:
-            dropped.append((c, twin[0], twin[1]))
-            continue
+        if vec is not None and kept_vecs:
+            sims = np.stack(kept_vecs) @ vec
+            best = int(np.argmax(sims))
+            if float(sims[best]) >= threshold:
+                dropped.append((c, kept_with_vecs[best], float(sims[best])))
+                continue
         kept.append(c)
         if vec is not None:
             kept_vecs.append(vec)
+            kept_with_vecs.append(c)
         kept_texts[norm_text] = c
     return kept, dropped
 
@@ -200,10 +197,15 @@ def budget_cut(ordered: Sequence[Candidate], budget_tokens: int, chars_per_token
                render: Callable[[Sequence[Evidence]], str]) -> tuple[int, str, int]:
     """The longest prefix whose rendering fits: (items kept, rendered string, its cost)."""
     evidence = [c.evidence() for c in ordered]
-    best_n, best_text = 0, render([])
-    for n in range(1, len(evidence) + 1):
-        text = render(evidence[:n])
-        if token_cost(text, chars_per_token) > budget_tokens:
-            break
-        best_n, best_text = n, text
-    return best_n, best_text, token_cost(best_text, chars_per_token)
+    # A longer prefix never renders shorter, so the longest fitting prefix is
+    # found by bisection: O(log n) renders instead of n.
+    lo, lo_text = 0, render([])
+    hi = len(evidence)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        text = render(evidence[:mid])
+        if token_cost(text, chars_per_token) <= budget_tokens:
+            lo, lo_text = mid, text
+        else:
+            hi = mid - 1
+    return lo, lo_text, token_cost(lo_text, chars_per_token)
