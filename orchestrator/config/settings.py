@@ -88,6 +88,8 @@ class Settings(BaseSettings):
     reranker_max_length: int = 512
     # cpu, cuda, cuda:1 ...; unset: CUDA when available, else CPU (ENGRAM_DEVICE).
     device: str | None = None
+    # Torch intra-op threads; unset: half the usable cores (see orchestrator/worker/device.py).
+    torch_threads: int | None = None
     embed_batch_size: int = 32
     rerank_batch_size: int = 16
     worker_password: str | None = None
