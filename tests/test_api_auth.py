@@ -17,7 +17,7 @@ from sqlalchemy import Engine, text
 
 from orchestrator.auth.devkey import _private_key, jwks_path
 from tests.conftest import TenantFixture
-from tests.support.api import ApiServer, api_server, b64, forge  # noqa: F401
+from tests.support.api import ApiServer, api_home, api_server, b64, forge  # noqa: F401
 
 UPSERT = """mutation($p: String!) { upsertDocument(input: {collection: "notes", path: $p,
   title: "T", body: "Some body text.", scopes: ["team"]}) { created } }"""

@@ -16,6 +16,7 @@ scope the database does not know), 413 for a body or query over the limits,
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +47,18 @@ def error_response(status: int, code: str, message: str) -> JSONResponse:
         headers["WWW-Authenticate"] = 'Bearer realm="engram", error="invalid_token"'
     return JSONResponse({"data": None, "errors": [{"message": message, "extensions": {"code": code}}]},
                         status_code=status, headers=headers)
+
+
+class _ExpectedErrors(logging.Filter):
+    """Keeps refusals the client is told about (Engram's own errors, validation) out of the
+    error log; unexpected exceptions are still logged, by ``format_error`` with a reference."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return False
+
+
+GRAPHQL_LOG = logging.getLogger("engram.api.graphql")
+GRAPHQL_LOG.addFilter(_ExpectedErrors())
 
 
 class _Rollback(Exception):
@@ -105,7 +118,7 @@ def execute(config: ApiConfig, identity: Identity, data: dict[str, Any]) -> tupl
                                              config.auditor_engine),
                 introspection=config.introspection,
                 validation_rules=validation_rules(config.settings, variables),
-                error_formatter=format_error, debug=False)
+                error_formatter=format_error, debug=False, logger=GRAPHQL_LOG)
             if result.get("errors"):
                 raise _Rollback(result)
             return success, result

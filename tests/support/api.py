@@ -51,8 +51,10 @@ class ApiServer:
              **kw: Any) -> httpx.Response:
         headers = {"authorization": f"Bearer {token}"} if token else {}
         headers.update(kw.pop("headers", {}))
+        # Generous: the first recall loads the embedding model inside the server.
+        timeout = kw.pop("timeout", 180)
         return httpx.post(f"{self.url}/graphql", json={"query": query, "variables": variables or {}},
-                          headers=headers, timeout=30, **kw)
+                          headers=headers, timeout=timeout, **kw)
 
     def gql(self, token: str, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
         """Run an operation that must succeed; returns ``data``."""
