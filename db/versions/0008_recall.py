@@ -99,23 +99,23 @@ create trigger tg_chunks__lexical_stats_update after update on sources.chunks
 
 -- No foreign key to auth.tenants: deleting a tenant cascades to its chunks,
 -- whose delete trigger appends deltas for the tenant being deleted, which a
--- foreign key would refuse. This statement trigger, which runs after the
--- cascades, removes a deleted tenant's statistics instead.
+-- foreign key would refuse. This trigger, deferred to commit so it runs after
+-- every cascade, removes a deleted tenant's statistics instead.
 create function recall.tg_tenants__purge_lexical_stats() returns trigger
     language plpgsql security definer
     set search_path = pg_catalog, pg_temp
 as $$
 begin
-    delete from recall.lexical_stats s using old_tenants o where s.tenant_id = o.id;
+    delete from recall.lexical_stats s where s.tenant_id = old.id;
     return null;
 end
 $$;
 comment on function recall.tg_tenants__purge_lexical_stats() is
     'Removes the BM25 statistics of deleted tenants (security definer: DBAs hold no grant on them).';
 
-create trigger tg_tenants__purge_lexical_stats after delete on auth.tenants
-    referencing old table as old_tenants
-    for each statement execute function recall.tg_tenants__purge_lexical_stats();
+create constraint trigger tg_tenants__purge_lexical_stats after delete on auth.tenants
+    deferrable initially deferred
+    for each row execute function recall.tg_tenants__purge_lexical_stats();
 
 create function recall.compact_lexical_stats(p_tenant uuid) returns integer
     language plpgsql volatile security invoker
