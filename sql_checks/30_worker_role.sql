@@ -2,7 +2,7 @@
 -- embedding columns, across tenants; it cannot insert, delete, rewrite text or
 -- read anything else. Also the model registry and the per-tenant vector cache.
 begin;
-select plan(30);
+select plan(32);
 
 select tests.make_tenant('t-worker-a', array['team']);
 select tests.make_tenant('t-worker-b', array['team']);
@@ -59,6 +59,10 @@ select lives_ok($$select scopes from sources.documents limit 1$$,
 select throws_ok($$update sources.documents set embed_state = 'ready'$$, '42501', null,
                  'worker update deny: documents');
 select throws_ok($$select * from auth.tenants$$, '42501', null, 'worker select deny: auth tables');
+select throws_ok($$select name from auth.scopes$$, '42501', null,
+                 'worker select deny: scope names and descriptions');
+select lives_ok($$select tenant_id, id from auth.scopes$$,
+                'worker select allow: scope ids, which memory triggers check on update');
 select lives_ok($$insert into worker.embedding_cache (tenant_id, model, content_hash, embedding)
                   values (current_setting('tests.tenant_a')::uuid, 'sentence-transformers/all-MiniLM-L6-v2',
                           '\x01', array_fill(0.1::real, array[384])::vector)$$,

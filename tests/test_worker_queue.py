@@ -303,3 +303,32 @@ def test_worker_write_back_at_head(test_db: TestDatabase, admin_engine: Engine) 
     finally:
         engine.dispose()
     assert report.rows == 1
+
+
+def test_facts_and_memories_are_embedded_too(worker_db: WorkerDatabase, worker_engine: Engine,
+                                             embedder: Embedder) -> None:
+    tenant = worker_db.make_tenant()
+    with worker_db.admin.begin() as conn:
+        scope = conn.execute(text("select id from auth.scopes where tenant_id = :t"),
+                             {"t": tenant}).scalar_one()
+        conn.execute(text(
+            "insert into knowledge.fact_content (tenant_id, text, content_hash) "
+            "values (:t, 'Ada leads the platform team', sha256(convert_to("
+            "'Ada leads the platform team', 'UTF8')))"), {"t": tenant})
+        conn.execute(text(
+            "insert into memory.working_memory (tenant_id, session_id, user_id, text, scopes) "
+            "values (:t, 's1', 'alice', 'alice asked about the budget', array[cast(:s as uuid)])"),
+            {"t": tenant, "s": scope})
+    rec = Recording(embedder)
+    worker = QueueWorker(worker_engine, rec, _settings(), tenants=[tenant])
+    report = worker.drain()
+    assert worker.table_errors == {}
+    assert report.per_table.get("knowledge.fact_content") == 1
+    assert report.per_table.get("memory.working_memory") == 1
+    assert sorted(rec.texts) == ["Ada leads the platform team", "alice asked about the budget"]
+    with worker_db.admin.connect() as conn:
+        states = conn.execute(text(
+            "select (select embed_state::text from knowledge.fact_content where tenant_id = :t), "
+            "(select embed_state::text from memory.working_memory where tenant_id = :t)"),
+            {"t": tenant}).one()
+    assert tuple(states) == ("ready", "ready")

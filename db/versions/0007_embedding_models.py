@@ -21,8 +21,10 @@ embeddable table), but three things belong to the worker itself:
 tenant, so it cannot be ``engram_app`` bound to one; instead its reach is cut by
 column grants: on an embeddable table it reads the text, hash and queue columns
 and updates only the embedding columns; it can neither insert nor delete there,
-and reads no other table (``sources.documents`` only ``(tenant_id, id,
-scopes)``, which the chunk trigger reads while the worker updates a chunk).
+and reads no other table, except the columns the tables' own security-invoker
+triggers read while the worker updates a row: ``sources.documents (tenant_id,
+id, scopes)`` for chunks and ``auth.scopes (tenant_id, id)`` for the scoped
+memory tables.
 
 ``worker.make_embeddable(table, read_columns)`` applies that pattern (grants,
 policies, the NOTIFY trigger) to a table; a domain that adds an embeddable table
@@ -50,6 +52,10 @@ branch_labels = None
 depends_on = None
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+EMBEDDABLE_TABLES = (
+    "sources.chunks", "knowledge.fact_content", "memory.working_memory", "memory.profiles",
+    "memory.episodes", "memory.observations", "memory.communities", "memory.raptor_nodes",
+)
 DEFAULT_DIMENSION = 384
 
 ROLE_SQL = """
@@ -156,9 +162,38 @@ grant usage on type sources.embed_state to engram_worker;
 grant select (tenant_id, id, scopes) on sources.documents to engram_worker;
 create policy documents__select_worker on sources.documents for select
     to engram_worker using (true);
+-- Derived-memory rows re-check their scope set on every update (memory.tg_scoped__check
+-- calls auth.check_scopes, security invoker), the worker's updates included: scope ids
+-- only, never names or descriptions.
+grant usage on schema auth to engram_worker;
+grant select (tenant_id, id) on auth.scopes to engram_worker;
+create policy scopes__select_worker on auth.scopes for select to engram_worker using (true);
 select worker.make_embeddable('sources.chunks',
     array['tenant_id', 'id', 'text', 'content_hash', 'embed_state', 'embed_attempts',
           'embed_model', 'created_at']);
+-- The embeddable tables of 0004 (knowledge) and 0005 (memory), which run before this
+-- revision; each row: table, text column, whether it stores its own content hash.
+do $embeddable$
+declare
+    r record;
+begin
+    for r in select * from (values
+        ('knowledge.fact_content', 'text', true),
+        ('memory.working_memory', 'text', false),
+        ('memory.profiles', 'summary', false),
+        ('memory.episodes', 'summary', false),
+        ('memory.observations', 'text', false),
+        ('memory.communities', 'summary', false),
+        ('memory.raptor_nodes', 'summary', false)) as v(tbl, col, has_hash)
+    loop
+        if to_regclass(r.tbl) is not null then
+            perform worker.make_embeddable(r.tbl::regclass,
+                array['tenant_id', 'id', r.col, 'embed_state', 'embed_attempts', 'embed_model',
+                      'created_at'] || case when r.has_hash then array['content_hash'] else '{}' end);
+        end if;
+    end loop;
+end
+$embeddable$;
 
 comment on table worker.embedding_models is
     'Embedding models the stored vectors may come from; exactly one is active.';
@@ -230,12 +265,24 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.execute("set role engram_owner")
-    op.execute("drop trigger if exists tg_chunks__notify_embed_insert on sources.chunks")
-    op.execute("drop trigger if exists tg_chunks__notify_embed_update on sources.chunks")
-    op.execute("drop policy if exists chunks__select_worker on sources.chunks")
-    op.execute("drop policy if exists chunks__update_worker on sources.chunks")
+    for table in EMBEDDABLE_TABLES:
+        schema, name = table.split(".")
+        op.execute(f"""
+do $undo$ begin
+    if to_regclass('{table}') is not null then
+        drop trigger if exists tg_{name}__notify_embed_insert on {table};
+        drop trigger if exists tg_{name}__notify_embed_update on {table};
+        drop policy if exists {name}__select_worker on {table};
+        drop policy if exists {name}__update_worker on {table};
+        revoke all on {table} from engram_worker;
+        revoke all on schema {schema} from engram_worker;
+    end if;
+end $undo$""")
     op.execute("drop policy if exists documents__select_worker on sources.documents")
-    op.execute("revoke all on sources.chunks, sources.documents from engram_worker")
+    op.execute("revoke all on sources.documents from engram_worker")
+    op.execute("drop policy if exists scopes__select_worker on auth.scopes")
+    op.execute("revoke all on auth.scopes from engram_worker")
+    op.execute("revoke all on schema auth from engram_worker")
     op.execute("revoke all on type sources.embed_state from engram_worker")
     op.execute("revoke all on schema sources from engram_worker")
     op.execute("drop schema worker cascade")

@@ -43,6 +43,7 @@ from typing import Any, Protocol
 
 import numpy as np
 from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import DBAPIError
 
 from orchestrator.config import Settings
 from orchestrator.errors import EngramError
@@ -67,6 +68,13 @@ class EmbeddableTable:
 # One line per embeddable table (see worker.make_embeddable in 0007_embedding_models).
 EMBEDDABLE: tuple[EmbeddableTable, ...] = (
     EmbeddableTable("sources.chunks"),
+    EmbeddableTable("knowledge.fact_content"),
+    EmbeddableTable("memory.working_memory", hash_column=None),
+    EmbeddableTable("memory.profiles", text_column="summary", hash_column=None),
+    EmbeddableTable("memory.episodes", text_column="summary", hash_column=None),
+    EmbeddableTable("memory.observations", hash_column=None),
+    EmbeddableTable("memory.communities", text_column="summary", hash_column=None),
+    EmbeddableTable("memory.raptor_nodes", text_column="summary", hash_column=None),
 )
 
 
@@ -150,6 +158,7 @@ class QueueWorker:
         self.max_attempts = settings.worker_max_attempts
         self.backoff_s = settings.worker_backoff_s
         self._model: str | None = None
+        self.table_errors: dict[str, str] = {}
 
     # -- model --------------------------------------------------------------
 
@@ -345,7 +354,14 @@ class QueueWorker:
         while not (stop and stop.is_set()):
             progressed = False
             for table in self.tables:
-                b = self.process_batch(table)
+                try:
+                    b = self.process_batch(table)
+                except DBAPIError as exc:
+                    # One table's trouble (a trigger the worker may not run, a table a
+                    # later revision has not created yet) must not stop the others.
+                    self.table_errors[table.name] = str(exc.orig or exc).split("\n")[0]
+                    log.error("embedding %s failed: %s", table.name, self.table_errors[table.name])
+                    continue
                 if b.claimed:
                     report.add(table.name, b)
                     if on_batch is not None:
