@@ -7,6 +7,7 @@ them all onto the one ``metadata``.
 
 from __future__ import annotations
 
+import orchestrator.db.derive_models
 import orchestrator.db.knowledge_models
 import orchestrator.db.provenance_models
 import orchestrator.db.worker_models

@@ -1,0 +1,127 @@
+"""``engram derive <job>`` and ``engram lifecycle ...``: derived-memory jobs on demand.
+
+Every command runs as ``engram_app`` under the identity of a verified token (or
+one minted with the development key), so a job sees and changes exactly what
+that identity may. ``engram lifecycle sweep`` is a dry run unless ``--apply``.
+Exit status: 0 on success, 1 when the job failed, 2 for bad input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, date, datetime
+from typing import Annotated, NoReturn, TypeVar
+
+import typer
+from rich.console import Console
+from sqlalchemy.orm import Session
+
+from orchestrator.cli.auth import cli_identity
+from orchestrator.config import Settings
+from orchestrator.derive import lifecycle
+from orchestrator.errors import BadInput, EngramError
+
+T = TypeVar("T")
+
+derive_app = typer.Typer(help="Run a derived-memory job now (the worker runs them in the background).",
+                         no_args_is_help=True)
+lifecycle_app = typer.Typer(help="Lifecycle policies: archive documents unused for N days.",
+                            no_args_is_help=True)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+Token = Annotated[str | None, typer.Option(envvar="ENGRAM_TOKEN", help="bearer token")]
+Tenant = Annotated[str | None, typer.Option(help="mint a dev-key token for this tenant")]
+User = Annotated[str, typer.Option(help="user of a minted token")]
+Scopes = Annotated[str | None, typer.Option(help="scopes of a minted token, e.g. write:team")]
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    err.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(code)
+
+
+def _run(token: str | None, tenant: str | None, user: str, scopes: str | None,
+         job: Callable[[Session], T]) -> T:
+    from orchestrator.db.engine import Database, make_app_engine
+    from orchestrator.db.session import bound_session
+
+    settings = Settings()
+    try:
+        identity = cli_identity(settings, token=token, tenant=tenant, user=user, scopes=scopes)
+    except EngramError as exc:
+        _fail(str(exc), 2)
+    engine = make_app_engine(Database(settings).app_url(), pool_size=1)
+    try:
+        with bound_session(engine, identity) as session:
+            return job(session)
+    except BadInput as exc:
+        _fail(str(exc), 2)
+    except EngramError as exc:
+        _fail(str(exc), 1)
+    finally:
+        engine.dispose()
+
+
+def _moment(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        _fail(f"--as-of {value!r} is not an ISO 8601 moment", 2)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+@lifecycle_app.command("sweep")
+def sweep(
+    apply: Annotated[bool, typer.Option("--apply", help="archive the listed documents")] = False,
+    as_of: Annotated[str | None, typer.Option(help="judge staleness as of this moment (ISO 8601)")] = None,
+    token: Token = None, tenant: Tenant = None, user: User = "dev", scopes: Scopes = None,
+) -> None:
+    """List the documents past their collection's policy; --apply archives exactly those."""
+    moment = _moment(as_of)
+    report = _run(token, tenant, user, scopes,
+                  lambda s: lifecycle.sweep(s, apply=apply, as_of=moment))
+    verb = "archived" if report.applied else "would archive"
+    # Plain tab-separated lines (rich would expand the tabs) so scripts can cut columns.
+    for it in report.items:
+        typer.echo(f"{verb}\t{it.collection}\t{it.path}\t{it.document_id}\t"
+                   f"last used {it.last_used_at.isoformat()}\tpolicy {it.archive_after_days} days")
+    note = "" if report.applied else " (dry run; --apply to archive)"
+    out.print(f"{len(report.items)} documents {verb}{note}")
+
+
+@lifecycle_app.command("policy")
+def policy(
+    collection: Annotated[str, typer.Argument(help="collection the policy applies to")],
+    archive_after_days: Annotated[int | None, typer.Option(
+        "--archive-after-days", help="archive after this many days without use")] = None,
+    remove: Annotated[bool, typer.Option("--remove", help="remove the collection's policy")] = False,
+    token: Token = None, tenant: Tenant = None, user: User = "dev", scopes: Scopes = None,
+) -> None:
+    """Set (--archive-after-days N) or remove (--remove) a collection's lifecycle policy."""
+    if remove == (archive_after_days is not None):
+        _fail("give exactly one of --archive-after-days N or --remove", 2)
+    if remove:
+        gone = _run(token, tenant, user, scopes, lambda s: lifecycle.remove_policy(s, collection))
+        out.print(f"policy for {collection} removed" if gone else f"no policy for {collection}")
+        return
+    assert archive_after_days is not None
+    days = archive_after_days
+    _run(token, tenant, user, scopes, lambda s: lifecycle.set_policy(s, collection, days))
+    out.print(f"{collection}: archive after {days} days without use")
+
+
+@derive_app.command("usage")
+def usage(
+    day: Annotated[str | None, typer.Option(help="day to aggregate (YYYY-MM-DD, default today UTC)")] = None,
+    token: Token = None, tenant: Tenant = None, user: User = "dev", scopes: Scopes = None,
+) -> None:
+    """Aggregate one day of the usage ledger into usage_daily (idempotent)."""
+    try:
+        which = date.fromisoformat(day) if day else datetime.now(UTC).date()
+    except ValueError:
+        _fail(f"--day {day!r} is not YYYY-MM-DD", 2)
+    rows = _run(token, tenant, user, scopes, lambda s: lifecycle.aggregate_usage(s, which))
+    out.print(f"{which.isoformat()}: {rows} usage_daily rows written")

@@ -1,0 +1,1 @@
+"""Derived memory: background jobs that distil the corpus (lifecycle, extraction, communities)."""

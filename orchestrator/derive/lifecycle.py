@@ -1,0 +1,153 @@
+"""Lifecycle: archive documents nobody uses, per collection; pin, snooze, mark used.
+
+A policy says "in collection C, archive a document after N days without use".
+Use is the latest of the document's last edit (``updated_at``) and its last
+``mark used`` (``memory.document_use``, fed by the usage ledger). Pinned
+documents are never archived. The sweep sees and archives only what the bound
+identity may write, so one user's sweep cannot touch a document shared into a
+scope they only read; a dry run and ``apply`` therefore list the same rows.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+
+from sqlalchemy import ColumnElement, delete, func, literal, select, update
+from sqlalchemy.dialects.postgresql import ARRAY, UUID, insert
+from sqlalchemy.orm import Session
+
+from orchestrator.db.derive_models import DocumentUse, LifecyclePolicy
+from orchestrator.db.knowledge_models import UsageEvent
+from orchestrator.db.models import Document
+from orchestrator.errors import BadInput, Conflict, Forbidden, NotFound
+
+CHANNELS = ("graphql", "mcp", "python", "cli", "worker")
+
+
+@dataclass(frozen=True)
+class Policy:
+    collection: str
+    archive_after_days: int
+
+
+@dataclass(frozen=True)
+class SweepItem:
+    document_id: uuid.UUID
+    collection: str
+    path: str
+    last_used_at: datetime
+    archive_after_days: int
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    as_of: datetime
+    items: tuple[SweepItem, ...]
+    applied: bool
+
+
+def set_policy(session: Session, collection: str, archive_after_days: int) -> Policy:
+    if not collection or len(collection) > 200:
+        raise BadInput("a collection name has 1 to 200 characters")
+    if not 1 <= archive_after_days <= 36500:
+        raise BadInput("archive_after_days must be between 1 and 36500")
+    stmt = insert(LifecyclePolicy).values(collection=collection, archive_after_days=archive_after_days)
+    session.execute(stmt.on_conflict_do_update(
+        index_elements=[LifecyclePolicy.tenant_id, LifecyclePolicy.collection],
+        set_={"archive_after_days": stmt.excluded.archive_after_days}))
+    return Policy(collection, archive_after_days)
+
+
+def remove_policy(session: Session, collection: str) -> bool:
+    gone = session.execute(delete(LifecyclePolicy).where(LifecyclePolicy.collection == collection)
+                           .returning(LifecyclePolicy.collection)).scalar()
+    return gone is not None
+
+
+def policies(session: Session) -> list[Policy]:
+    rows = session.execute(select(LifecyclePolicy.collection, LifecyclePolicy.archive_after_days)
+                           .order_by(LifecyclePolicy.collection)).all()
+    return [Policy(c, d) for c, d in rows]
+
+
+def _writable() -> ColumnElement[bool]:
+    # Only rows the caller may write: otherwise a dry run would list documents
+    # that --apply could not archive, and the two would disagree.
+    mine: ColumnElement[bool] = Document.scopes.contained_by(
+        func.auth.write_scopes(type_=ARRAY(UUID(as_uuid=True))))
+    return mine
+
+
+def sweep(session: Session, *, apply: bool = False, as_of: datetime | None = None) -> SweepReport:
+    """List (and with ``apply``, archive) the documents past their collection's policy."""
+    moment = as_of or datetime.now(UTC)
+    if moment.tzinfo is None:
+        raise BadInput("as_of needs a time zone")
+    last_used = func.greatest(Document.updated_at, func.coalesce(DocumentUse.last_used_at,
+                                                                  Document.updated_at))
+    cutoff = literal(moment) - func.make_interval(0, 0, 0, LifecyclePolicy.archive_after_days)
+    query = (
+        select(Document.id, Document.collection, Document.path, last_used.label("last_used_at"),
+               LifecyclePolicy.archive_after_days)
+        .join(LifecyclePolicy, (LifecyclePolicy.tenant_id == Document.tenant_id)
+              & (LifecyclePolicy.collection == Document.collection))
+        .outerjoin(DocumentUse, (DocumentUse.tenant_id == Document.tenant_id)
+                   & (DocumentUse.document_id == Document.id))
+        .where(Document.archived_at.is_(None), Document.pinned.is_(False), _writable(),
+               last_used < cutoff)
+        .order_by(Document.collection, Document.path)
+    )
+    if apply:
+        # Lock the listed rows so nothing pins or edits them between listing and archiving.
+        query = query.with_for_update(of=Document)
+    items = tuple(SweepItem(i, c, p, u, d) for i, c, p, u, d in session.execute(query).all())
+    if apply and items:
+        ids = [it.document_id for it in items]
+        done = set(session.execute(update(Document).where(Document.id.in_(ids))
+                                   .values(archived_at=func.now()).returning(Document.id)).scalars())
+        if done != set(ids):
+            raise Conflict("the sweep could not archive every listed document; nothing was changed")
+    return SweepReport(moment, items, apply)
+
+
+def _document(session: Session, doc_id: uuid.UUID, what: str, *, write: bool) -> None:
+    found = session.execute(select(Document.id, _writable()).where(Document.id == doc_id)).first()
+    if found is None:
+        raise NotFound(f"no document {doc_id} that you can read")
+    if write and not found[1]:
+        raise Forbidden(f"you may read document {doc_id} but not {what} it: "
+                        "that needs write on every scope it is shared into")
+
+
+def pin(session: Session, doc_id: uuid.UUID, pinned: bool = True) -> None:
+    """Pinned documents are boosted in recall and never archived by a sweep."""
+    _document(session, doc_id, "pin", write=True)
+    session.execute(update(Document).where(Document.id == doc_id).values(pinned=pinned))
+
+
+def snooze(session: Session, doc_id: uuid.UUID, days: float) -> datetime:
+    """Hide a document from recall for ``days`` days; 0 wakes it now. Returns the wake time."""
+    if not 0 <= days <= 36500:
+        raise BadInput("snooze days must be between 0 and 36500")
+    _document(session, doc_id, "snooze", write=True)
+    until = datetime.now(UTC) + timedelta(days=days)
+    session.execute(update(Document).where(Document.id == doc_id)
+                    .values(snoozed_until=until if days else None))
+    return until
+
+
+def mark_used(session: Session, doc_id: uuid.UUID, *, channel: str = "python") -> None:
+    """Feedback that a document helped: one usage-ledger row, which resets its lifecycle clock."""
+    if channel not in CHANNELS:
+        raise BadInput(f"unknown channel {channel!r}; one of {', '.join(CHANNELS)}")
+    # Reading is enough: using a document is not changing it.
+    _document(session, doc_id, "use", write=False)
+    session.execute(insert(UsageEvent).values(operation="mark_used", channel=channel,
+                                              item_table="sources.documents", item_id=doc_id))
+
+
+def aggregate_usage(session: Session, day: date) -> int:
+    """Recompute the tenant's ``usage_daily`` rows for one day; returns the rows written."""
+    return int(session.execute(select(func.memory.aggregate_usage(day))).scalar_one())

@@ -1,0 +1,224 @@
+"""Lifecycle: policies per collection, sweep dry run and apply, pin, snooze, mark used, usage."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import Engine, func, select, text
+from typer.testing import CliRunner
+
+from orchestrator.auth.devkey import create_dev_key
+from orchestrator.cli.main import app
+from orchestrator.config import Settings
+from orchestrator.db.derive_models import DocumentUse
+from orchestrator.db.knowledge_models import UsageDaily, UsageEvent
+from orchestrator.db.models import Document
+from orchestrator.db.session import bound_session
+from orchestrator.derive import lifecycle
+from orchestrator.errors import BadInput, Forbidden, NotFound
+from orchestrator.ingest.documents import DocumentInput, put_document
+from tests.conftest import TenantFixture
+
+Tenants = Callable[..., TenantFixture]
+LATER = timedelta(days=40)
+
+
+def _put(app_engine: Engine, t: TenantFixture, path: str, *, collection: str = "notes",
+         scopes: tuple[str, ...] = ("team",)) -> uuid.UUID:
+    with bound_session(app_engine, t.identity(write=scopes)) as s:
+        return put_document(s, DocumentInput(collection=collection, path=path, title=path,
+                                             body=f"Body of {path}. " * 20, scopes=scopes)).document_id
+
+
+def _archived(admin_engine: Engine, t: TenantFixture) -> set[str]:
+    with admin_engine.connect() as conn:
+        return set(conn.execute(text("select path from sources.documents where tenant_id = :t "
+                                     "and archived_at is not null"), {"t": t.id}).scalars())
+
+
+@pytest.fixture
+def corpus(app_engine: Engine, tenant_factory: Tenants) -> tuple[TenantFixture, dict[str, uuid.UUID]]:
+    t = tenant_factory("team", "exec")
+    docs = {p: _put(app_engine, t, p) for p in ("a.md", "b.md", "pinned.md", "used.md")}
+    docs["other.md"] = _put(app_engine, t, "other.md", collection="journal")
+    docs["exec.md"] = _put(app_engine, t, "exec.md", scopes=("exec",))
+    with bound_session(app_engine, t.identity(write=("team", "exec"))) as s:
+        lifecycle.set_policy(s, "notes", 30)
+        lifecycle.pin(s, docs["pinned.md"])
+    return t, docs
+
+
+def test_dry_run_lists_and_writes_nothing(app_engine: Engine, admin_engine: Engine,
+                                          corpus: tuple[TenantFixture, dict[str, uuid.UUID]]) -> None:
+    t, _ = corpus
+    ident = t.identity(write=("team", "exec"))
+    with bound_session(app_engine, ident) as s:
+        now_report = lifecycle.sweep(s)
+        later = lifecycle.sweep(s, as_of=datetime.now(UTC) + LATER)
+    assert now_report.items == ()  # nothing is 30 days old yet
+    # journal has no policy; pinned.md is exempt.
+    assert [it.path for it in later.items] == ["a.md", "b.md", "exec.md", "used.md"]
+    assert not later.applied
+    assert _archived(admin_engine, t) == set()
+
+
+def test_apply_archives_exactly_the_listed_rows(app_engine: Engine, admin_engine: Engine,
+                                                corpus: tuple[TenantFixture, dict[str, uuid.UUID]]) -> None:
+    t, _ = corpus
+    ident = t.identity(write=("team", "exec"))
+    moment = datetime.now(UTC) + LATER
+    with bound_session(app_engine, ident) as s:
+        dry = lifecycle.sweep(s, as_of=moment)
+    with bound_session(app_engine, ident) as s:
+        applied = lifecycle.sweep(s, as_of=moment, apply=True)
+    assert applied.applied and applied.items == dry.items
+    assert [it.path for it in dry.items] == ["a.md", "b.md", "exec.md", "used.md"]
+    assert _archived(admin_engine, t) == {it.path for it in dry.items}
+    assert "pinned.md" not in _archived(admin_engine, t)
+    with bound_session(app_engine, ident) as s:
+        again = lifecycle.sweep(s, as_of=moment, apply=True)
+    assert again.items == ()  # archived rows are not swept twice
+
+
+def test_mark_used_resets_the_clock_for_everyone(app_engine: Engine, admin_engine: Engine,
+                                                 corpus: tuple[TenantFixture, dict[str, uuid.UUID]]) -> None:
+    t, docs = corpus
+    with admin_engine.begin() as conn:  # the documents were last edited 50 days ago
+        conn.execute(text("alter table sources.documents disable trigger tg_documents__normalize"))
+        conn.execute(text("update sources.documents set updated_at = now() - interval '50 days' "
+                          "where tenant_id = :t"), {"t": t.id})
+        conn.execute(text("alter table sources.documents enable trigger tg_documents__normalize"))
+    # bob only reads team; his use still counts for alice's sweep.
+    with bound_session(app_engine, t.identity("bob", read=("team",))) as s:
+        lifecycle.mark_used(s, docs["used.md"], channel="cli")
+    with bound_session(app_engine, t.identity(write=("team", "exec"))) as s:
+        report = lifecycle.sweep(s)
+        uses = s.execute(select(DocumentUse.uses).where(DocumentUse.document_id == docs["used.md"])
+                         ).scalar_one()
+        ledger = s.execute(select(func.count()).select_from(UsageEvent)).scalar_one()
+    assert [it.path for it in report.items] == ["a.md", "b.md", "exec.md"]
+    assert uses == 1
+    assert ledger == 0  # bob's ledger row is his alone; only the fold is shared
+
+
+def test_sweep_respects_write_scopes_and_tenants(app_engine: Engine, admin_engine: Engine,
+                                                 tenant_factory: Tenants,
+                                                 corpus: tuple[TenantFixture, dict[str, uuid.UUID]]) -> None:
+    t, docs = corpus
+    moment = datetime.now(UTC) + LATER
+    # team writer who only reads exec: exec.md is neither listed nor archived.
+    with bound_session(app_engine, t.identity(write=("team",), read=("exec",))) as s:
+        report = lifecycle.sweep(s, as_of=moment, apply=True)
+    assert [it.path for it in report.items] == ["a.md", "b.md", "used.md"]
+    assert _archived(admin_engine, t) == {"a.md", "b.md", "used.md"}
+    # A reader of team may not archive anything.
+    with bound_session(app_engine, t.identity(read=("team", "exec"))) as s:
+        assert lifecycle.sweep(s, as_of=moment).items == ()
+    # Another tenant sees neither t's policies nor t's documents.
+    other = tenant_factory("team")
+    _put(app_engine, other, "a.md")
+    with bound_session(app_engine, other.identity(write=("team",))) as s:
+        assert lifecycle.policies(s) == []
+        assert lifecycle.sweep(s, as_of=moment, apply=True).items == ()
+        assert s.execute(select(func.count()).select_from(DocumentUse)).scalar_one() == 0
+        with pytest.raises(NotFound):
+            lifecycle.mark_used(s, docs["b.md"])
+
+
+def test_document_use_hidden_without_read(app_engine: Engine,
+                                          corpus: tuple[TenantFixture, dict[str, uuid.UUID]]) -> None:
+    t, docs = corpus
+    with bound_session(app_engine, t.identity(read=("exec",))) as s:
+        lifecycle.mark_used(s, docs["exec.md"])
+    with bound_session(app_engine, t.identity(read=("team",))) as s:
+        assert s.execute(select(DocumentUse.document_id)).scalars().all() == []
+    with bound_session(app_engine, t.identity(read=("exec",))) as s:
+        assert s.execute(select(DocumentUse.document_id)).scalars().all() == [docs["exec.md"]]
+
+
+def test_pin_and_snooze(app_engine: Engine, corpus: tuple[TenantFixture, dict[str, uuid.UUID]]) -> None:
+    t, docs = corpus
+    with bound_session(app_engine, t.identity(write=("team",), read=("exec",))) as s:
+        until = lifecycle.snooze(s, docs["a.md"], 3)
+        with pytest.raises(Forbidden, match="not pin"):
+            lifecycle.pin(s, docs["exec.md"])
+        with pytest.raises(BadInput):
+            lifecycle.snooze(s, docs["a.md"], -1)
+    assert until > datetime.now(UTC) + timedelta(days=2.9)
+    with bound_session(app_engine, t.identity(read=("team",))) as s:
+        visible = set(s.execute(text("select path from sources.current_documents")).scalars())
+        assert "a.md" not in visible and "b.md" in visible
+    with bound_session(app_engine, t.identity(write=("team",))) as s:
+        lifecycle.snooze(s, docs["a.md"], 0)
+        lifecycle.pin(s, docs["pinned.md"], False)
+        assert "a.md" in set(s.execute(text("select path from sources.current_documents")).scalars())
+        assert not s.execute(select(Document.pinned).where(Document.id == docs["pinned.md"])).scalar_one()
+
+
+def test_usage_aggregates_into_daily(app_engine: Engine,
+                                     corpus: tuple[TenantFixture, dict[str, uuid.UUID]]) -> None:
+    t, docs = corpus
+    for user in ("alice", "alice", "bob"):
+        with bound_session(app_engine, t.identity(user, read=("team",))) as s:
+            lifecycle.mark_used(s, docs["b.md"])
+    with bound_session(app_engine, t.identity(read=("team",))) as s:
+        day = s.execute(select(func.current_date())).scalar_one()
+        assert lifecycle.aggregate_usage(s, day) == 1
+        assert lifecycle.aggregate_usage(s, day) == 1  # recomputed, not added
+        row = s.execute(select(UsageDaily.operation, UsageDaily.channel, UsageDaily.operations,
+                               UsageDaily.users)).one()
+    assert tuple(row) == ("mark_used", "python", 3, 2)
+    with pytest.raises(BadInput, match="unknown channel"), \
+            bound_session(app_engine, t.identity(read=("team",))) as s:
+        lifecycle.mark_used(s, docs["b.md"], channel="carrier-pigeon")
+
+
+def test_policy_validation_and_removal(app_engine: Engine, tenant_factory: Tenants) -> None:
+    t = tenant_factory("team")
+    with bound_session(app_engine, t.identity(write=("team",))) as s:
+        with pytest.raises(BadInput):
+            lifecycle.set_policy(s, "notes", 0)
+        lifecycle.set_policy(s, "notes", 10)
+        lifecycle.set_policy(s, "notes", 20)
+        assert lifecycle.policies(s) == [lifecycle.Policy("notes", 20)]
+        assert lifecycle.remove_policy(s, "notes")
+        assert not lifecycle.remove_policy(s, "notes")
+
+
+@pytest.fixture(scope="module")
+def cli_env(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    key = tmp_path_factory.mktemp("derive-auth") / "dev-signing-key.pem"
+    env = {"ENGRAM_HOME": str(settings.home), "ENGRAM_DB_PORT": str(settings.db_port),
+           "ENGRAM_DB_NAME": settings.db_name, "ENGRAM_AUTH_DEV_KEY_PATH": str(key),
+           "ENGRAM_AUTH_TRUST_DEV_KEY": "true"}
+    for name in ("database_url", "app_password"):
+        value = getattr(settings, name)
+        if value:
+            env[f"ENGRAM_{name.upper()}"] = value
+    create_dev_key(Settings(home=settings.home, auth_dev_key_path=key))
+    return env
+
+
+def test_cli_sweep_dry_run_then_apply(cli_env: dict[str, str], admin_engine: Engine,
+                                      corpus: tuple[TenantFixture, dict[str, uuid.UUID]]) -> None:
+    t, _ = corpus
+    who = ["--tenant", t.org_id, "--scopes", "write:team"]
+    as_of = (datetime.now(UTC) + LATER).isoformat()
+    runner = CliRunner()
+    dry = runner.invoke(app, ["lifecycle", "sweep", "--as-of", as_of, *who], env=cli_env)
+    assert dry.exit_code == 0, dry.output
+    assert "3 documents would archive (dry run" in dry.output
+    assert dry.output.count("would archive\tnotes\t") == 3
+    assert _archived(admin_engine, t) == set()
+    done = runner.invoke(app, ["lifecycle", "sweep", "--apply", "--as-of", as_of, *who], env=cli_env)
+    assert done.exit_code == 0, done.output
+    assert "3 documents archived" in done.output
+    assert _archived(admin_engine, t) == {"a.md", "b.md", "used.md"}
+    bad = runner.invoke(app, ["lifecycle", "policy", "notes", *who], env=cli_env)
+    assert bad.exit_code == 2 and "exactly one" in bad.output
+    pol = runner.invoke(app, ["lifecycle", "policy", "journal", "--archive-after-days", "5", *who],
+                        env=cli_env)
+    assert pol.exit_code == 0, pol.output
