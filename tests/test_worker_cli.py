@@ -1,0 +1,44 @@
+"""``engram models`` and ``engram worker`` argument handling (no database needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from orchestrator.cli.main import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENGRAM_HOME", str(tmp_path / "home"))
+    # A port nothing listens on: the registry part of `list` must report, not hang or crash.
+    monkeypatch.setenv("ENGRAM_DB_PORT", "9")
+    monkeypatch.setenv("COLUMNS", "250")  # rich would wrap long model names at 80
+
+
+def test_models_list_shows_configured_and_present() -> None:
+    result = runner.invoke(app, ["models", "list"])
+    assert result.exit_code == 0, result.output
+    assert "sentence-transformers/all-MiniLM-L6-v2" in result.output
+    assert "BAAI/bge-reranker-v2-m3" in result.output
+    assert "registry is not reachable" in result.output
+
+
+def test_models_check_loads_and_reports_the_missing_reranker() -> None:
+    result = runner.invoke(app, ["models", "check"])
+    assert result.exit_code == 0, result.output
+    assert "embedding: sentence-transformers/all-MiniLM-L6-v2 loads (384-d" in result.output
+    assert "not on this machine" in result.output
+    strict = runner.invoke(app, ["models", "check", "--strict"])
+    assert strict.exit_code == 1
+
+
+def test_bad_arguments_get_clear_errors() -> None:
+    result = runner.invoke(app, ["models", "fetch", "--role", "tokenizer"])
+    assert result.exit_code == 2 and "--role must be embedding, reranker or all" in result.output
+    result = runner.invoke(app, ["worker", "run", "--once", "--tenant", "not-a-uuid"])
+    assert result.exit_code == 1 and "--tenant takes a tenant id" in result.output
