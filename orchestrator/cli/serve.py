@@ -91,3 +91,25 @@ def serve(
         out.print(f"wrote {PRINTED_SCHEMA}")
         return
     serve_api(Settings(), host, port)
+
+
+def mcp(
+    token: Annotated[str | None, typer.Option(envvar="ENGRAM_TOKEN", help="bearer token")] = None,
+) -> None:
+    """Serve Engram's MCP tools on stdio for the identity of ENGRAM_TOKEN."""
+    from orchestrator.api.mcp import build_server
+    from orchestrator.client import Engram
+    from orchestrator.errors import EngramError
+
+    if not token:
+        typer.echo("error: set ENGRAM_TOKEN (or --token) to the agent's bearer token", err=True)
+        raise typer.Exit(2)
+    try:
+        engram = Engram.connect(token, Settings())
+    except EngramError as exc:
+        typer.echo(f"error: {exc} ({exc.code})", err=True)
+        raise typer.Exit(2) from exc
+    try:
+        build_server(engram).run("stdio")
+    finally:
+        engram.close()
