@@ -15,10 +15,11 @@ from rich.console import Console
 
 from orchestrator.cli.audit import audit_app
 from orchestrator.cli.auth import auth_app
+from orchestrator.cli.derive import derive_app, lifecycle_app
 from orchestrator.cli.ingest import ingest
 from orchestrator.cli.models import models_app
 from orchestrator.cli.recall import register as register_recall
-from orchestrator.cli.serve import serve
+from orchestrator.cli.serve import mcp, serve
 from orchestrator.cli.worker import worker_app
 from orchestrator.config import Settings
 from orchestrator.db.engine import Database
@@ -35,9 +36,12 @@ app.add_typer(db_app, name="db")
 app.add_typer(admin_app, name="admin")
 app.add_typer(audit_app, name="audit")
 app.add_typer(auth_app, name="auth")
+app.add_typer(derive_app, name="derive")
+app.add_typer(lifecycle_app, name="lifecycle")
 app.add_typer(worker_app, name="worker")
 app.add_typer(models_app, name="models")
 app.command("serve")(serve)
+app.command("mcp")(mcp)
 app.command("ingest")(ingest)
 register_recall(app)
 
