@@ -304,6 +304,9 @@ def test_recall_sees_only_what_the_token_may_read(api_server: ApiServer,  # noqa
     assert first["scopes"] == [{"name": "team", "description": "The team scope"}]
     assert "March" in result["rendered"] and "secret" not in result["rendered"]
     assert "Tenant B" not in str(result) and 0 < result["usedTokens"] <= 500
+    prepared = api_server.gql(team_reader, 'query($q: String!) { memoryPrepare(question: $q, '
+                                           "budgetTokens: 500) }", {"q": "When is the zebra migration?"})
+    assert "March" in prepared["memoryPrepare"] and "secret" not in prepared["memoryPrepare"]
     response = api_server.post(team_reader, RECALL, {"q": "   "})
     assert error_of(response)["extensions"]["code"] == "BAD_USER_INPUT"
 

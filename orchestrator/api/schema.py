@@ -44,7 +44,7 @@ from orchestrator.auth import Identity
 from orchestrator.config import Settings
 from orchestrator.errors import BadInput, EngramError, Forbidden
 from orchestrator.ingest.documents import DocumentInput
-from orchestrator.recall import Evidence, Recaller
+from orchestrator.recall import Evidence, Recaller, RecallResult
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "graphql"
 PRINTED_SCHEMA = SCHEMA_DIR / "schema.printed.graphql"
@@ -157,15 +157,27 @@ def _evidence(ev: Evidence) -> dict[str, Any]:
     }
 
 
-@query.field("recall")
-def resolve_recall(_: None, info: Any, question: str, asker: str | None = None,
-                   budgetTokens: int | None = None, mode: str | None = None  # noqa: N803
-                   ) -> dict[str, Any]:
+def _recall(info: Any, question: str, asker: str | None, budget: int | None, mode: str | None
+            ) -> RecallResult:
     ctx = _ctx(info)
     if ctx.recaller is None:
         raise EngramError("recall is not configured on this server")
     # Recall binds the same identity in its own read-only transaction.
-    result = ctx.recaller.recall(ctx.identity, question, asker, budgetTokens, mode)
+    return ctx.recaller.recall(ctx.identity, question, asker, budget, mode)
+
+
+@query.field("memoryPrepare")
+def resolve_memory_prepare(_: None, info: Any, question: str, asker: str | None = None,
+                           budgetTokens: int | None = None, mode: str | None = None  # noqa: N803
+                           ) -> str:
+    return _recall(info, question, asker, budgetTokens, mode).rendered
+
+
+@query.field("recall")
+def resolve_recall(_: None, info: Any, question: str, asker: str | None = None,
+                   budgetTokens: int | None = None, mode: str | None = None  # noqa: N803
+                   ) -> dict[str, Any]:
+    result = _recall(info, question, asker, budgetTokens, mode)
     return {"question": result.question, "asker": result.asker,
             "budgetTokens": result.budget_tokens, "usedTokens": result.used_tokens,
             "rendered": result.rendered, "evidence": [_evidence(e) for e in result.evidence]}
@@ -287,7 +299,7 @@ def depth_limit(max_depth: int) -> type[ValidationRule]:
 COST_MAP: dict[str, dict[str, Any]] = {
     "Query": {"documents": {"complexity": 1, "multipliers": ["first"]},
               # One recall is a statement over every lane, an embedding and a rerank.
-              "recall": {"complexity": 50}},
+              "recall": {"complexity": 50}, "memoryPrepare": {"complexity": 50}},
 }
 
 
