@@ -248,6 +248,14 @@ class QueueWorker:
         report = BatchReport()
         nkeys = len(table.key_columns)
         with self.engine.begin() as conn:
+            # FOR SHARE: a model flip (FOR UPDATE) waits for batches in flight, and
+            # no batch starts under a model that is no longer active.
+            now_active = conn.execute(text(
+                "select name from worker.embedding_models where active for share")).scalar()
+            if now_active != model:
+                self._model = None
+                raise ModelMismatch(f"the active embedding model changed to {now_active}; "
+                                    f"this worker embeds with {model} and stops")
             rows = conn.execute(text(self._claim_sql(table)), {
                 "rel": table.name, "n": self.batch_rows, "tenants": self.tenants}).all()
             report.claimed = len(rows)
@@ -341,6 +349,100 @@ class QueueWorker:
                     {"t": r.tenant_id, "rel": table.name, "k": r.row_key, "d": delay,
                      "err": error})
         return report
+
+    # -- model change: backfill a candidate, then flip -------------------------
+
+    def _hash_expr(self, table: EmbeddableTable) -> str:
+        return (f"t.{_q(table.hash_column)}" if table.hash_column
+                else f"sha256(convert_to(t.{_q(table.text_column)}, 'UTF8'))")
+
+    def _candidate(self, conn: Connection, name: str) -> int:
+        row = conn.execute(text("select dimension, active from worker.embedding_models "
+                                "where name = :n"), {"n": name}).first()
+        if row is None:
+            raise ModelMismatch(f"{name} is not registered in worker.embedding_models; a DBA "
+                                "registers it first (name, dimension)")
+        return int(row[0])
+
+    def backfill(self, candidate: PassageEmbedder, *, batch: int = 256) -> int:
+        """Cache ``candidate``'s vector for every embedded text; rows are not touched.
+
+        Recall keeps reading the active model's vectors meanwhile. Returns the
+        number of texts embedded.
+        """
+        name = candidate.model_name
+        with self.engine.connect() as conn:
+            dimension = self._candidate(conn, name)
+        if dimension != candidate.dimension:
+            raise ModelMismatch(f"{name} is registered as {dimension}-d but the loaded model "
+                                f"gives {candidate.dimension}-d vectors")
+        done = 0
+        for table in self.tables:
+            while True:
+                with self.engine.begin() as conn:
+                    rows = conn.execute(text(
+                        f"select distinct on (t.tenant_id, {self._hash_expr(table)}) t.tenant_id, "
+                        f"{self._hash_expr(table)} as hash, t.{_q(table.text_column)} as body "
+                        f"from {_q(table.name)} t where t.embed_state = 'ready' "
+                        "and not exists (select 1 from worker.embedding_cache c where "
+                        f"c.tenant_id = t.tenant_id and c.model = :m and c.content_hash = "
+                        f"{self._hash_expr(table)}) limit :n"), {"m": name, "n": batch}).all()
+                    if not rows:
+                        break
+                    vectors = candidate.embed_passages([r.body for r in rows])
+                    conn.execute(text(
+                        "insert into worker.embedding_cache (tenant_id, model, content_hash, "
+                        "embedding) values (:t, :m, :h, cast(:v as vector)) on conflict do nothing"),
+                        [{"t": r.tenant_id, "m": name, "h": bytes(r.hash), "v": vector_literal(v)}
+                         for r, v in zip(rows, vectors, strict=True)])
+                    done += len(rows)
+        return done
+
+    def activate(self, name: str) -> dict[str, int]:
+        """Swap every ready row to ``name``'s cached vector and flip the registry, atomically.
+
+        Refused while a ready row has no cached vector under ``name`` (run
+        ``backfill`` first) or when the dimensions differ (the columns are typed).
+        Returns the rows switched per table.
+        """
+        switched: dict[str, int] = {}
+        with self.engine.begin() as conn:
+            models = conn.execute(text(
+                "select name, dimension, active from worker.embedding_models "
+                "where active or name = :n for update"), {"n": name}).all()
+            target = [m for m in models if m.name == name]
+            active = [m for m in models if m.active]
+            if not target:
+                raise ModelMismatch(f"{name} is not registered in worker.embedding_models")
+            if active and active[0].name == name:
+                return switched
+            if active and active[0].dimension != target[0].dimension:
+                raise ModelMismatch(
+                    f"{name} is {target[0].dimension}-d and the stored vectors are "
+                    f"{active[0].dimension}-d; a dimension change needs a migration of the "
+                    "embedding columns")
+            for table in self.tables:
+                missing = int(conn.execute(text(
+                    f"select count(*) from {_q(table.name)} t where t.embed_state = 'ready' "
+                    "and not exists (select 1 from worker.embedding_cache c where "
+                    f"c.tenant_id = t.tenant_id and c.model = :m and c.content_hash = "
+                    f"{self._hash_expr(table)})"), {"m": name}).scalar_one())
+                if missing:
+                    raise ModelMismatch(f"{missing} ready rows of {table.name} have no vector "
+                                        f"under {name} yet; run the backfill first")
+            for table in self.tables:
+                result = conn.execute(text(
+                    f"update {_q(table.name)} t set embedding = c.embedding, embed_model = :m, "
+                    "embedded_at = now() from worker.embedding_cache c "
+                    "where t.embed_state = 'ready' and c.tenant_id = t.tenant_id "
+                    f"and c.model = :m and c.content_hash = {self._hash_expr(table)}"),
+                    {"m": name})
+                switched[table.name] = int(result.rowcount)
+            conn.execute(text("update worker.embedding_models set active = false, "
+                              "activated_at = activated_at where active"))
+            conn.execute(text("update worker.embedding_models set active = true, "
+                              "activated_at = now() where name = :n"), {"n": name})
+        return switched
 
     # -- draining and waiting -------------------------------------------------
 

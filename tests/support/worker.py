@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,6 +102,19 @@ class WorkerDatabase:
 def worker_db(test_db) -> Iterator[WorkerDatabase]:  # type: ignore[no-untyped-def]
     """A database of its own, migrated to head, or to 0007 while a later revision blocks
     the worker's write-back (see ``worker_update_blocked``)."""
+    with worker_database(test_db) as db:
+        yield db
+
+
+@pytest.fixture
+def fresh_worker_db(test_db) -> Iterator[WorkerDatabase]:  # type: ignore[no-untyped-def]
+    """Like ``worker_db``, for a test that changes installation-wide state (the model)."""
+    with worker_database(test_db) as db:
+        yield db
+
+
+@contextmanager
+def worker_database(test_db) -> Iterator[WorkerDatabase]:  # type: ignore[no-untyped-def]
     from orchestrator.db import migrate
 
     head_admin = create_engine(test_db.admin_url, poolclass=pool.NullPool)
