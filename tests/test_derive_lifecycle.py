@@ -10,9 +10,7 @@ import pytest
 from sqlalchemy import Engine, func, select, text
 from typer.testing import CliRunner
 
-from orchestrator.auth.devkey import create_dev_key
 from orchestrator.cli.main import app
-from orchestrator.config import Settings
 from orchestrator.db.derive_models import DocumentUse
 from orchestrator.db.knowledge_models import UsageDaily, UsageEvent
 from orchestrator.db.models import Document
@@ -21,6 +19,7 @@ from orchestrator.derive import lifecycle
 from orchestrator.errors import BadInput, Forbidden, NotFound
 from orchestrator.ingest.documents import DocumentInput, put_document
 from tests.conftest import TenantFixture
+from tests.support.derive import cli_env  # noqa: F401
 
 Tenants = Callable[..., TenantFixture]
 LATER = timedelta(days=40)
@@ -188,21 +187,7 @@ def test_policy_validation_and_removal(app_engine: Engine, tenant_factory: Tenan
         assert not lifecycle.remove_policy(s, "notes")
 
 
-@pytest.fixture(scope="module")
-def cli_env(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    key = tmp_path_factory.mktemp("derive-auth") / "dev-signing-key.pem"
-    env = {"ENGRAM_HOME": str(settings.home), "ENGRAM_DB_PORT": str(settings.db_port),
-           "ENGRAM_DB_NAME": settings.db_name, "ENGRAM_AUTH_DEV_KEY_PATH": str(key),
-           "ENGRAM_AUTH_TRUST_DEV_KEY": "true"}
-    for name in ("database_url", "app_password"):
-        value = getattr(settings, name)
-        if value:
-            env[f"ENGRAM_{name.upper()}"] = value
-    create_dev_key(Settings(home=settings.home, auth_dev_key_path=key))
-    return env
-
-
-def test_cli_sweep_dry_run_then_apply(cli_env: dict[str, str], admin_engine: Engine,
+def test_cli_sweep_dry_run_then_apply(cli_env: dict[str, str], admin_engine: Engine,  # noqa: F811
                                       corpus: tuple[TenantFixture, dict[str, uuid.UUID]]) -> None:
     t, _ = corpus
     who = ["--tenant", t.org_id, "--scopes", "write:team"]

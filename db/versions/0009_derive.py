@@ -1,4 +1,4 @@
-"""Derived-memory jobs: lifecycle policies and per-document use.
+"""Derived-memory jobs: lifecycle policies, per-document use, extraction records.
 
 Why: the lifecycle sweep archives documents nobody has used for a while, per
 collection. Two things were missing for it:
@@ -15,6 +15,11 @@ collection. Two things were missing for it:
   A reader sees a row only when they can read its document (the policy joins
   ``sources.documents`` under the caller's RLS), so last-use times never leak
   the existence of hidden documents.
+* ``memory.extractions``: which chunk version (content hash) the entity
+  extractor has read and what it wrote (entities, claims, quarantined claims).
+  Claims are append-only statements, so without this record a second run
+  would assert every claim again; with it a run skips unchanged chunks. It
+  carries the chunk's scope set and the standard scoped policies.
 
 Revision ID: 0009_derive
 Revises: 0008_recall
@@ -32,6 +37,7 @@ branch_labels = None
 depends_on = None
 
 UUID = postgresql.UUID(as_uuid=True)
+UUIDS = postgresql.ARRAY(postgresql.UUID(as_uuid=True))
 TS = sa.DateTime(timezone=True)
 
 SQL = r"""
@@ -103,6 +109,27 @@ create policy document_use__select_owner on memory.document_use for select to en
     using (tenant_id = (select auth.tenant_id()));
 grant select on memory.document_use to engram_app;
 
+alter table memory.extractions enable row level security;
+alter table memory.extractions force row level security;
+create policy extractions__select_app on memory.extractions for select to engram_app
+    using (tenant_id = (select auth.tenant_id()) and scopes && (select auth.read_scopes()));
+create policy extractions__insert_app on memory.extractions for insert to engram_app
+    with check (tenant_id = (select auth.tenant_id()) and scopes <@ (select auth.write_scopes()));
+create policy extractions__update_app on memory.extractions for update to engram_app
+    using (tenant_id = (select auth.tenant_id()) and scopes <@ (select auth.write_scopes()))
+    with check (tenant_id = (select auth.tenant_id()) and scopes <@ (select auth.write_scopes()));
+create policy extractions__delete_app on memory.extractions for delete to engram_app
+    using (tenant_id = (select auth.tenant_id()) and scopes <@ (select auth.write_scopes()));
+create trigger tg_extractions__scopes before insert or update on memory.extractions
+    for each row execute function memory.tg_scoped__check();
+grant select, delete on memory.extractions to engram_app;
+grant insert (chunk_id, content_hash, scopes, model, entity_ids, claim_ids, quarantine_ids)
+    on memory.extractions to engram_app;
+grant update (content_hash, scopes, model, entity_ids, claim_ids, quarantine_ids, extracted_at)
+    on memory.extractions to engram_app;
+comment on table memory.extractions is
+    'Which chunk version the entity extractor read and what it wrote; reruns skip unchanged chunks.';
+
 comment on table memory.lifecycle_policies is
     'Per collection: archive a document after this many days without use (pinned ones are exempt).';
 comment on table memory.document_use is
@@ -139,14 +166,33 @@ def upgrade() -> None:
         sa.CheckConstraint("uses >= 0", name="ck_document_use_uses_nonnegative"),
         schema="memory",
     )
+    op.create_table(
+        "extractions",
+        sa.Column("tenant_id", UUID, server_default=sa.text("auth.tenant_id()"), nullable=False),
+        sa.Column("chunk_id", UUID, nullable=False),
+        sa.Column("content_hash", postgresql.BYTEA(), nullable=False),
+        sa.Column("scopes", UUIDS, nullable=False),
+        sa.Column("model", sa.Text(), nullable=False),
+        sa.Column("entity_ids", UUIDS, server_default=sa.text("'{}'"), nullable=False),
+        sa.Column("claim_ids", UUIDS, server_default=sa.text("'{}'"), nullable=False),
+        sa.Column("quarantine_ids", UUIDS, server_default=sa.text("'{}'"), nullable=False),
+        sa.Column("extracted_at", TS, server_default=sa.text("now()"), nullable=False),
+        sa.PrimaryKeyConstraint("tenant_id", "chunk_id", name="pk_extractions"),
+        sa.ForeignKeyConstraint(["tenant_id", "chunk_id"], ["sources.chunks.tenant_id", "sources.chunks.id"],
+                                name="fk_extractions_tenant_id_chunk_id_chunks", ondelete="CASCADE"),
+        sa.CheckConstraint("cardinality(scopes) >= 1", name="ck_extractions_scopes_nonempty"),
+        sa.CheckConstraint("length(model) between 1 and 200", name="ck_extractions_model_length"),
+        schema="memory",
+    )
     op.execute(SQL)
-    for table in ("memory.lifecycle_policies", "memory.document_use"):
+    for table in ("memory.lifecycle_policies", "memory.document_use", "memory.extractions"):
         op.execute(sa.text("select provenance.attach_chain(cast(:t as regclass))").bindparams(t=table))
 
 
 def downgrade() -> None:
     op.execute("drop trigger tg_usage_ledger__document_use on memory.usage_ledger")
     op.execute("drop function memory.tg_usage_ledger__document_use()")
+    op.drop_table("extractions", schema="memory")
     op.drop_table("document_use", schema="memory")
     op.drop_table("lifecycle_policies", schema="memory")
     op.execute("drop function memory.tg_lifecycle_policies__touch()")

@@ -125,3 +125,16 @@ def usage(
         _fail(f"--day {day!r} is not YYYY-MM-DD", 2)
     rows = _run(token, tenant, user, scopes, lambda s: lifecycle.aggregate_usage(s, which))
     out.print(f"{which.isoformat()}: {rows} usage_daily rows written")
+
+
+@derive_app.command("extract")
+def extract_job(
+    limit: Annotated[int, typer.Option(help="at most this many chunks per run")] = 1000,
+    token: Token = None, tenant: Tenant = None, user: User = "dev", scopes: Scopes = None,
+) -> None:
+    """Extract entities and low-confidence claims from chunks not yet read (idempotent)."""
+    from orchestrator.derive.extract import extract
+
+    report = _run(token, tenant, user, scopes, lambda s: extract(s, limit=limit))
+    out.print(f"{report.chunks} chunks read: {len(report.entities)} entities, {len(report.claims)} claims, "
+              f"{len(report.quarantined)} quarantined")

@@ -1,7 +1,7 @@
 """Mapped tables of the derive jobs (migration ``0009_derive``).
 
-Lifecycle policies per collection and the last use of each document; see the
-revision for why ``document_use`` exists beside the usage ledger.
+Lifecycle policies per collection, the last use of each document and the
+extractor's record of what it read; see the revision for why each exists.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from sqlalchemy import (
     Text,
 )
 from sqlalchemy import text as sql_text
-from sqlalchemy.dialects.postgresql import UUID
+from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
 from orchestrator.db.models import Base
@@ -65,3 +65,30 @@ class DocumentUse(Base):
     document_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
     uses: Mapped[int] = mapped_column(BigInteger, server_default=sql_text("0"))
     last_used_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Extraction(Base):
+    __tablename__ = "extractions"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "chunk_id", name="pk_extractions"),
+        ForeignKeyConstraint(["tenant_id", "chunk_id"], ["sources.chunks.tenant_id", "sources.chunks.id"],
+                             name="fk_extractions_tenant_id_chunk_id_chunks", ondelete="CASCADE"),
+        CheckConstraint("cardinality(scopes) >= 1", name="ck_extractions_scopes_nonempty"),
+        CheckConstraint("length(model) between 1 and 200", name="ck_extractions_model_length"),
+        {"schema": "memory"},
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True),
+                                                 server_default=sql_text("auth.tenant_id()"))
+    chunk_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
+    content_hash: Mapped[bytes] = mapped_column(BYTEA)
+    scopes: Mapped[list[uuid.UUID]] = mapped_column(ARRAY(UUID(as_uuid=True)))
+    model: Mapped[str] = mapped_column(Text)
+    entity_ids: Mapped[list[uuid.UUID]] = mapped_column(ARRAY(UUID(as_uuid=True)),
+                                                        server_default=sql_text("'{}'"))
+    claim_ids: Mapped[list[uuid.UUID]] = mapped_column(ARRAY(UUID(as_uuid=True)),
+                                                       server_default=sql_text("'{}'"))
+    quarantine_ids: Mapped[list[uuid.UUID]] = mapped_column(ARRAY(UUID(as_uuid=True)),
+                                                            server_default=sql_text("'{}'"))
+    extracted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True),
+                                                   server_default=sql_text("now()"))
