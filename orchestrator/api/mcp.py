@@ -1,26 +1,43 @@
 """MCP tools (the official ``mcp`` SDK) over the in-process client.
 
-``engram mcp`` serves these tools on stdio for one agent. Its identity is the
-token in ``ENGRAM_TOKEN``, verified at start exactly like a bearer token; a
-token that does not verify stops the server before it answers anything. Every
-tool call is one transaction under that identity (``orchestrator.client``), so
-the scope lattice and row level security apply as they do over GraphQL; a
+Two transports, one set of tools:
+
+* ``engram mcp`` serves them on stdio for one agent. Its identity is the token
+  in ``ENGRAM_TOKEN``, verified at start exactly like a bearer token; a token
+  that does not verify stops the server before it answers anything;
+* ``engram mcp --http`` serves streamable HTTP; every request carries its own
+  bearer token, which the SDK's bearer middleware hands to ``BearerVerifier``
+  (Engram's verifier): no token or a bad one is a 401 before any tool runs,
+  and each tool call acts as the identity of the request's token.
+
+Every tool call is one transaction under that identity (``orchestrator.client``),
+so the scope lattice and row level security apply as they do over GraphQL; a
 refusal comes back as a tool error carrying Engram's error code.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+import anyio
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError as SdkToolError
+from pydantic import AnyHttpUrl
+from sqlalchemy import Engine
 
+from orchestrator.auth.tokens import TokenVerifier, identity_from_claims
 from orchestrator.client import Engram
+from orchestrator.config import Settings
 from orchestrator.errors import EngramError
 from orchestrator.ingest import knowledge as kn
 from orchestrator.ingest import memory as mem
+from orchestrator.recall import Recaller
 
 
 class ToolError(SdkToolError):
@@ -35,15 +52,54 @@ def _call(fn: Any, *args: Any, **kw: Any) -> Any:
         raise ToolError(f"{exc.code}: {exc.message}") from exc
 
 
-def build_server(engram: Engram) -> MCPServer[Any]:
+class BearerVerifier:
+    """The SDK's token-verifier protocol over Engram's ``TokenVerifier``."""
+
+    def __init__(self, verifier: TokenVerifier) -> None:
+        self.verifier = verifier
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        try:
+            claims = await anyio.to_thread.run_sync(self.verifier.claims, token)
+            identity = identity_from_claims(claims)
+        except EngramError:
+            return None
+        return AccessToken(token=token, client_id=identity.user_id, subject=identity.user_id,
+                           scopes=sorted(claims.get("scope", "").split())
+                           if isinstance(claims.get("scope"), str) else [],
+                           expires_at=int(claims["exp"]), resource=None)
+
+
+def http_server(settings: Settings, engine: Engine, host: str, port: int) -> MCPServer[Any]:
+    """Streamable HTTP: each tool call acts as the identity of its request's bearer token."""
+    verifier = TokenVerifier.from_settings(settings)
+    recaller = Recaller(engine, settings)
+
+    def engram_for() -> Engram:
+        access = get_access_token()
+        if access is None:  # the bearer middleware lets no such request through
+            raise ToolError("UNAUTHENTICATED: no bearer token")
+        client: Engram = _call(Engram, engine, access.token, settings, verifier=verifier,
+                               recaller=recaller)
+        return client
+
+    issuer = settings.auth_issuer or f"http://{host}:{port}/{settings.auth_dev_issuer}"
+    auth = AuthSettings(issuer_url=AnyHttpUrl(issuer),
+                        resource_server_url=AnyHttpUrl(f"http://{host}:{port}/mcp"))
+    return build_server(engram_for, auth=auth, token_verifier=BearerVerifier(verifier))
+
+
+def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None = None,
+                 token_verifier: BearerVerifier | None = None) -> MCPServer[Any]:
     server: MCPServer[Any] = MCPServer(
-        name="engram", instructions="Engram memory: recall evidence, remember, record facts.")
+        name="engram", instructions="Engram memory: recall evidence, remember, record facts.",
+        auth=auth, token_verifier=token_verifier)
 
     @server.tool()
     def recall(question: str, asker: str | None = None, budget_tokens: int | None = None
                ) -> dict[str, Any]:
         """Evidence for a question from everything this identity may read, within a token budget."""
-        result = _call(engram.recall, question, asker=asker, budget_tokens=budget_tokens)
+        result = _call(engram_for().recall, question, asker=asker, budget_tokens=budget_tokens)
         return {"rendered": result.rendered, "used_tokens": result.used_tokens,
                 "evidence": [{"text": e.text, "provenance": str(e.provenance),
                               "scopes": [s.name for s in e.scopes],
@@ -54,14 +110,14 @@ def build_server(engram: Engram) -> MCPServer[Any]:
     def memory_prepare(question: str, asker: str | None = None, budget_tokens: int | None = None
                        ) -> str:
         """One prompt-ready string of the evidence for a question."""
-        return str(_call(engram.recall, question, asker=asker, budget_tokens=budget_tokens).rendered)
+        return str(_call(engram_for().recall, question, asker=asker, budget_tokens=budget_tokens).rendered)
 
     @server.tool()
     def remember(session_id: str, text: str, scopes: list[str], ttl_seconds: int = 86400) -> str:
         """Keep a recent session item; returns its id."""
         if ttl_seconds <= 0:
             raise ToolError("BAD_USER_INPUT: ttl_seconds must be positive")
-        with engram.session() as s:
+        with engram_for().session() as s:
             return str(_call(mem.add_working_memory, s, session_id, text, scopes,
                              ttl=timedelta(seconds=ttl_seconds)))
 
@@ -70,7 +126,7 @@ def build_server(engram: Engram) -> MCPServer[Any]:
                     value: str | float | bool | None = None, object_id: str | None = None,
                     kind: str = "world_fact", confidence: float = 1.0) -> dict[str, Any]:
         """Assert a claim about an entity; it lands or is quarantined with the reasons."""
-        with engram.session() as s:
+        with engram_for().session() as s:
             result = _call(kn.assert_fact, s, kn.FactInput(
                 subject_id=_id(subject_id), predicate=predicate, text=text, scopes=tuple(scopes),
                 value=value, object_id=_id(object_id) if object_id else None,
@@ -82,7 +138,7 @@ def build_server(engram: Engram) -> MCPServer[Any]:
     def record_decision(category: str, scenario: str, reasoning: str, confidence: float,
                         scopes: list[str], outcome: str | None = None) -> str:
         """Record a decision with its reasoning; returns its id."""
-        with engram.session() as s:
+        with engram_for().session() as s:
             return str(_call(mem.record_decision, s, mem.DecisionInput(
                 category, scenario, reasoning, confidence, tuple(scopes), outcome)))
 
@@ -91,7 +147,7 @@ def build_server(engram: Engram) -> MCPServer[Any]:
                          state: str | None = None, first: int = 20, after: str | None = None
                          ) -> dict[str, Any]:
         """Readable documents (no bodies), ordered by collection and path, with a next cursor."""
-        page = _call(engram.documents, first=first, after=after, collection=collection, kind=kind,
+        page = _call(engram_for().documents, first=first, after=after, collection=collection, kind=kind,
                      state=state)
         return {"documents": [{"id": str(v.id), "collection": v.collection, "path": v.path,
                                "title": v.title, "kind": v.kind, "state": v.state}
@@ -101,7 +157,7 @@ def build_server(engram: Engram) -> MCPServer[Any]:
     @server.tool()
     def get_document(collection: str, path: str) -> dict[str, Any] | None:
         """One readable document with its body, or null."""
-        view = _call(engram.document, collection, path)
+        view = _call(engram_for().document, collection, path)
         if view is None:
             return None
         return {"id": str(view.id), "title": view.title, "body": view.body, "kind": view.kind,
@@ -111,7 +167,7 @@ def build_server(engram: Engram) -> MCPServer[Any]:
     @server.tool()
     def mark_used(claim_ids: list[str]) -> int:
         """Feedback: these recalled facts were used."""
-        with engram.session() as s:
+        with engram_for().session() as s:
             return int(_call(kn.touch_facts, s, [_id(c) for c in claim_ids]))
 
     return server

@@ -94,22 +94,36 @@ def serve(
 
 
 def mcp(
-    token: Annotated[str | None, typer.Option(envvar="ENGRAM_TOKEN", help="bearer token")] = None,
+    token: Annotated[str | None, typer.Option(envvar="ENGRAM_TOKEN", help="bearer token (stdio)")] = None,
+    http: Annotated[bool, typer.Option("--http", help="streamable HTTP; bearer token per request")] = False,
+    host: Annotated[str | None, typer.Option(help="address for --http")] = None,
+    port: Annotated[int, typer.Option(help="port for --http")] = 8701,
 ) -> None:
-    """Serve Engram's MCP tools on stdio for the identity of ENGRAM_TOKEN."""
-    from orchestrator.api.mcp import build_server
+    """Serve Engram's MCP tools: stdio for the identity of ENGRAM_TOKEN, or --http."""
+    from orchestrator.api.mcp import build_server, http_server
     from orchestrator.client import Engram
     from orchestrator.errors import EngramError
 
+    settings = Settings()
+    if http:
+        from orchestrator.db.engine import Database, make_app_engine
+
+        engine = make_app_engine(Database(settings).app_url())
+        host = host or settings.api_host
+        try:
+            http_server(settings, engine, host, port).run("streamable-http", host=host, port=port)
+        finally:
+            engine.dispose()
+        return
     if not token:
         typer.echo("error: set ENGRAM_TOKEN (or --token) to the agent's bearer token", err=True)
         raise typer.Exit(2)
     try:
-        engram = Engram.connect(token, Settings())
+        engram = Engram.connect(token, settings)
     except EngramError as exc:
         typer.echo(f"error: {exc} ({exc.code})", err=True)
         raise typer.Exit(2) from exc
     try:
-        build_server(engram).run("stdio")
+        build_server(lambda: engram).run("stdio")
     finally:
         engram.close()
