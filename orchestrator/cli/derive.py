@@ -138,3 +138,15 @@ def extract_job(
     report = _run(token, tenant, user, scopes, lambda s: extract(s, limit=limit))
     out.print(f"{report.chunks} chunks read: {len(report.entities)} entities, {len(report.claims)} claims, "
               f"{len(report.quarantined)} quarantined")
+
+
+@derive_app.command("communities")
+def communities_job(
+    token: Token = None, tenant: Tenant = None, user: User = "dev", scopes: Scopes = None,
+) -> None:
+    """Recluster the entity graph per scope set; only changed communities are re-summarised."""
+    from orchestrator.derive.communities import rebuild
+
+    r = _run(token, tenant, user, scopes, rebuild)
+    out.print(f"{r.scope_sets} scope sets: {r.inserted} inserted, {r.updated} updated, "
+              f"{r.deleted} deleted, {r.unchanged} unchanged")
