@@ -155,3 +155,34 @@ def test_cli_extract(admin_engine: Engine, app_engine: Engine, tenant: TenantFix
     assert first.output.startswith("1 chunks read:")
     again = CliRunner().invoke(app, ["derive", "extract", *who], env=cli_env)
     assert again.output.startswith("0 chunks read: 0 entities, 0 claims")
+
+
+def test_killed_mid_run_then_restarted_has_no_duplicates(app_engine: Engine, admin_engine: Engine,
+                                                         tenant: TenantFixture,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import orchestrator.derive.extract as job
+
+    t = tenant
+    _put(app_engine, t, "ada.md", TEAM_TEXT, ("team",))
+    _put(app_engine, t, "grace.md", EXEC_TEXT, ("team",))
+    real = job.record_derivation
+    calls = [0]
+
+    def crash_on_third(*args: object, **kw: object) -> object:
+        calls[0] += 1
+        if calls[0] == 3:
+            raise KeyboardInterrupt("killed")  # the process dies mid-run
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    before = _counts(admin_engine, t)
+    monkeypatch.setattr(job, "record_derivation", crash_on_third)
+    with pytest.raises(KeyboardInterrupt), bound_session(app_engine, t.identity(write=("team",))) as s:
+        extract(s)
+    assert _counts(admin_engine, t) == before  # the run's one transaction rolled back
+    monkeypatch.setattr(job, "record_derivation", real)
+    with bound_session(app_engine, t.identity(write=("team",))) as s:
+        done = extract(s)
+        mentions = s.execute(select(FactClaim.subject_id).where(FactClaim.predicate == "mentioned_in")
+                             ).scalars().all()
+    assert done.chunks == 2
+    assert len(mentions) == len(set(mentions))  # one mention claim per entity and chunk
