@@ -6,15 +6,20 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
+import httpx2
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from sqlalchemy import Engine
 
+from orchestrator.db.server import free_port
 from tests.conftest import TenantFixture
 from tests.support.api import ApiServer, api_home, api_server  # noqa: F401
 from tests.support.knowledge import counts
@@ -89,3 +94,45 @@ def test_a_bad_token_stops_the_server_before_it_answers(api_server: ApiServer) -
     proc = subprocess.run([ENGRAM, "mcp"], env=server_env(api_server, "not-a-token"),
                           input="", capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "not a well-formed JWT" in proc.stderr and proc.stdout == ""
+
+
+def test_streamable_http_needs_a_bearer_token_per_request(api_server: ApiServer,  # noqa: F811
+                                                          tenant_factory: Tenants) -> None:
+    t, other = tenant_factory("team"), tenant_factory("team")
+    writer = api_server.token(t.org_id, "agent", ("write:team",))
+    api_server.gql(writer, """mutation { upsertDocument(input: {collection: "notes", path: "h.md",
+        title: "Over HTTP", body: "Served by streamable HTTP.", scopes: ["team"]}) { created } }""")
+    port = free_port()
+    env = server_env(api_server, "")
+    env.pop("ENGRAM_TOKEN")
+    proc = subprocess.Popen([ENGRAM, "mcp", "--http", "--port", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                refused = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, timeout=2)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline, "engram mcp --http did not start"
+                time.sleep(0.2)
+        assert refused.status_code == 401
+        forged = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, timeout=5,
+                            headers={"authorization": f"Bearer {writer[:-4]}AAAA"})
+        assert forged.status_code == 401
+
+        async def fetch(token: str) -> Any:
+            async with httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}) as http, \
+                    streamable_http_client(url, http_client=http) as (read, write), \
+                    ClientSession(read, write) as client:
+                await client.initialize()
+                return payload(await client.call_tool("get_document",
+                                                      {"collection": "notes", "path": "h.md"}))
+
+        assert anyio.run(fetch, writer)["title"] == "Over HTTP"
+        # Another tenant's token over the same server sees nothing of it.
+        assert anyio.run(fetch, api_server.token(other.org_id, "m", ("read:team",))) is None
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
