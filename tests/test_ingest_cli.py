@@ -168,3 +168,17 @@ def test_front_matter_parsing() -> None:
     assert meta == {"kind": "project", "title": "Quoted"} and body == "Body\n"
     with pytest.raises(BadInput, match="line 2 is not 'key: value'"):
         parse_front_matter("---\njust words\n---\n")
+
+
+def test_remember_cli(cli_env: dict[str, str], tenant_factory: Tenants, admin_engine: Engine) -> None:
+    t = tenant_factory("team")
+    code, output = run(cli_env, "remember", "User prefers tea.", "--session", "s9",
+                       "--tenant", t.org_id, "--scopes", "write:team", "--user", "ann")
+    assert code == 0 and "remembered" in output and "in session s9 (team)" in output
+    code, output = run(cli_env, "remember", "nope", "--tenant", t.org_id, "--scopes", "read:team",
+                       "--scope", "team")
+    assert code == 1 and "FORBIDDEN" in output
+    with admin_engine.connect() as conn:
+        rows = conn.execute(text("select text, session_id, user_id from memory.working_memory "
+                                 "where tenant_id = :t"), {"t": t.id}).all()
+    assert [tuple(r) for r in rows] == [("User prefers tea.", "s9", "ann")]

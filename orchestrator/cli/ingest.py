@@ -237,3 +237,38 @@ def ingest(
         err.print(f"[red]failed:[/red] {where}: {why}")
     if summary.failed:
         raise typer.Exit(1)
+
+
+def remember(
+    text: Annotated[str, typer.Argument(help="what to remember")],
+    session_id: Annotated[str, typer.Option("--session", help="the conversation it belongs to")] = "cli",
+    scope: Annotated[list[str] | None, typer.Option(help="scope(s) to share it into (repeatable)")] = None,
+    ttl: Annotated[int, typer.Option(help="seconds it stays recallable")] = 86_400,
+    token: Annotated[str | None, typer.Option(envvar="ENGRAM_TOKEN", help="bearer token")] = None,
+    tenant: Annotated[str | None, typer.Option(help="mint a dev-key token for this tenant")] = None,
+    user: Annotated[str, typer.Option(help="user of a minted token")] = "dev",
+    scopes: Annotated[str | None, typer.Option(help="scopes of a minted token, e.g. write:team")] = None,
+) -> None:
+    """Remember a working-memory item for the token's user; prints its id."""
+    from datetime import timedelta
+
+    from orchestrator.db.engine import Database, make_app_engine
+    from orchestrator.ingest.memory import add_working_memory
+
+    settings = Settings()
+    try:
+        identity = cli_identity(settings, token=token, tenant=tenant, user=user, scopes=scopes)
+    except EngramError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    chosen = [s for v in scope for s in parse_scopes(v)] if scope else sorted(identity.write_scopes)
+    engine = make_app_engine(Database(settings).app_url(), pool_size=1)
+    try:
+        with bound_session(engine, identity) as session:
+            item = add_working_memory(session, session_id, text, chosen, ttl=timedelta(seconds=ttl))
+    except EngramError as exc:
+        err.print(f"[red]error:[/red] {exc} ({exc.code})")
+        raise typer.Exit(1) from exc
+    finally:
+        engine.dispose()
+    out.print(f"remembered {item} in session {session_id} ({', '.join(chosen)})")

@@ -16,7 +16,7 @@ from rich.console import Console
 from orchestrator.cli.audit import audit_app
 from orchestrator.cli.auth import auth_app
 from orchestrator.cli.derive import derive_app, lifecycle_app
-from orchestrator.cli.ingest import ingest
+from orchestrator.cli.ingest import ingest, remember
 from orchestrator.cli.models import models_app
 from orchestrator.cli.recall import register as register_recall
 from orchestrator.cli.serve import mcp, serve
@@ -43,6 +43,7 @@ app.add_typer(models_app, name="models")
 app.command("serve")(serve)
 app.command("mcp")(mcp)
 app.command("ingest")(ingest)
+app.command("remember")(remember)
 register_recall(app)
 
 out = Console()
