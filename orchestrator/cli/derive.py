@@ -150,3 +150,15 @@ def communities_job(
     r = _run(token, tenant, user, scopes, rebuild)
     out.print(f"{r.scope_sets} scope sets: {r.inserted} inserted, {r.updated} updated, "
               f"{r.deleted} deleted, {r.unchanged} unchanged")
+
+
+@derive_app.command("profiles")
+def profiles_job(
+    token: Token = None, tenant: Tenant = None, user: User = "dev", scopes: Scopes = None,
+) -> None:
+    """Build or refresh person profiles per scope set; unchanged profiles are not rewritten."""
+    from orchestrator.derive.profiles import refresh
+
+    r = _run(token, tenant, user, scopes, refresh)
+    out.print(f"profiles: {r.inserted} inserted, {r.updated} updated, {r.deleted} deleted, "
+              f"{r.unchanged} unchanged")
