@@ -114,7 +114,8 @@ def main() -> None:
         print(f"reranker: {'available' if recaller.reranker.available else 'unavailable'}")
         questions = [" ".join(rng.choice(WORDS) for _ in range(6)) + "?"
                      for _ in range(args.queries)]
-        for label, org, size in (("largest", orgs[0], sizes[0]), ("smallest", orgs[-1], sizes[-1])):
+        for label, org, size in (("largest-share", orgs[0], sizes[0]),
+                                 ("smallest", orgs[-1], sizes[-1])):
             ident = Identity.of(org, "reader", read=["team"])
             recaller.recall(ident, "warm up the caches")
             stages: dict[str, list[float]] = defaultdict(list)
