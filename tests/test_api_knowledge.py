@@ -108,3 +108,18 @@ def test_cross_tenant_knowledge_ids(api_server: ApiServer, tenant_factory: Tenan
     assert "does not exist in this tenant or is not visible" in error["message"]
     assert "Annie" not in response.text
     assert counts(admin_engine, a.id) == before
+
+
+def test_keyed_facts_newest_as_of_is_current(api_server: ApiServer,  # noqa: F811
+                                             tenant_factory: Tenants) -> None:
+    t = tenant_factory("team")
+    token = writer(api_server, t)
+    acme = api_server.gql(token, ENTITY, {"n": "Acme"})["resolveEntity"]
+    for as_of, value in (("2025-01-01T00:00:00Z", "40"), ("2026-01-01T00:00:00Z", "55")):
+        result = api_server.gql(token, ASSERT, {"i": fact(acme, "headcount", value, factKey="acme.headcount",
+                                                          asOf=as_of, authority=5)})["assertFact"]
+        assert result["claimId"] and not result["quarantined"]
+    facts = api_server.gql(token, "query($e: ID!) { facts(entityId: $e) { objectValue factKey asOf } }",
+                           {"e": acme})["facts"]
+    assert [(f["objectValue"], f["factKey"]) for f in facts] == [("55", "acme.headcount")]
+    assert facts[0]["asOf"].startswith("2026-01-01")
