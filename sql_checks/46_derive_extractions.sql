@@ -32,7 +32,7 @@ reset role;
 select tests.act_as('t-ex-a', 'bob', array['team'], '{}');
 select lives_ok('update memory.extractions set model = ''x''', 'extractions: update by a reader runs...');
 reset role;
-select is((select model from memory.extractions), 'test-model', '...and changes nothing (update deny)');
+select is((select model from memory.extractions where tenant_id = tests.tenant('t-ex-a')), 'test-model', '...and changes nothing (update deny)');
 select tests.act_as('t-ex-b', 'alice', array['team'], array['team']);
 select is_empty('select 1 from memory.extractions', 'extractions: select deny in another tenant');
 reset role;
