@@ -329,3 +329,31 @@ def test_verify_chain_is_for_auditors_and_sees_tampering(api_server: ApiServer, 
                  {"t": t.id})
     report = api_server.gql(auditor, q)["verifyChain"]
     assert not report["ok"] and report["rowProblems"]
+
+
+def test_provenance_lineage_for_auditors_of_their_own_tenant(api_server: ApiServer,  # noqa: F811
+                                                             tenant_factory: Tenants,
+                                                             app_engine: Engine) -> None:
+    from orchestrator.audit.lineage import record_derivation
+    from orchestrator.db.session import bound_session
+
+    t, other = tenant_factory("team"), tenant_factory("team")
+    token = writer(api_server, t)
+    source = upsert(api_server, token, "source.md")["document"]["id"]
+    summary = upsert(api_server, token, "summary.md")["document"]["id"]
+    with bound_session(app_engine, t.identity("deriver", write=("team",))) as s:
+        record_derivation(s, ("sources.documents", {"id": summary}), [("sources.documents", {"id": source})])
+    q = """query($r: JSON!) { provenance(table: "sources.documents", rowId: $r) {
+             proven nodes { table rowId eventSeqs }
+             edges { relation sourceRowId derivedRowId eventSeq } } }"""
+    response = api_server.post(token, q, {"r": {"id": summary}})
+    assert error_of(response)["extensions"]["code"] == "FORBIDDEN"
+    auditor = api_server.token(t.org_id, "audrey", ("read:team", "engram:auditor"))
+    found = api_server.gql(auditor, q, {"r": {"id": summary}})["provenance"]
+    assert found["proven"] and [(e["relation"], e["sourceRowId"]) for e in found["edges"]] == \
+        [("wasDerivedFrom", {"id": source})]
+    assert all(n["eventSeqs"] for n in found["nodes"]) and found["edges"][0]["eventSeq"]
+    stranger = api_server.token(other.org_id, "audrey", ("read:team", "engram:auditor"))
+    assert api_server.gql(stranger, q, {"r": {"id": summary}})["provenance"]["edges"] == []
+    response = api_server.post(auditor, q, {"r": [1]})
+    assert error_of(response)["extensions"]["code"] == "BAD_USER_INPUT"

@@ -183,18 +183,48 @@ def resolve_recall(_: None, info: Any, question: str, asker: str | None = None,
             "rendered": result.rendered, "evidence": [_evidence(e) for e in result.evidence]}
 
 
+def _auditor(ctx: RequestContext, what: str) -> tuple[Engine, Any]:
+    """The auditor engine and the caller's tenant id, for auditor-only fields."""
+    if "auditor" not in ctx.identity.roles:
+        raise Forbidden(f"{what} is for auditors: the token needs the engram:auditor scope")
+    if ctx.auditor_engine is None:
+        raise EngramError("no auditor connection is configured on this server")
+    return ctx.auditor_engine(), ctx.session.execute(select(func.auth.tenant_id())).scalar_one()
+
+
+@query.field("provenance")
+def resolve_provenance(_: None, info: Any, table: str, rowId: Any,  # noqa: N803
+                       direction: str = "back", maxDepth: int = 10) -> dict[str, Any]:  # noqa: N803
+    from orchestrator.audit.lineage import lineage
+
+    if not isinstance(rowId, dict):
+        raise BadInput('rowId is the row\'s key as a JSON object, e.g. {"id": "..."}')
+    engine, tenant = _auditor(_ctx(info), "provenance")
+    # Read as engram_auditor, always for the caller's own tenant: keys and hashes, no content.
+    with engine.connect() as conn:
+        found = lineage(conn, tenant, table, rowId, direction=direction,  # type: ignore[arg-type]
+                        max_depth=maxDepth)
+    return {
+        "proven": found.proven(),
+        "nodes": [{"table": n.table, "rowId": n.row_id, "eventSeqs": [e.seq for e in n.events]}
+                  for n in found.nodes.values()],
+        "edges": [{"relation": e.relation, "derivedTable": e.derived[0],
+                   "derivedRowId": found.nodes[e.derived].row_id,
+                   "sourceTable": e.source[0] if e.source else None,
+                   "sourceRowId": found.nodes[e.source].row_id if e.source else None,
+                   "sourceAgentId": str(e.source_agent_id) if e.source_agent_id else None,
+                   "depth": e.depth, "eventSeq": e.event.seq if e.event else None}
+                  for e in found.edges],
+    }
+
+
 @query.field("verifyChain")
 def resolve_verify_chain(_: None, info: Any, rows: bool = True) -> dict[str, Any]:
     from orchestrator.audit import chain
 
-    ctx = _ctx(info)
-    if "auditor" not in ctx.identity.roles:
-        raise Forbidden("verifyChain is for auditors: the token needs the engram:auditor scope")
-    if ctx.auditor_engine is None:
-        raise EngramError("no auditor connection is configured on this server")
-    tenant = ctx.session.execute(select(func.auth.tenant_id())).scalar_one()
+    engine, tenant = _auditor(_ctx(info), "verifyChain")
     # The chain is read as engram_auditor, and only the caller's own tenant's.
-    with ctx.auditor_engine().connect() as conn:
+    with engine.connect() as conn:
         reports = chain.verify(conn, tenant, rows=rows)
     if not reports:
         return {"ok": True, "checked": 0, "headSeq": None, "headHash": None, "brokenAt": None,
