@@ -55,7 +55,8 @@ select is(provenance.row_version('sources.documents',
              (select jsonb_build_object('id', id) from sources.documents where path = 'a.md')) is not null,
           true, 'row_version allow: a visible row');
 reset role;
-select set_config('tests.secret', (select id::text from sources.documents where path = 'secret.md'), true);
+select set_config('tests.secret', (select id::text from sources.documents
+                                   where path = 'secret.md' and tenant_id = tests.tenant('t-prov-p1')), true);
 select tests.act_as('t-prov-p1', 'alice', array['team'], array['team']);
 select is(provenance.row_version('sources.documents', jsonb_build_object('id', current_setting('tests.secret'))),
           null, 'row_version deny: a row in a scope the caller cannot read has no version for it');

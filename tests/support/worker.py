@@ -42,20 +42,6 @@ def build_tiny_cross_encoder(target: Path, *, max_positions: int = 128, seed: in
 
 # -- a database for the queue tests -------------------------------------------------
 
-WORKER_REVISION = "0007_embedding_models"
-
-
-def worker_update_blocked(admin: Engine) -> str | None:
-    """Why the worker cannot update chunks at head, or None when it can."""
-    with admin.connect() as conn:
-        blocked = conn.execute(text(
-            "select to_regclass('recall.lexical_stats') is not null "
-            "and not has_schema_privilege('engram_worker', 'recall', 'usage')")).scalar()
-    if blocked:
-        return ("0008's statement trigger recall.tg_chunks__lexical_stats runs as the updating "
-                "role and needs schema recall, auth.tenants and recall.lexical_stats, which "
-                "engram_worker must not have")
-    return None
 
 
 @dataclass
@@ -100,8 +86,7 @@ class WorkerDatabase:
 
 @pytest.fixture(scope="session")
 def worker_db(test_db) -> Iterator[WorkerDatabase]:  # type: ignore[no-untyped-def]
-    """A database of its own, migrated to head, or to 0007 while a later revision blocks
-    the worker's write-back (see ``worker_update_blocked``)."""
+    """A database of its own, migrated to head (the queue tests change installation state)."""
     with worker_database(test_db) as db:
         yield db
 
@@ -117,9 +102,7 @@ def fresh_worker_db(test_db) -> Iterator[WorkerDatabase]:  # type: ignore[no-unt
 def worker_database(test_db) -> Iterator[WorkerDatabase]:  # type: ignore[no-untyped-def]
     from orchestrator.db import migrate
 
-    head_admin = create_engine(test_db.admin_url, poolclass=pool.NullPool)
-    revision = "head" if worker_update_blocked(head_admin) is None else WORKER_REVISION
-    head_admin.dispose()
+    revision = "head"
     name = f"engram_wk_{uuid.uuid4().hex[:8]}"
     root = create_engine(test_db.admin_url, isolation_level="AUTOCOMMIT", poolclass=pool.NullPool)
     with root.connect() as conn:
