@@ -11,23 +11,9 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection, create_engine, pool, text
 
-from orchestrator.db.schema import ENGRAM_SCHEMAS, TIER_INDEXES, metadata
+from orchestrator.db.schema import COMPARE_OPTIONS, metadata
 
 config = context.config
-
-
-def include_object(obj, name, type_, reflected, compare_to):  # type: ignore[no-untyped-def]
-    if type_ == "table":
-        return obj.schema in ENGRAM_SCHEMAS
-    if type_ == "index" and name in TIER_INDEXES:
-        return False
-    return True
-
-
-def include_name(name, type_, parent_names):  # type: ignore[no-untyped-def]
-    if type_ == "schema":
-        return name in ENGRAM_SCHEMAS
-    return True
 
 
 def _run(connection: Connection) -> None:
@@ -47,11 +33,8 @@ def _run(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=metadata,
-        include_schemas=True,
-        include_object=include_object,
-        include_name=include_name,
-        compare_type=True,
         transactional_ddl=True,
+        **COMPARE_OPTIONS,
     )
     with context.begin_transaction():
         context.run_migrations()
