@@ -19,13 +19,10 @@ any error occurred, a write is missing, or the chain does not verify. Usage::
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-import tempfile
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import httpx
 import uvicorn
@@ -35,9 +32,8 @@ from orchestrator.admin import create_scope, create_tenant
 from orchestrator.api.app import create_app
 from orchestrator.audit import chain
 from orchestrator.auth.devkey import create_dev_key, mint_token
-from orchestrator.config import Settings
-from orchestrator.db.engine import Database, make_app_engine
-from orchestrator.db.migrate import migrate
+from orchestrator.db.engine import make_app_engine
+from orchestrator.db.scratch import scratch_database
 from orchestrator.db.server import free_port
 
 RECALL = "query($q: String!) { recall(question: $q, budgetTokens: 800) { usedTokens } }"
@@ -62,15 +58,9 @@ def main() -> None:
     args = ap.parse_args()
     counts = [int(c) for c in args.clients.split(",") if c.strip()]
 
-    home = Path(tempfile.mkdtemp(prefix="engram-api-bench-"))
-    home.chmod(0o755)
-    settings = Settings(home=home / "home", db_port=free_port(), db_name="engram_bench",
-                        auth_trust_dev_key=True)
-    db = Database(settings)
-    db.server.start()
     failed = False
-    try:
-        migrate(db)
+    with scratch_database(auth_trust_dev_key=True) as db:
+        settings = db.settings
         org = f"bench-{uuid.uuid4().hex[:8]}"
         tenant = create_tenant(db, org, org)
         create_scope(db, org, "team", "Load test scope")
@@ -160,9 +150,6 @@ def main() -> None:
               f"({sum(r.checked for r in reports)} events)")
         failed = failed or not ok
         engine.dispose()
-    finally:
-        db.server.stop()
-        shutil.rmtree(home, ignore_errors=True)
     sys.exit(1 if failed else 0)
 
 

@@ -25,22 +25,17 @@ changing load), throughputs are the best round of each side. Usage::
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, insert, text
 
 from orchestrator.auth import Identity
-from orchestrator.config import Settings
-from orchestrator.db.engine import Database, make_app_engine
-from orchestrator.db.migrate import migrate
+from orchestrator.db.engine import make_app_engine
 from orchestrator.db.models import Chunk
-from orchestrator.db.server import free_port
+from orchestrator.db.scratch import scratch_database
 from orchestrator.db.session import bound_session
 from orchestrator.ingest.documents import DocumentInput, put_document
 
@@ -137,12 +132,7 @@ def main() -> None:
     ap.add_argument("--statements", type=int, default=8, help="multi-row INSERTs per round")
     args = ap.parse_args()
 
-    home = Path(tempfile.mkdtemp(prefix="engram-bench-"))
-    home.chmod(0o755)
-    db = Database(Settings(home=home / "home", db_port=free_port(), db_name="engram_bench"))
-    db.server.start()
-    try:
-        migrate(db)
+    with scratch_database() as db:
         admin = create_engine(db.admin_url())
         app = make_app_engine(db.app_url())
 
@@ -201,9 +191,6 @@ def main() -> None:
               f"({problems} problems; rows written with the chain off are reported, as they should be)")
         admin.dispose()
         app.dispose()
-    finally:
-        db.server.stop()
-        shutil.rmtree(home, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shutil
-import tempfile
 import time
 import uuid
 from collections import defaultdict
@@ -35,9 +33,9 @@ from sqlalchemy import Engine, create_engine, select, text, update
 
 from orchestrator.auth import Identity
 from orchestrator.config import Settings
-from orchestrator.db.engine import Database, make_app_engine
+from orchestrator.db.engine import make_app_engine
 from orchestrator.db.models import Chunk
-from orchestrator.db.server import free_port
+from orchestrator.db.scratch import scratch_database
 from orchestrator.db.session import bound_session
 from orchestrator.ingest.documents import DocumentInput, put_document
 from orchestrator.recall import PLAN_STUDY, Recaller
@@ -78,25 +76,15 @@ def load(path: Path, limit: int | None) -> list[Conversation]:
 @contextmanager
 def embedded_database() -> Iterator[tuple[Settings, Engine, Engine]]:
     """A fresh embedded server in a temporary home, migrated; (settings, admin, app)."""
-    from orchestrator.db.migrate import migrate
 
-    tmp = Path(tempfile.mkdtemp(prefix="engram-bench-"))
-    tmp.chmod(0o755)
-    settings = Settings(home=tmp / "home", db_port=free_port(), db_name="engram_bench")
-    db = Database(settings)
-    db.server.start()
-    try:
-        migrate(db)
+    with scratch_database() as db:
         admin = create_engine(db.admin_url())
         app = make_app_engine(db.app_url())
         try:
-            yield settings, admin, app
+            yield db.settings, admin, app
         finally:
             app.dispose()
             admin.dispose()
-    finally:
-        db.server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def make_tenant(admin: Engine, org: str, scope: str = "memory") -> None:
