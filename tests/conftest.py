@@ -75,7 +75,7 @@ def _containers_db(tmp: Path) -> tuple[Settings, str]:
     container = PostgresContainer(image, driver="psycopg")
     container.start()
     url = container.get_connection_url()
-    return Settings(home=tmp, database_url=url, app_password="engram-test",
+    return Settings(home=tmp, database_url=url, app_password="engram-test", worker_password="engram-test",
                     auditor_password="engram-test"), url
 
 
@@ -86,10 +86,10 @@ def test_db(request: pytest.FixtureRequest) -> Iterator[TestDatabase]:
     tmp.chmod(0o755)
     home = tmp / "home"
     if external:
-        settings = Settings(home=home, database_url=external,
-                            app_password=os.environ.get("ENGRAM_TEST_APP_PASSWORD", "engram-test"),
-                            auditor_password=os.environ.get("ENGRAM_TEST_APP_PASSWORD",
-                                                            "engram-test"))
+        # migrate() gives the login roles these configured passwords.
+        password = os.environ.get("ENGRAM_TEST_APP_PASSWORD", "engram-test")
+        settings = Settings(home=home, database_url=external, app_password=password,
+                            auditor_password=password, worker_password=password)
         kind = "external"
     elif request.config.getoption("--containers"):
         settings, _ = _containers_db(home)
@@ -103,13 +103,6 @@ def test_db(request: pytest.FixtureRequest) -> Iterator[TestDatabase]:
     from orchestrator.db.migrate import migrate
 
     migrate(db)
-    if db.external:
-        # External servers: give the login roles the test password.
-        eng = create_engine(db.admin_url(), isolation_level="AUTOCOMMIT")
-        with eng.connect() as conn:
-            for role in ("engram_app", "engram_auditor"):
-                conn.exec_driver_sql(f"alter role {role} password 'engram-test'")
-        eng.dispose()
     tdb = TestDatabase(settings, db, db.admin_url(), db.psql_url(), kind, home)
     try:
         yield tdb
@@ -146,9 +139,13 @@ class TenantFixture:
         return Identity.of(self.org_id, user, read=read, write=write)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def tenant_factory(admin_engine: Engine) -> Callable[..., TenantFixture]:
-    """Make a fresh tenant with the given scopes (committed, unique org id)."""
+    """Make a fresh tenant with the given scopes (committed, unique org id).
+
+    Session-scoped because it holds no state: every call makes a new tenant, so
+    module fixtures that build a corpus once can use it too.
+    """
 
     def make(*scopes: str, org_prefix: str = "org") -> TenantFixture:
         org = f"{org_prefix}-{uuid.uuid4().hex[:12]}"

@@ -49,11 +49,10 @@ def _fill(admin_engine: Engine, tenant: TenantFixture, n: int, docs: int) -> Non
 
 
 @pytest.fixture(scope="module")
-def corpus(request: pytest.FixtureRequest, admin_engine: Engine
+def corpus(admin_engine: Engine, tenant_factory: Callable[..., TenantFixture]
            ) -> Iterator[tuple[TenantFixture, list[TenantFixture]]]:
-    factory: Callable[..., TenantFixture] = request.getfixturevalue("tenant_factory")
-    small = factory("team")
-    bigs = [factory("team") for _ in range(3)]
+    small = tenant_factory("team")
+    bigs = [tenant_factory("team") for _ in range(3)]
     small_n = int(TOTAL * SMALL_SHARE)
     _fill(admin_engine, small, small_n, 20)
     per_big = (TOTAL - small_n) // len(bigs)
@@ -65,24 +64,6 @@ def corpus(request: pytest.FixtureRequest, admin_engine: Engine
     with admin_engine.begin() as conn:
         conn.execute(text("delete from auth.tenants where id = any(:ids)"),
                      {"ids": [small.id] + [b.id for b in bigs]})
-
-
-@pytest.fixture(scope="module")
-def tenant_factory(admin_engine: Engine) -> Callable[..., TenantFixture]:
-    # Module-scoped twin of the conftest factory (the corpus is built once).
-    import uuid
-
-    def make(*scopes: str) -> TenantFixture:
-        org = f"ann-{uuid.uuid4().hex[:12]}"
-        with admin_engine.begin() as conn:
-            tid = conn.execute(text("insert into auth.tenants (org_id, name) values (:o, :o) "
-                                    "returning id"), {"o": org}).scalar_one()
-            ids = {n: conn.execute(text("insert into auth.scopes (tenant_id, name) values (:t, :n) "
-                                        "returning id"), {"t": tid, "n": n}).scalar_one()
-                   for n in scopes}
-        return TenantFixture(org, tid, ids)
-
-    return make
 
 
 def _top10(app_engine: Engine, tenant: TenantFixture, query: list[float], *, force_ann: bool,
