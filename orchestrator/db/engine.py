@@ -66,11 +66,7 @@ class Database:
         """URL for ``engram_app``, ``engram_auditor`` or ``engram_worker`` on the same server."""
         if not self.external:
             return self.server.url(role)
-        password = {
-            "engram_app": self.settings.app_password,
-            "engram_auditor": self.settings.auditor_password,
-            "engram_worker": self.settings.worker_password,
-        }.get(role)
+        password = self._configured_passwords().get(role)
         if not password:
             raise ServerError(
                 f"ENGRAM_DATABASE_URL is set but no password for {role} is configured; set "
@@ -78,6 +74,14 @@ class Database:
             )
         base = make_url(self.admin_url())
         return base.set(username=role, password=password).render_as_string(hide_password=False)
+
+    def _configured_passwords(self) -> dict[str, str | None]:
+        """The ``ENGRAM_*_PASSWORD`` settings of the login roles (external servers)."""
+        return {
+            "engram_app": self.settings.app_password,
+            "engram_auditor": self.settings.auditor_password,
+            "engram_worker": self.settings.worker_password,
+        }
 
     def app_url(self) -> str:
         return self.role_url("engram_app")
@@ -93,12 +97,7 @@ class Database:
         whatever password its DBA gave it.
         """
         if self.external:
-            configured = {
-                "engram_app": self.settings.app_password,
-                "engram_auditor": self.settings.auditor_password,
-                "engram_worker": self.settings.worker_password,
-            }
-            secrets = {role: pw for role, pw in configured.items() if pw}
+            secrets = {role: pw for role, pw in self._configured_passwords().items() if pw}
         else:
             secrets = self.server.secrets()
         engine = create_engine(self.admin_url(), isolation_level="AUTOCOMMIT")
