@@ -120,17 +120,19 @@ class Recaller:
     @property
     def embedder(self) -> QueryEmbedder:
         if self._embedder is None:
-            from orchestrator.worker.embedder import Embedder
+            # The worker's one interface: models in this process, or the served
+            # worker when ENGRAM_WORKER_URL is set.
+            from orchestrator.worker.service import model_service
 
-            self._embedder = Embedder.from_settings(self.settings)
+            self._embedder = model_service(self.settings)
         return self._embedder
 
     @property
     def reranker(self) -> CrossEncoder:
         if self._reranker is None:
-            from orchestrator.worker.embedder import Reranker
+            from orchestrator.worker.service import model_service
 
-            self._reranker = Reranker.from_settings(self.settings)
+            self._reranker = _ServiceReranker(model_service(self.settings))
         return self._reranker
 
     def statement(self, shape: PlanShape) -> Any:
@@ -231,6 +233,27 @@ class Recaller:
             c.rerank = float(score)
         name = getattr(reranker, "model_name", "cross-encoder")
         trace.reranker = f"{name} scored {len(pool)} of {len(candidates)} candidates over full text"
+
+
+class _ServiceReranker:
+    """The worker's model service seen as the tail's ``CrossEncoder``."""
+
+    def __init__(self, service: Any) -> None:
+        self._service = service
+        self.model_name = getattr(getattr(service, "reranker", None), "model_name",
+                                  "cross-encoder")
+
+    @property
+    def available(self) -> bool:
+        return bool(self._service.reranker_available)
+
+    @property
+    def note(self) -> str | None:
+        note: str | None = self._service.reranker_note
+        return note
+
+    def score(self, query: str, passages: Sequence[str]) -> list[float]:
+        return list(self._service.rerank(query, passages).scores)
 
 
 _default: Recaller | None = None
