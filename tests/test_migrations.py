@@ -91,3 +91,33 @@ def test_released_revisions_are_frozen() -> None:
     for name, digest in pinned.items():
         actual = hashlib.sha256((versions / "versions" / name).read_bytes()).hexdigest()
         assert actual == digest, f"released revision {name} was edited; add a new revision instead"
+
+
+def test_columns_added_to_chained_tables_are_rebaselined(scratch_url: str) -> None:
+    """0010 adds columns to chained tables; rows written before it still verify afterwards."""
+    migrate.upgrade(scratch_url, "0009_derive")
+    eng = create_engine(scratch_url, poolclass=pool.NullPool)
+    with eng.begin() as conn:
+        tenant = conn.execute(text("select auth.create_tenant('org-mig', 'Migrated')")).scalar_one()
+        scope = conn.execute(text("select auth.create_scope(:t, 'team', 'Team')"), {"t": tenant}).scalar_one()
+        conn.execute(text(
+            "insert into sources.documents (tenant_id, collection, path, title, body, content_hash, scopes) "
+            "values (:t, 'notes', 'a.md', 'A', 'Alpha body', sha256('Alpha body'), array[cast(:s as uuid)])"),
+            {"t": tenant, "s": scope})
+        conn.execute(text(
+            "insert into memory.decisions (tenant_id, category, scenario, reasoning, confidence, scopes) "
+            "values (:t, 'db', 'Which database?', 'PostgreSQL owns the data.', 0.9, "
+            "array[cast(:s as uuid)])"),
+            {"t": tenant, "s": scope})
+    migrate.upgrade(scratch_url, "head")
+    with eng.connect() as conn:
+        problems = conn.execute(text("select * from provenance.verify_rows(:t)"), {"t": tenant}).all()
+        kinds = conn.execute(text(
+            "select table_name, operation from provenance.events where tenant_id = :t "
+            "and table_name in ('sources.documents', 'memory.decisions') order by seq"),
+            {"t": tenant}).all()
+        embed_text = conn.execute(text("select embed_text from memory.decisions")).scalar_one()
+    eng.dispose()
+    assert problems == [], f"rows written before 0010 no longer match their chain: {problems}"
+    assert ("sources.documents", "BASELINE") in kinds and ("memory.decisions", "BASELINE") in kinds
+    assert embed_text == "db: Which database? Reasoning: PostgreSQL owns the data."

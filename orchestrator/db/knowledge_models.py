@@ -21,6 +21,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     Column,
+    Computed,
     Date,
     DateTime,
     ForeignKeyConstraint,
@@ -99,6 +100,22 @@ def _ann_indexes(table: str) -> tuple[Index, Index]:
     )
 
 
+EXTRACTIVE_METHOD = "extractive:centroid-mmr"
+
+
+def _summary_method(table: str) -> CheckConstraint:
+    return CheckConstraint("length(summary_method) between 1 and 200",
+                           name=f"ck_{table}_summary_method_length")
+
+
+class _Summarised:
+    """Which method and model made a summary (0010_memory_lanes)."""
+
+    summary_method: Mapped[str] = mapped_column(
+        Text, server_default=sql_text(f"'{EXTRACTIVE_METHOD}'"))
+    summary_model: Mapped[str | None] = mapped_column(Text)
+
+
 class _Embedded:
     """The embedding queue's columns (rows are the queue; see 0002_sources)."""
 
@@ -132,6 +149,7 @@ class Entity(_Embedded, Base):
         *_embedding_checks("entities"),
         Index("ix_entities_tenant_id_entity_type_name_key", "tenant_id", "entity_type", "name_key"),
         Index("ix_entities_alias_keys", "alias_keys", postgresql_using="gin"),
+        Index("ix_entities_tenant_id_name_key", "tenant_id", "name_key"),
         {"schema": "knowledge"},
     )
 
@@ -374,6 +392,7 @@ class WorkingMemoryItem(_Embedded, Base):
                         name="ck_working_memory_session_id_length"),
         CheckConstraint("length(text) between 1 and 20000", name="ck_working_memory_text_length"),
         CheckConstraint("expires_at > created_at", name="ck_working_memory_expires_after_created"),
+        CheckConstraint("kind in ('note', 'decision')", name="ck_working_memory_kind_known"),
         Index("ix_working_memory_tenant_id_user_id_session_id", "tenant_id", "user_id",
               "session_id"),
         *_ann_indexes("working_memory"),
@@ -389,9 +408,10 @@ class WorkingMemoryItem(_Embedded, Base):
     created_at: Mapped[datetime] = _now()
     expires_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=sql_text("now() + interval '1 day'"))
+    kind: Mapped[str] = mapped_column(Text, server_default=sql_text("'note'"))
 
 
-class Profile(_Embedded, Base):
+class Profile(_Summarised, _Embedded, Base):
     __tablename__ = "profiles"
     __table_args__ = (
         PrimaryKeyConstraint("tenant_id", "id", name="pk_profiles"),
@@ -402,6 +422,7 @@ class Profile(_Embedded, Base):
         CheckConstraint("(subject_entity_id is null) <> (subject_user_id is null)",
                         name="ck_profiles_one_subject"),
         CheckConstraint("length(summary) between 1 and 20000", name="ck_profiles_summary_length"),
+        _summary_method("profiles"),
         Index("ix_profiles_tenant_id_subject_entity_id", "tenant_id", "subject_entity_id"),
         Index("ix_profiles_tenant_id_subject_user_id", "tenant_id", "subject_user_id"),
         *_ann_indexes("profiles"),
@@ -418,7 +439,7 @@ class Profile(_Embedded, Base):
     updated_at: Mapped[datetime] = _now()
 
 
-class Episode(_Embedded, Base):
+class Episode(_Summarised, _Embedded, Base):
     __tablename__ = "episodes"
     __table_args__ = (
         PrimaryKeyConstraint("tenant_id", "id", name="pk_episodes"),
@@ -428,6 +449,7 @@ class Episode(_Embedded, Base):
         CheckConstraint("ended_at >= started_at", name="ck_episodes_span_ordered"),
         CheckConstraint("turn_count >= 0", name="ck_episodes_turn_count_nonnegative"),
         CheckConstraint("length(summary) between 1 and 20000", name="ck_episodes_summary_length"),
+        _summary_method("episodes"),
         Index("ix_episodes_tenant_id_started_at", "tenant_id", "started_at"),
         *_ann_indexes("episodes"),
         {"schema": "memory"},
@@ -441,11 +463,12 @@ class Episode(_Embedded, Base):
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     ended_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     turn_count: Mapped[int] = mapped_column(Integer, server_default=sql_text("0"))
+    source_item_ids: Mapped[list[uuid.UUID]] = mapped_column(UUIDS, server_default=sql_text("'{}'"))
     scopes: Mapped[list[uuid.UUID]] = mapped_column(UUIDS)
     created_at: Mapped[datetime] = _now()
 
 
-class Observation(_Embedded, Base):
+class Observation(_Summarised, _Embedded, Base):
     __tablename__ = "observations"
     __table_args__ = (
         PrimaryKeyConstraint("tenant_id", "id", name="pk_observations"),
@@ -455,6 +478,11 @@ class Observation(_Embedded, Base):
         *_embedding_checks("observations"),
         CheckConstraint("confidence >= 0 and confidence <= 1", name="ck_observations_confidence_range"),
         CheckConstraint("length(text) between 1 and 20000", name="ck_observations_text_length"),
+        _summary_method("observations"),
+        CheckConstraint("observation_key is null or length(observation_key) between 1 and 200",
+                        name="ck_observations_observation_key_length"),
+        Index("uq_observations_tenant_id_observation_key", "tenant_id", "observation_key",
+              unique=True, postgresql_where=sql_text("observation_key is not null")),
         *_ann_indexes("observations"),
         {"schema": "memory"},
     )
@@ -466,11 +494,16 @@ class Observation(_Embedded, Base):
     subject_entity_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
     perspective_key: Mapped[str] = mapped_column(Text, server_default=sql_text("'world'"))
     source_claim_ids: Mapped[list[uuid.UUID]] = mapped_column(UUIDS, server_default=sql_text("'{}'"))
+    observation_key: Mapped[str | None] = mapped_column(Text)
     scopes: Mapped[list[uuid.UUID]] = mapped_column(UUIDS)
     created_at: Mapped[datetime] = _now()
 
 
-class Decision(Base):
+DECISION_TEXT = ("category || ': ' || scenario || ' Reasoning: ' || reasoning"
+                 " || coalesce(' Outcome: ' || outcome, '')")
+
+
+class Decision(_Embedded, Base):
     __tablename__ = "decisions"
     __table_args__ = (
         PrimaryKeyConstraint("tenant_id", "id", name="pk_decisions"),
@@ -482,6 +515,12 @@ class Decision(Base):
         CheckConstraint("length(reasoning) between 1 and 20000",
                         name="ck_decisions_reasoning_length"),
         Index("ix_decisions_tenant_id_decided_at", "tenant_id", "decided_at"),
+        *_embedding_checks("decisions"),
+        CheckConstraint("(source_table is null) = (source_id is null)",
+                        name="ck_decisions_source_pair"),
+        *_ann_indexes("decisions"),
+        Index("uq_decisions_tenant_id_source_table_source_id", "tenant_id", "source_table",
+              "source_id", unique=True, postgresql_where=sql_text("source_id is not null")),
         {"schema": "memory"},
     )
 
@@ -496,6 +535,9 @@ class Decision(Base):
     decided_by: Mapped[str | None] = mapped_column(Text, server_default=sql_text("auth.user_id()"))
     scopes: Mapped[list[uuid.UUID]] = mapped_column(UUIDS)
     created_at: Mapped[datetime] = _now()
+    embed_text: Mapped[str] = mapped_column(Text, Computed(DECISION_TEXT, persisted=True))
+    source_table: Mapped[str | None] = mapped_column(Text)
+    source_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
 
 
 class DecisionLink(Base):
@@ -528,7 +570,7 @@ class DecisionLink(Base):
     created_at: Mapped[datetime] = _now()
 
 
-class Community(_Embedded, Base):
+class Community(_Summarised, _Embedded, Base):
     __tablename__ = "communities"
     __table_args__ = (
         PrimaryKeyConstraint("tenant_id", "id", name="pk_communities"),
@@ -538,6 +580,7 @@ class Community(_Embedded, Base):
         CheckConstraint("level >= 0", name="ck_communities_level_nonnegative"),
         CheckConstraint("cardinality(member_entity_ids) >= 1", name="ck_communities_members_nonempty"),
         CheckConstraint("length(summary) between 1 and 20000", name="ck_communities_summary_length"),
+        _summary_method("communities"),
         Index("ix_communities_member_entity_ids", "member_entity_ids", postgresql_using="gin"),
         *_ann_indexes("communities"),
         {"schema": "memory"},
@@ -553,7 +596,7 @@ class Community(_Embedded, Base):
     built_at: Mapped[datetime] = _now()
 
 
-class RaptorNode(_Embedded, Base):
+class RaptorNode(_Summarised, _Embedded, Base):
     __tablename__ = "raptor_nodes"
     __table_args__ = (
         PrimaryKeyConstraint("tenant_id", "id", name="pk_raptor_nodes"),
@@ -566,6 +609,9 @@ class RaptorNode(_Embedded, Base):
         CheckConstraint("level >= 0", name="ck_raptor_nodes_level_nonnegative"),
         CheckConstraint("parent_id is null or parent_id <> id", name="ck_raptor_nodes_not_own_parent"),
         CheckConstraint("length(summary) between 1 and 20000", name="ck_raptor_nodes_summary_length"),
+        _summary_method("raptor_nodes"),
+        Index("ix_raptor_nodes_member_chunk_ids", "member_chunk_ids", postgresql_using="gin"),
+        Index("ix_raptor_nodes_member_fact_ids", "member_fact_ids", postgresql_using="gin"),
         Index("ix_raptor_nodes_tenant_id_parent_id", "tenant_id", "parent_id"),
         Index("ix_raptor_nodes_roots", "tenant_id", "level",
               postgresql_where=sql_text("parent_id is null")),
@@ -581,6 +627,10 @@ class RaptorNode(_Embedded, Base):
     summary: Mapped[str] = mapped_column(Text)
     scopes: Mapped[list[uuid.UUID]] = mapped_column(UUIDS)
     created_at: Mapped[datetime] = _now()
+    member_chunk_ids: Mapped[list[uuid.UUID]] = mapped_column(UUIDS, server_default=sql_text("'{}'"))
+    member_fact_ids: Mapped[list[uuid.UUID]] = mapped_column(UUIDS, server_default=sql_text("'{}'"))
+    centroid: Mapped[Any | None] = mapped_column(Vector(EMBEDDING_DIMENSION))
+    updated_at: Mapped[datetime] = _now()
 
 
 class UsageEvent(Base):

@@ -125,6 +125,9 @@ class Document(Base):
         Index("ix_documents_tenant_id_content_hash", "tenant_id", "content_hash"),
         # The title lane's probe (db/versions/0008_recall.py).
         Index("ix_documents_tenant_id_title_key", "tenant_id", sql_text("recall.title_key(title)")),
+        # The timeline lane's probe (db/versions/0010_memory_lanes.py).
+        Index("ix_documents_tenant_id_collection_occurred_at", "tenant_id", "collection",
+              "occurred_at", postgresql_where=sql_text("occurred_at is not null")),
         {"schema": "sources"},
     )
 
@@ -149,6 +152,7 @@ class Document(Base):
     pinned: Mapped[bool] = mapped_column(Boolean, server_default=sql_text("false"))
     snoozed_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     embed_state: Mapped[str] = mapped_column(EmbedState, server_default=sql_text("'pending'"))
+    occurred_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class Chunk(Base):

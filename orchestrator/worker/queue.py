@@ -75,6 +75,7 @@ EMBEDDABLE: tuple[EmbeddableTable, ...] = (
     EmbeddableTable("memory.observations", hash_column=None),
     EmbeddableTable("memory.communities", text_column="summary", hash_column=None),
     EmbeddableTable("memory.raptor_nodes", text_column="summary", hash_column=None),
+    EmbeddableTable("memory.decisions", text_column="embed_text", hash_column=None),
 )
 
 
