@@ -393,6 +393,8 @@ class WorkingMemoryItem(_Embedded, Base):
         CheckConstraint("length(text) between 1 and 20000", name="ck_working_memory_text_length"),
         CheckConstraint("expires_at > created_at", name="ck_working_memory_expires_after_created"),
         CheckConstraint("kind in ('note', 'decision')", name="ck_working_memory_kind_known"),
+        CheckConstraint("category is null or (kind = 'decision' and length(category) between 1 and 100)",
+                        name="ck_working_memory_category_of_decision"),
         Index("ix_working_memory_tenant_id_user_id_session_id", "tenant_id", "user_id",
               "session_id"),
         *_ann_indexes("working_memory"),
@@ -409,6 +411,7 @@ class WorkingMemoryItem(_Embedded, Base):
     expires_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=sql_text("now() + interval '1 day'"))
     kind: Mapped[str] = mapped_column(Text, server_default=sql_text("'note'"))
+    category: Mapped[str | None] = mapped_column(Text)  # 0011: decision items only
 
 
 class Profile(_Summarised, _Embedded, Base):
@@ -451,6 +454,8 @@ class Episode(_Summarised, _Embedded, Base):
         CheckConstraint("length(summary) between 1 and 20000", name="ck_episodes_summary_length"),
         _summary_method("episodes"),
         Index("ix_episodes_tenant_id_started_at", "tenant_id", "started_at"),
+        CheckConstraint("not private or user_id is not null", name="ck_episodes_private_has_user"),
+        Index("ix_episodes_tenant_id_user_id_session_id", "tenant_id", "user_id", "session_id"),
         *_ann_indexes("episodes"),
         {"schema": "memory"},
     )
@@ -466,6 +471,8 @@ class Episode(_Summarised, _Embedded, Base):
     source_item_ids: Mapped[list[uuid.UUID]] = mapped_column(UUIDS, server_default=sql_text("'{}'"))
     scopes: Mapped[list[uuid.UUID]] = mapped_column(UUIDS)
     created_at: Mapped[datetime] = _now()
+    # 0011: readable only by user_id (built from that user's working memory).
+    private: Mapped[bool] = mapped_column(Boolean, server_default=sql_text("false"))
 
 
 class Observation(_Summarised, _Embedded, Base):
