@@ -100,11 +100,16 @@ def test_modes_are_accepted_and_keep_every_lane(notes, recaller):
 
 def test_statement_is_one_round_trip(notes, recaller, app_engine):
     with count_statements(app_engine) as sent:
-        result = recaller.recall(notes, "the office move")
+        result, trace = recaller.trace(notes, "the office move")
     assert result.evidence
-    # bind_identity, then the one recall statement: nothing else reaches the server.
-    assert len(sent) == 2, sent
+    # bind_identity, the one recall statement every lane rides in, then the side effects:
+    # here the receipt only (no fact was served, so no access counter is bumped).
+    assert len(sent) == 3, sent
     assert "bind_identity" in sent[0]
+    assert "lexical_matches" in sent[1] and "graph_walk" in sent[1] and "causal_lane" in sent[1]
+    assert "provenance.receipts" in sent[2]
+    assert trace.statements == 1 and trace.side_effect_statements == 1
+    assert trace.receipt_id is not None and trace.touched_claims == 0
 
 
 def test_rls_other_tenant_and_scope_never_returned_counted_or_traced(

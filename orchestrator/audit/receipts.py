@@ -73,6 +73,28 @@ def append_receipt(session: Session, question: str, evidence: list[Evidence], re
     return rid
 
 
+def append_served(session: Session, question: str, served: list[tuple[str, uuid.UUID]],
+                  rendered: str) -> uuid.UUID:
+    """Recall's receipt in one statement: each served row's version is read as it is now,
+    inside the insert, in the transaction that served it."""
+    tables = [t for t, _ in served]
+    ids = [i for _, i in served]
+    try:
+        rid: uuid.UUID = session.execute(text(
+            "insert into provenance.receipts (question_hash, evidence, rendered_hash) "
+            "select :q, coalesce(jsonb_agg(jsonb_build_object("
+            "    'table', x.t, 'row_id', jsonb_build_object('id', x.id),"
+            "    'version', encode(provenance.row_version(cast(x.t as regclass),"
+            "                                             jsonb_build_object('id', x.id)), 'hex'))"
+            "  order by x.n), '[]'::jsonb), :r "
+            "from unnest(cast(:tables as text[]), cast(:ids as uuid[])) with ordinality as x(t, id, n) "
+            "returning id"),
+            {"q": _sha(question), "r": _sha(rendered), "tables": tables, "ids": ids}).scalar_one()
+    except DBAPIError as exc:
+        raise translate(exc) from exc
+    return rid
+
+
 @dataclass(frozen=True)
 class EvidenceCheck:
     table: str
@@ -102,9 +124,17 @@ class ReceiptCheck:
     rendered_ok: bool | None
 
     @property
-    def ok(self) -> bool:
+    def proven(self) -> bool:
+        """The receipt is genuine: its seal, its chain event and every served version (in
+        the chain of its row) agree. Evidence may have changed since (an access counter, an
+        edit): that is what ``ok`` adds."""
         return (self.seal_ok and self.chain_ok and self.rendered_ok is not False
-                and all(e.status == "unchanged" for e in self.evidence))
+                and all(e.in_chain for e in self.evidence))
+
+    @property
+    def ok(self) -> bool:
+        """Proven, and every evidence row is still at the version served."""
+        return self.proven and all(e.status == "unchanged" for e in self.evidence)
 
     def problems(self) -> list[str]:
         out = []

@@ -247,6 +247,12 @@ def receipt_cmd(
     if chk.ok:
         out.print("MATCHES: the seal, the chain and every evidence version agree")
         return
+    if chk.proven:
+        # Genuine as served; rows were edited (or their access counters bumped) since.
+        out.print("PROVEN: the seal, the chain and every served version agree; changed since:")
+        for p in chk.problems():
+            out.print(f"  {p}")
+        return
     for p in chk.problems():
         out.print(f"DOES NOT MATCH: {p}")
     raise typer.Exit(1)

@@ -7,8 +7,9 @@ its own name. The title is the front matter's ``title``, else the first Markdown
 heading, else the file name without extension.
 
 Front matter is the simple ``---`` block of ``key: value`` lines at the top:
-``kind``, ``state``, ``area``, ``title`` and ``scopes`` (``[a, b]`` or
-``a, b``) are used, other keys go to the document's metadata. The block is not
+``kind``, ``state``, ``area``, ``title``, ``date`` (ISO 8601, when what the
+document describes happened; a date alone is midnight UTC) and ``scopes``
+(``[a, b]`` or ``a, b``) are used, other keys go to the document's metadata. The block is not
 part of the body.
 
 Each file is its own transaction, so one bad file is reported and skipped and
@@ -24,6 +25,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -124,11 +126,23 @@ def to_document(src: SourceFile, default_scopes: list[str]) -> DocumentInput:
     scopes = _list(meta.pop("scopes", "")) or default_scopes
     if not scopes:
         raise BadInput("no scopes: give --scope or a 'scopes:' front matter line")
+    occurred = _moment(meta.pop("date", ""))
     extra: dict[str, Any] = {k: v for k, v in meta.items() if k not in ("kind", "state", "area")}
     return DocumentInput(collection=src.collection, path=src.path, title=title.strip(), body=body,
                          scopes=tuple(scopes), kind=meta.get("kind") or "note",
                          state=meta.get("state") or None, area=meta.get("area") or None,
-                         metadata=extra or None)
+                         metadata=extra or None, occurred_at=occurred)
+
+
+def _moment(value: str) -> datetime | None:
+    """Front matter ``date``: ISO 8601; a date alone or a naive time is taken as UTC."""
+    if not value.strip():
+        return None
+    try:
+        moment = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise BadInput(f"front matter date {value.strip()!r} is not an ISO 8601 date or time") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def ingest_paths(settings: Settings, engine: Engine, identity: Identity, paths: list[Path], *,
@@ -244,6 +258,9 @@ def remember(
     session_id: Annotated[str, typer.Option("--session", help="the conversation it belongs to")] = "cli",
     scope: Annotated[list[str] | None, typer.Option(help="scope(s) to share it into (repeatable)")] = None,
     ttl: Annotated[int, typer.Option(help="seconds it stays recallable")] = 86_400,
+    decision: Annotated[bool, typer.Option(
+        "--decision", help="mark it as a decision (recorded by the decision hook, in its scopes)")] = False,
+    category: Annotated[str | None, typer.Option(help="a decision's category (with --decision)")] = None,
     token: Annotated[str | None, typer.Option(envvar="ENGRAM_TOKEN", help="bearer token")] = None,
     tenant: Annotated[str | None, typer.Option(help="mint a dev-key token for this tenant")] = None,
     user: Annotated[str, typer.Option(help="user of a minted token")] = "dev",
@@ -265,10 +282,12 @@ def remember(
     engine = make_app_engine(Database(settings).app_url(), pool_size=1)
     try:
         with bound_session(engine, identity) as session:
-            item = add_working_memory(session, session_id, text, chosen, ttl=timedelta(seconds=ttl))
+            item = add_working_memory(session, session_id, text, chosen, ttl=timedelta(seconds=ttl),
+                                      kind="decision" if decision else "note", category=category)
     except EngramError as exc:
         err.print(f"[red]error:[/red] {exc} ({exc.code})")
         raise typer.Exit(1) from exc
     finally:
         engine.dispose()
-    out.print(f"remembered {item} in session {session_id} ({', '.join(chosen)})")
+    what = " as a decision" if decision else ""
+    out.print(f"remembered {item}{what} in session {session_id} ({', '.join(chosen)})")

@@ -74,6 +74,27 @@ class Settings(BaseSettings):
     recall_duplicate_similarity: float = 0.95
     recall_pin_boost: float = 0.3
     recall_catalog_rank: int = 10
+    # Knowledge and derived-memory lanes: entity seeds, facts, keyed facts, the graph
+    # walk, communities/RAPTOR/profiles/episodes/working memory (memory_k each, plus
+    # recent_k by time), observations, decisions and their causal links, timeline
+    # neighbours of the best source candidates; a mode multiplies its lanes' weight.
+    recall_seed_limit: int = 8
+    recall_seed_max_words: int = 6
+    recall_fact_k: int = 20
+    recall_keyed_k: int = 20
+    recall_graph_depth: int = 2
+    recall_graph_fanout: int = 8
+    recall_graph_k: int = 30
+    recall_memory_k: int = 5
+    recall_recent_k: int = 3
+    recall_raptor_roots: int = 2
+    recall_observation_k: int = 10
+    recall_causal_k: int = 10
+    recall_timeline_seeds: int = 5
+    recall_mode_weight: float = 2.0
+    # Side effects of a recall: a provenance receipt per answer, access counters of the
+    # facts it served.
+    recall_receipts: bool = True
 
     # Torch worker (orchestrator/worker). Model names are Hugging Face ids; a *_path
     # points at a local directory and wins over the name. The default embedding

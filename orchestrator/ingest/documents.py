@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, insert, select
@@ -37,6 +38,9 @@ class DocumentInput:
     state: str | None = None
     area: str | None = None
     metadata: dict[str, Any] | None = None
+    # When what the document describes happened (front matter ``date``); the timeline
+    # lane orders a collection by it. Must carry a time zone.
+    occurred_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,9 @@ def validate(doc: DocumentInput, settings: Settings) -> None:
         problems.append("body contains a NUL character")
     if doc.state is not None and doc.state not in KNOWN_STATES:
         problems.append(f"state {doc.state!r} is not one of {', '.join(KNOWN_STATES)}")
+    if doc.occurred_at is not None and (not isinstance(doc.occurred_at, datetime)
+                                        or doc.occurred_at.tzinfo is None):
+        problems.append("occurred_at must be a datetime with a time zone")
     if not doc.scopes:
         problems.append("a document must be shared into at least one scope")
     elif not all(isinstance(s, str) and s for s in doc.scopes):
@@ -107,7 +114,7 @@ def put_document(session: Session, doc: DocumentInput, settings: Settings | None
                     insert(Document).values(
                         collection=doc.collection, path=doc.path, title=doc.title,
                         body=doc.body, scopes=scope_ids, kind=doc.kind, state=doc.state,
-                        area=doc.area, metadata=doc.metadata or {},
+                        area=doc.area, metadata=doc.metadata or {}, occurred_at=doc.occurred_at,
                     ).returning(Document.id)
                 ).scalar_one()
                 n = _write_chunks(session, doc_id, doc.body, settings)
@@ -117,6 +124,7 @@ def put_document(session: Session, doc: DocumentInput, settings: Settings | None
                 and sorted(existing.scopes) == sorted(scope_ids) and existing.kind == doc.kind
                 and existing.state == doc.state and existing.area == doc.area
                 and existing.metadata_ == (doc.metadata or {})
+                and existing.occurred_at == doc.occurred_at
             )
             if same_fields:
                 return PutResult(existing.id, False, False, 0)
@@ -128,6 +136,7 @@ def put_document(session: Session, doc: DocumentInput, settings: Settings | None
             existing.state = doc.state
             existing.area = doc.area
             existing.metadata_ = doc.metadata or {}
+            existing.occurred_at = doc.occurred_at
             session.flush()
             n = 0
             if body_changed:

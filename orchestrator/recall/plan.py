@@ -9,7 +9,12 @@ side; nothing in the request path chooses among them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+
+# The lanes a shape can switch, in the order the statement lays them out.
+SOURCE_LANES = ("dense", "lexical", "title")
+MEMORY_LANES = ("facts", "keyed", "graph", "communities", "raptor", "working_memory", "profiles",
+                "episodes", "observations", "decisions", "causal", "timeline")
 
 
 @dataclass(frozen=True)
@@ -19,11 +24,35 @@ class PlanShape:
     lexical: bool = True
     title: bool = True
     catalogs: bool = True
+    facts: bool = True
+    keyed: bool = True
     graph: bool = True
+    communities: bool = True
+    raptor: bool = True
+    working_memory: bool = True
+    profiles: bool = True
+    episodes: bool = True
+    observations: bool = True
+    decisions: bool = True
+    causal: bool = True
+    timeline: bool = True
     rerank: bool = True
 
     def without(self, name: str, **lanes: bool) -> PlanShape:
         return replace(self, name=name, **lanes)
+
+    def only(self, name: str, *lanes: str, rerank: bool = False) -> PlanShape:
+        """A shape with just ``lanes`` on (and the reranker as given)."""
+        switches = {f.name: f.name in lanes for f in fields(self) if f.name not in ("name", "rerank")}
+        unknown = set(lanes) - set(switches)
+        if unknown:
+            raise ValueError(f"unknown lanes: {sorted(unknown)}")
+        return replace(self, name=name, rerank=rerank, **switches)
+
+    @property
+    def lanes(self) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(self)
+                     if f.name not in ("name", "rerank") and getattr(self, f.name))
 
 
 FULL_PLAN = PlanShape("full")
@@ -32,12 +61,14 @@ PLAN_STUDY: dict[str, PlanShape] = {
     shape.name: shape
     for shape in (
         FULL_PLAN,
-        FULL_PLAN.without("dense-only", lexical=False, title=False, catalogs=False, graph=False,
-                          rerank=False),
-        FULL_PLAN.without("bm25-only", dense=False, title=False, catalogs=False, graph=False,
-                          rerank=False),
-        FULL_PLAN.without("hybrid-no-graph", graph=False),
+        FULL_PLAN.only("dense-only", "dense"),
+        FULL_PLAN.only("bm25-only", "lexical"),
+        FULL_PLAN.only("hybrid", "dense", "lexical"),
+        FULL_PLAN.only("sources", "dense", "lexical", "title", "catalogs", rerank=True),
+        FULL_PLAN.without("hybrid-no-graph", graph=False, communities=False),
         FULL_PLAN.without("no-title", title=False),
+        FULL_PLAN.without("no-memory", **dict.fromkeys(MEMORY_LANES, False)),
+        FULL_PLAN.without("no-timeline", timeline=False),
         FULL_PLAN.without("no-reranker", rerank=False),
     )
 }

@@ -33,6 +33,21 @@ class SourceRef:
 
 
 @dataclass(frozen=True)
+class FactRef:
+    """What a fact says and whose it is: speaker-bound facts keep their author's role,
+    epistemic kind and perspective in every hit."""
+
+    subject: str
+    predicate: str
+    object: str | None
+    epistemic_kind: str
+    perspective_key: str
+    author_role: str
+    fact_key: str | None = None
+    as_of: datetime | None = None
+
+
+@dataclass(frozen=True)
 class Evidence:
     text: str
     provenance: Provenance
@@ -41,11 +56,19 @@ class Evidence:
     created_at: datetime | None = None
     updated_at: datetime | None = None
     author: str | None = None
+    # What the item is: excerpt, fact, keyed fact, summary, overview, community summary,
+    # session note, profile, episode, observation, decision or catalog.
+    kind: str = "excerpt"
+    fact: FactRef | None = None
+    occurred_at: datetime | None = None
+    ended_at: datetime | None = None
     # Stable handles for APIs and feedback (not rendered into the prompt).
     document_id: uuid.UUID | None = None
     chunk_id: uuid.UUID | None = None
     char_start: int | None = None
     char_end: int | None = None
+    item_table: str | None = None
+    item_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True)

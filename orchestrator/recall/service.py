@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sqlalchemy import Engine, event
+from sqlalchemy import Engine, event, func, select
 
 from orchestrator.auth import Identity
 from orchestrator.config import Settings, get_settings
@@ -27,9 +27,11 @@ from orchestrator.errors import BadInput
 from orchestrator.recall.plan import FULL_PLAN, PlanShape
 from orchestrator.recall.render import render
 from orchestrator.recall.result import RecallResult
-from orchestrator.recall.statement import StatementLimits, build_recall_statement
+from orchestrator.recall.statement import MODES, StatementLimits, build_recall_statement
 from orchestrator.recall.tail import (
+    CLAIMS,
     Candidate,
+    apply_precedence,
     assign_merit,
     budget_cut,
     candidates_from_rows,
@@ -38,9 +40,11 @@ from orchestrator.recall.tail import (
 )
 from orchestrator.recall.trace import Trace, item
 
-# Modes add weight to the causal and timeline lanes; they never turn a lane off.
-MODES = ("causal", "timeline")
 MAX_ASKER_CHARS = 200
+# The trace's pools, in the statement's order: lane -> the rank key its items carry.
+POOLS = {lane: f"{lane}_rank" for lane in (
+    "dense", "lexical", "title", "facts", "keyed", "graph", "communities", "raptor",
+    "working_memory", "profiles", "episodes", "observations", "decisions", "causal", "timeline")}
 
 
 class QueryEmbedder(Protocol):
@@ -176,39 +180,57 @@ class Recaller:
         stmt = self.statement(shape)
         with bound_session(self.engine, identity) as session:
             with count_statements(self.engine) as sent:
-                rows = session.execute(stmt, {"question": req.question,
-                                              "query_embedding": vector}).mappings().all()
+                rows = session.execute(stmt, {"question": req.question, "query_embedding": vector,
+                                              "mode": req.mode}).mappings().all()
             trace.statements = len(sent)
-        lap("statement")
+            lap("statement")
 
-        catalog_rrf = 1.0 / (s.recall_rrf_k + s.recall_catalog_rank)
-        candidates, trace.corpus = candidates_from_rows(rows, catalog_rrf=catalog_rrf)
-        for lane, rank_key in (("dense", "dense_rank"), ("lexical", "lexical_rank"),
-                               ("title", "title_rank")):
-            pool = sorted((c for c in candidates if rank_key in c.lanes),
-                          key=lambda c, k=rank_key: (c.lanes[k], c.key))  # type: ignore[misc]
-            if pool or getattr(shape, lane):
-                trace.pools[lane] = [item(c) for c in pool]
-        for kind in ("area_catalog", "project_catalog"):
-            trace.pools[kind] = [item(c) for c in candidates if c.kind == kind]
-        lap("hydrate")
+            catalog_rrf = 1.0 / (s.recall_rrf_k + s.recall_catalog_rank)
+            candidates, trace.corpus = candidates_from_rows(rows, catalog_rrf=catalog_rrf)
+            for lane, rank_key in POOLS.items():
+                pool = sorted((c for c in candidates if rank_key in c.lanes),
+                              key=lambda c, k=rank_key: (c.lanes[k], c.key))  # type: ignore[misc]
+                if pool or getattr(shape, lane):
+                    trace.pools[lane] = [item(c) for c in pool]
+            for kind in ("area_catalog", "project_catalog"):
+                trace.pools[kind] = [item(c) for c in candidates if c.kind == kind]
+            lap("hydrate")
 
-        self._rerank(req.question, candidates, shape, trace)
-        lap("rerank")
-        assign_merit(candidates, s.recall_pin_boost)
-        trace.fused = [item(c) for c in sorted(candidates, key=lambda c: (-c.rrf, c.key))]
-        ordered, dropped = suppress_duplicates(order(candidates), s.recall_duplicate_similarity)
-        trace.ordered = [item(c) for c in ordered]
-        trace.suppressed = [(item(a).label, item(b).label, sim) for a, b, sim in dropped]
-        lap("order")
+            self._rerank(req.question, candidates, shape, trace)
+            lap("rerank")
+            assign_merit(candidates, s.recall_pin_boost)
+            trace.fused = [item(c) for c in sorted(candidates, key=lambda c: (-c.rrf, c.key))]
+            candidates, trace.precedence = apply_precedence(candidates)
+            ordered, dropped = suppress_duplicates(order(candidates), s.recall_duplicate_similarity)
+            trace.ordered = [item(c) for c in ordered]
+            trace.suppressed = [(item(a).label, item(b).label, sim) for a, b, sim in dropped]
+            lap("order")
 
-        kept, rendered, used = budget_cut(ordered, req.budget_tokens, s.recall_chars_per_token,
-                                          lambda ev: render(req.question, ev))
-        trace.kept, trace.used_tokens = kept, used
-        lap("budget_render")
-        result = RecallResult(req.question, req.asker, req.budget_tokens, used,
-                              tuple(c.evidence() for c in ordered[:kept]), rendered)
+            kept, rendered, used = budget_cut(ordered, req.budget_tokens, s.recall_chars_per_token,
+                                              lambda ev: render(req.question, ev))
+            trace.kept, trace.used_tokens = kept, used
+            lap("budget_render")
+            result = RecallResult(req.question, req.asker, req.budget_tokens, used,
+                                  tuple(c.evidence() for c in ordered[:kept]), rendered)
+            with count_statements(self.engine) as sent:
+                self._side_effects(session, result, trace)
+            trace.side_effect_statements = len(sent)
+            lap("side_effects")
         return result, trace
+
+    def _side_effects(self, session: Any, result: RecallResult, trace: Trace) -> None:
+        """Access counters of the facts actually served, and the recall's receipt."""
+        served_claims = sorted({e.item_id for e in result.evidence
+                                if e.item_table == CLAIMS and e.item_id is not None}, key=str)
+        if served_claims:
+            trace.touched_claims = int(session.execute(
+                select(func.knowledge.touch_claims(served_claims))).scalar_one() or 0)
+        if self.settings.recall_receipts and result.evidence:
+            from orchestrator.audit.receipts import append_served
+
+            trace.receipt_id = append_served(session, result.question, [
+                (e.item_table, e.item_id) for e in result.evidence
+                if e.item_table is not None and e.item_id is not None], result.rendered)
 
     def _rerank(self, question: str, candidates: list[Candidate], shape: PlanShape,
                 trace: Trace) -> None:

@@ -3,36 +3,51 @@
 ``build_recall_statement`` composes CTEs from mapped columns; nothing here is a
 handwritten SQL string and nothing is a stored recall function. The statement
 runs inside ``bound_session``, so forced row level security decides what every
-lane sees: pools, statistics and catalogs are all computed over the caller's
-visible rows only.
+lane sees: pools, statistics, seeds and catalogs are all computed over the
+caller's visible rows only. Every lane is bounded (sizes in settings) and every
+scan carries the tenant predicate, so the tenant-leading indexes serve every role
+the same way.
 
 Execution order, as laid out below:
 
-1. **dense**: a top-k ``<=>`` scan over ``sources.chunks.embedding`` (the HNSW
-   index with iterative scans, so invisible rows never starve the pool), ranked
-   with ``row_number``;
-2. **lexical**: chunks whose tsvector matches any query lexeme (GIN index on
-   ``(tenant_id, lexical)``), scored with Okapi BM25. Term frequencies and the
-   per-term document frequency come from the matched tsvectors themselves
-   (``count(*) over (partition by lexeme)`` inside the match set is exactly df
-   over the visible corpus, because every visible chunk holding the term
-   matched); N and the average length come from ``recall.lexical_stats``;
-3. **title**: documents whose complete title key equals a word n-gram of the
-   question (an expression-index probe); a named title that is contained in
-   another named title loses the direct-subject bit; each named document
-   contributes its best chunks;
-4. **fusion**: reciprocal rank fusion ``sum(1 / (rrf_k + rank))`` over the
-   dense and lexical ranks of each chunk (both contributions when both found
-   it); title chunks join the same candidate set with their direct bit;
-5. **hydration**: only now are chunks and documents joined (archived and
-   snoozed documents drop out here);
-6. **catalogs**: the Area catalog and the Project catalog (Active and Waiting
-   projects only);
-7. one ``union all`` of every branch with one row shape, plus the exact scope
-   objects (name, description) each row is shared into.
-
-Lanes over the knowledge and derived-memory tables join the union as those
-tables land; every branch of the union has the row shape of ``COLUMNS``.
+1. **source lanes** over ``sources.chunks``: *dense* (top-k ``<=>`` over the
+   HNSW index with iterative scans, so invisible rows never starve the pool),
+   *lexical* (chunks whose tsvector matches a query lexeme, scored with Okapi
+   BM25: tf and df from the matched tsvectors, N and the average length from
+   ``recall.lexical_stats``), *title* (complete titles named in the question; a
+   title contained in another named title loses the direct-subject bit);
+2. **fusion**: reciprocal rank fusion ``sum(1 / (rrf_k + rank))`` over the dense
+   and lexical ranks of each chunk (both contributions when both found it);
+3. **hydration**: only now are chunks and documents joined (archived and snoozed
+   documents drop out); a chunk whose extracted claims a keyed fact outranks
+   carries ``beaten_by``;
+4. **entity seeds**: entities whose canonical name or alias equals a word
+   n-gram of the question;
+5. **knowledge lanes**: *facts* (a bounded candidate set from the
+   ``fact_content`` vector index, then only those rows joined to current claims),
+   *keyed* (current keyed facts about the seeds, and the keyed facts that beat a
+   source candidate), *graph* (a bounded recursive walk from the seeds whose
+   lateral adjacency probe uses the subject and object indexes); every claim is
+   hydrated through ``knowledge.effective_claims`` by id, which says whether a
+   keyed fact outranks it;
+6. **derived memory lanes**: communities (of the seeds, and by summary
+   embedding), RAPTOR nodes (by embedding, plus the best roots as overviews), the
+   asker's working memory (by embedding, plus the most recent items), profiles
+   (by summary embedding, plus the seeds' profiles), episodes (by embedding,
+   plus the most recent), observations at or above the confidence gate,
+   decisions (by embedding) and their causal links;
+7. **timeline**: the neighbours in time (within the collection, by
+   ``occurred_at``) or in the document (adjacent chunks) of the best fused
+   source candidates;
+8. **item fusion**: every lane row carries its contribution (the fused RRF for
+   source chunks, ``weight / (rrf_k + rank)`` for the other lanes, where the
+   ``mode`` bind parameter doubles the causal or the timeline lanes' weight and
+   never turns a lane off); rows of the same item are summed into one row that
+   lists the lanes and ranks that found it;
+9. **catalogs** (Area catalog; Project catalog of Active and Waiting projects),
+   the seeds and the BM25 corpus statistics, for the tail and the trace;
+10. one ``union all`` with the exact scope objects (name, description) each row
+    is shared into.
 """
 
 from __future__ import annotations
@@ -71,11 +86,28 @@ from sqlalchemy.dialects.postgresql import (
     TSQUERY,
     UUID,
     aggregate_order_by,
+    array,
 )
 from sqlalchemy.sql.elements import BindParameter
 from sqlalchemy.types import TypeEngine
 
 from orchestrator.config import Settings, get_settings
+from orchestrator.db.derive_models import Extraction
+from orchestrator.db.knowledge_models import (
+    RECALLABLE_CONFIDENCE,
+    Community,
+    Decision,
+    DecisionLink,
+    Entity,
+    Episode,
+    FactClaim,
+    FactContent,
+    Observation,
+    Profile,
+    RaptorNode,
+    WorkingMemoryItem,
+    effective_claims,
+)
 from orchestrator.db.models import EMBEDDING_DIMENSION, Chunk, Document, Scope
 from orchestrator.recall.plan import FULL_PLAN, PlanShape
 from orchestrator.recall.tables import LexicalStat
@@ -85,12 +117,19 @@ from orchestrator.recall.tables import LexicalStat
 TS_CONFIG = "english"
 
 PROJECT_STATES = ("Active", "Waiting")
+MODES = ("causal", "timeline")
+# The lanes whose weight a mode doubles.
+MODE_LANES = {"causal": ("decisions", "causal"), "timeline": ("timeline", "episodes")}
 
 Double: DOUBLE_PRECISION[float] = DOUBLE_PRECISION()
+UUIDS = ARRAY(UUID(as_uuid=True))
+TSTZ = TIMESTAMP(timezone=True)
 
 # The one row shape of every branch of the union, in column order.
 COLUMNS: dict[str, TypeEngine[Any]] = {
     "lane": Text(),
+    "item_table": Text(),
+    "item_id": UUID(as_uuid=True),
     "chunk_id": UUID(as_uuid=True),
     "document_id": UUID(as_uuid=True),
     "ordinal": Integer(),
@@ -105,18 +144,43 @@ COLUMNS: dict[str, TypeEngine[Any]] = {
     "title_rank": BigInteger(),
     "direct": Boolean(),
     "rrf": Double,
+    "lane_rank": BigInteger(),
+    "lane_score": Double,
+    "contribution": Double,
+    "semantic_distance": Double,
+    "weight": Double,
+    "lane_ranks": JSONB(),
     "collection": Text(),
     "path": Text(),
     "title": Text(),
     "kind": Text(),
     "state": Text(),
     "area": Text(),
-    "scopes": ARRAY(UUID(as_uuid=True)),
+    "scopes": UUIDS,
     "author": Text(),
-    "created_at": TIMESTAMP(timezone=True),
-    "updated_at": TIMESTAMP(timezone=True),
+    "created_at": TSTZ,
+    "updated_at": TSTZ,
+    "occurred_at": TSTZ,
+    "ended_at": TSTZ,
     "pinned": Boolean(),
     "item_count": BigInteger(),
+    "session_id": Text(),
+    "level": Integer(),
+    "subject": Text(),
+    "predicate": Text(),
+    "object": Text(),
+    "epistemic_kind": Text(),
+    "perspective_key": Text(),
+    "author_role": Text(),
+    "confidence": Double,
+    "authority": Integer(),
+    "fact_key": Text(),
+    "as_of": TSTZ,
+    "outcome": Text(),
+    "related_id": UUID(as_uuid=True),
+    "relation": Text(),
+    "depth": Integer(),
+    "beaten_by": UUID(as_uuid=True),
 }
 
 
@@ -133,6 +197,20 @@ class StatementLimits:
     rrf_k: int = 60
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
+    seed_limit: int = 8
+    seed_max_words: int = 6
+    fact_k: int = 20
+    keyed_k: int = 20
+    graph_depth: int = 2
+    graph_fanout: int = 8
+    graph_k: int = 30
+    memory_k: int = 5
+    recent_k: int = 3
+    raptor_roots: int = 2
+    observation_k: int = 10
+    causal_k: int = 10
+    timeline_seeds: int = 5
+    mode_weight: float = 2.0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> StatementLimits:
@@ -142,6 +220,14 @@ class StatementLimits:
             title_max_words=settings.recall_title_max_words,
             catalog_limit=settings.recall_catalog_limit, rrf_k=settings.recall_rrf_k,
             bm25_k1=settings.recall_bm25_k1, bm25_b=settings.recall_bm25_b,
+            seed_limit=settings.recall_seed_limit, seed_max_words=settings.recall_seed_max_words,
+            fact_k=settings.recall_fact_k, keyed_k=settings.recall_keyed_k,
+            graph_depth=settings.recall_graph_depth, graph_fanout=settings.recall_graph_fanout,
+            graph_k=settings.recall_graph_k, memory_k=settings.recall_memory_k,
+            recent_k=settings.recall_recent_k, raptor_roots=settings.recall_raptor_roots,
+            observation_k=settings.recall_observation_k, causal_k=settings.recall_causal_k,
+            timeline_seeds=settings.recall_timeline_seeds,
+            mode_weight=settings.recall_mode_weight,
         )
 
 
@@ -164,168 +250,192 @@ def _current(doc: Any) -> ColumnElement[bool]:
                 or_(doc.snoozed_until.is_(None), doc.snoozed_until <= func.now()))
 
 
-def build_recall_statement(shape: PlanShape = FULL_PLAN,
-                           limits: StatementLimits | None = None) -> Select[Any]:
-    """The recall statement for ``shape``; parameters ``question`` and ``query_embedding``.
+def _current_claim(c: Any) -> ColumnElement[bool]:
+    """True now (valid time) and still believed (record time): knowledge.current_claims' rule."""
+    return and_(c.superseded_at.is_(None),
+                or_(c.valid_from.is_(None), c.valid_from <= func.now()),
+                or_(c.valid_to.is_(None), c.valid_to > func.now()))
 
-    Production passes ``FULL_PLAN``; other shapes exist for the plan study.
+
+def _ranked(inner: Any, name: str, order: tuple[str, ...]) -> Any:
+    """``inner`` (already bounded) with a 1-based ``rank`` in ``order``, as a CTE.
+
+    ``order`` names columns of ``inner``; a leading ``-`` sorts that one descending.
     """
-    lim = limits or StatementLimits.from_settings(get_settings())
-    question: BindParameter[str] = bindparam("question", type_=Text())
-    query_embedding: BindParameter[Any] = bindparam(
-        "query_embedding", type_=Vector(EMBEDDING_DIMENSION))
-    cfg = cast(literal(TS_CONFIG), REGCONFIG)
-    c = Chunk.__table__.c
-    d = Document.__table__.c
-    distance = c.embedding.cosine_distance(query_embedding)
-    # RLS already limits every scan to the bound tenant; saying so in the
-    # statement lets the planner use the tenant-leading indexes the same way for
-    # every role, and keeps a role without RLS (a superuser benchmark) honest.
-    tenant = func.auth.tenant_id()
+    sub = inner.subquery(f"{name}_pool")
+    cols = [sub.c[c[1:]].desc() if c.startswith("-") else sub.c[c] for c in order]
+    return select(sub, func.row_number().over(order_by=cols).label("rank")).cte(name)
 
-    lane_rows: list[Select[Any]] = []
-    branches: list[Select[Any]] = []
 
-    # 1. dense: ORDER BY distance LIMIT k directly over the index scan.
-    if shape.dense:
-        dense_scan = (
-            select(c.id.label("chunk_id"), c.document_id, distance.label("distance"))
-            .where(c.tenant_id == tenant, c.embedding.is_not(None))
-            .order_by(distance)
-            .limit(lim.dense_k)
-            .cte("dense_scan")
-        )
-        dense = select(
-            dense_scan.c.chunk_id, dense_scan.c.document_id, dense_scan.c.distance,
-            func.row_number().over(order_by=(dense_scan.c.distance, dense_scan.c.chunk_id))
-            .label("rank"),
-        ).cte("dense")
-        lane_rows.append(select(dense.c.chunk_id, dense.c.document_id,
-                                literal("dense").label("lane"), dense.c.rank,
-                                cast(dense.c.distance, Double).label("score")))
+class _Builder:
+    """Holds the statement's parameters and shared CTEs while the lanes are laid out."""
 
-    # 2. lexical: Okapi BM25 over the GIN-matched candidate set.
-    if shape.lexical:
-        query_terms = select(
-            func.unnest(func.tsvector_to_array(func.to_tsvector(cfg, question)))
-            .label("lexeme")
-        ).cte("query_terms")
-        # plainto_tsquery quotes each lexeme; joining them with | asks for any term.
-        any_term = cast(func.replace(cast(func.plainto_tsquery(cfg, question), Text),
-                                     " & ", " | "), TSQUERY)
-        matches = (
-            select(c.id.label("chunk_id"), c.document_id, c.lexical, c.token_count)
-            .where(c.tenant_id == tenant, c.lexical.op("@@")(any_term))
-            .cte("lexical_matches")
-        )
-        entry = func.unnest(matches.c.lexical).table_valued(
-            "lexeme", "positions", "weights", name="entry")
-        hits = (
-            select(
-                matches.c.chunk_id, matches.c.document_id, matches.c.token_count,
-                entry.c.lexeme,
-                func.coalesce(func.array_length(entry.c.positions, 1), 1).label("tf"),
-                func.count().over(partition_by=entry.c.lexeme).label("df"),
+    def __init__(self, shape: PlanShape, lim: StatementLimits) -> None:
+        self.shape = shape
+        self.lim = lim
+        self.question: BindParameter[str] = bindparam("question", type_=Text())
+        self.query_embedding: BindParameter[Any] = bindparam(
+            "query_embedding", type_=Vector(EMBEDDING_DIMENSION))
+        self.mode: BindParameter[str | None] = bindparam("mode", None, type_=Text())
+        self.rrf_k = bindparam("rrf_k", lim.rrf_k, type_=Double)
+        # RLS already limits every scan to the bound tenant; saying so in the
+        # statement lets the planner use the tenant-leading indexes the same way
+        # for every role, and keeps a role without RLS (a superuser benchmark) honest.
+        self.tenant = func.auth.tenant_id(type_=UUID(as_uuid=True))
+        self.lane_rows: list[Select[Any]] = []  # fused per item
+        self.source_rows: Any = None
+        self.extra_rows: list[Select[Any]] = []  # catalogs, seeds, corpus statistics
+
+    # -- helpers -------------------------------------------------------------------
+
+    def distance(self, column: Any) -> Any:
+        return column.cosine_distance(self.query_embedding)
+
+    def weight(self, lane: str) -> Any:
+        boosted = [m for m, lanes in MODE_LANES.items() if lane in lanes]
+        if not boosted:
+            return literal(1.0, Double)
+        return case((self.mode.in_(boosted), bindparam("mode_weight", self.lim.mode_weight, type_=Double)),
+                    else_=literal(1.0, Double))
+
+    def contribution(self, lane: str, rank: Any) -> Any:
+        return self.weight(lane) / (self.rrf_k + cast(rank, Double))
+
+    def lane_ranks(self, lane: Any, rank: Any, score: Any = None) -> Any:
+        """``{lane: [rank, score]}``: what the trace shows for one lane row."""
+        return func.jsonb_build_object(lane, func.jsonb_build_array(rank, score))
+
+    # -- 1-3. source lanes, fusion, hydration ----------------------------------------
+
+    def sources(self) -> Any:
+        """Dense, lexical and title lanes fused per chunk; returns the ``fused`` CTE or None."""
+        s, lim = self.shape, self.lim
+        c = Chunk.__table__.c
+        d = Document.__table__.c
+        distance = self.distance(c.embedding)
+        tenant = self.tenant
+        rows: list[Select[Any]] = []
+
+        if s.dense:
+            dense = _ranked(
+                select(c.id.label("chunk_id"), c.document_id, distance.label("distance"))
+                .where(c.tenant_id == tenant, c.embedding.is_not(None))
+                .order_by(distance).limit(lim.dense_k),
+                "dense", ("distance", "chunk_id"))
+            rows.append(select(dense.c.chunk_id, dense.c.document_id, literal("dense").label("lane"),
+                               dense.c.rank, cast(dense.c.distance, Double).label("score")))
+
+        if s.lexical:
+            cfg = cast(literal(TS_CONFIG), REGCONFIG)
+            query_terms = select(
+                func.unnest(func.tsvector_to_array(func.to_tsvector(cfg, self.question)))
+                .label("lexeme")
+            ).cte("query_terms")
+            # plainto_tsquery quotes each lexeme; joining them with | asks for any term.
+            any_term = cast(func.replace(cast(func.plainto_tsquery(cfg, self.question), Text),
+                                         " & ", " | "), TSQUERY)
+            matches = (
+                select(c.id.label("chunk_id"), c.document_id, c.lexical, c.token_count)
+                .where(c.tenant_id == tenant, c.lexical.op("@@")(any_term))
+                .cte("lexical_matches")
             )
-            .select_from(matches)
-            .join(entry, true())
-            .where(entry.c.lexeme.in_(select(query_terms.c.lexeme)))
-            .cte("lexical_hits")
-        )
-        stats = select(
-            cast(func.coalesce(func.sum(LexicalStat.chunks), 0), Double).label("n"),
-            cast(func.coalesce(func.sum(LexicalStat.tokens), 0), Double).label("total"),
-        ).where(LexicalStat.tenant_id == tenant).cte("lexical_corpus")
-        k1 = bindparam("bm25_k1", lim.bm25_k1, type_=Double)
-        b = bindparam("bm25_b", lim.bm25_b, type_=Double)
-        df = cast(hits.c.df, Double)
-        tf = cast(hits.c.tf, Double)
-        avgdl = stats.c.total / func.nullif(stats.c.n, 0, type_=Double)
-        idf = func.ln(1 + (stats.c.n - df + 0.5) / (df + 0.5))
-        norm = k1 * (1 - b + b * cast(hits.c.token_count, Double) / avgdl)
-        bm25 = func.sum(idf * tf / (tf + norm))
-        scored = (
-            select(hits.c.chunk_id, hits.c.document_id, bm25.label("bm25"))
-            .select_from(hits)
-            .join(stats, true())
-            .group_by(hits.c.chunk_id, hits.c.document_id)
-            .order_by(bm25.desc(), hits.c.chunk_id)
-            .limit(lim.lexical_k)
-            .cte("lexical_scored")
-        )
-        lexical = select(
-            scored.c.chunk_id, scored.c.document_id, scored.c.bm25,
-            func.row_number().over(order_by=(scored.c.bm25.desc(), scored.c.chunk_id))
-            .label("rank"),
-        ).cte("lexical")
-        lane_rows.append(select(lexical.c.chunk_id, lexical.c.document_id,
-                                literal("lexical").label("lane"), lexical.c.rank,
-                                cast(lexical.c.bm25, Double).label("score")))
-        # The corpus statistics BM25 used, for the trace (visible corpus only).
-        branches.append(select(*_row(
-            lane=literal("lexical_stats"), item_count=cast(stats.c.n, BigInteger),
-            bm25=avgdl)))
-
-    # 3. title: complete titles named in the question.
-    titled = None
-    if shape.title:
-        words = select(
-            func.regexp_split_to_array(func.recall.title_key(question), " ",
-                                       type_=ARRAY(Text())).label("w")
-        ).cte("question_words")
-        n_words = func.cardinality(words.c.w)
-        first = func.generate_series(1, n_words).table_valued("i").render_derived(name="first_word")
-        last = func.generate_series(
-            first.c.i, func.least(n_words, first.c.i + (lim.title_max_words - 1))
-        ).table_valued("j").render_derived(name="last_word")
-        ngrams = (
-            select(func.array_to_string(words.c.w[first.c.i:last.c.j], " ").label("key"))
-            .select_from(words).join(first, true()).join(last, true())
-            .cte("question_ngrams")
-        )
-        doc_key = func.recall.title_key(d.title)
-        named = (
-            select(d.id.label("document_id"), doc_key.label("key"))
-            .where(d.tenant_id == tenant, doc_key.in_(select(ngrams.c.key)), doc_key != "",
-                   _current(d))
-            .order_by(func.length(doc_key).desc(), d.id)
-            .limit(lim.title_docs)
-            .cte("named_titles")
-        )
-        other = named.alias("other_title")
-        padded = literal(" ")
-        contained = exists().where(
-            other.c.key != named.c.key,
-            func.strpos(padded + other.c.key + padded, padded + named.c.key + padded) > 0,
-        )
-        titled = select(named.c.document_id, (~contained).label("direct")).cte("title_subjects")
-        ranked = (
-            select(
-                c.id.label("chunk_id"), c.document_id,
-                func.row_number().over(partition_by=c.document_id,
-                                       order_by=(distance.nulls_last(), c.ordinal))
-                .label("rank"),
+            entry = func.unnest(matches.c.lexical).table_valued(
+                "lexeme", "positions", "weights", name="entry")
+            hits = (
+                select(
+                    matches.c.chunk_id, matches.c.document_id, matches.c.token_count,
+                    entry.c.lexeme,
+                    func.coalesce(func.array_length(entry.c.positions, 1), 1).label("tf"),
+                    func.count().over(partition_by=entry.c.lexeme).label("df"),
+                )
+                .select_from(matches)
+                .join(entry, true())
+                .where(entry.c.lexeme.in_(select(query_terms.c.lexeme)))
+                .cte("lexical_hits")
             )
-            .where(c.tenant_id == tenant, c.document_id.in_(select(titled.c.document_id)))
-            .subquery("title_ranked")
-        )
-        title_chunks = (
-            select(ranked.c.chunk_id, ranked.c.document_id, ranked.c.rank)
-            .where(ranked.c.rank <= lim.title_chunks)
-            .cte("title_chunks")
-        )
-        lane_rows.append(select(title_chunks.c.chunk_id, title_chunks.c.document_id,
-                                literal("title").label("lane"), title_chunks.c.rank,
-                                cast(null(), Double).label("score")))
+            stats = select(
+                cast(func.coalesce(func.sum(LexicalStat.chunks), 0), Double).label("n"),
+                cast(func.coalesce(func.sum(LexicalStat.tokens), 0), Double).label("total"),
+            ).where(LexicalStat.tenant_id == tenant).cte("lexical_corpus")
+            k1 = bindparam("bm25_k1", lim.bm25_k1, type_=Double)
+            b = bindparam("bm25_b", lim.bm25_b, type_=Double)
+            df = cast(hits.c.df, Double)
+            tf = cast(hits.c.tf, Double)
+            avgdl = stats.c.total / func.nullif(stats.c.n, 0, type_=Double)
+            idf = func.ln(1 + (stats.c.n - df + 0.5) / (df + 0.5))
+            norm = k1 * (1 - b + b * cast(hits.c.token_count, Double) / avgdl)
+            bm25 = func.sum(idf * tf / (tf + norm))
+            lexical = _ranked(
+                select(hits.c.chunk_id, hits.c.document_id, bm25.label("bm25"))
+                .select_from(hits).join(stats, true())
+                .group_by(hits.c.chunk_id, hits.c.document_id)
+                .order_by(bm25.desc(), hits.c.chunk_id).limit(lim.lexical_k),
+                "lexical", ("-bm25", "chunk_id"))
+            rows.append(select(lexical.c.chunk_id, lexical.c.document_id,
+                               literal("lexical").label("lane"), lexical.c.rank,
+                               cast(lexical.c.bm25, Double).label("score")))
+            # The corpus statistics BM25 used, for the trace (visible corpus only).
+            self.extra_rows.append(select(*_row(
+                lane=literal("lexical_stats"), item_count=cast(stats.c.n, BigInteger),
+                bm25=avgdl)))
 
-    # 4. fusion over chunk ids; documents are not joined yet.
-    if lane_rows:
-        lanes_union = (union_all(*lane_rows) if len(lane_rows) > 1 else lane_rows[0]).cte(
-            "lane_ranks")
+        titled = None
+        if s.title:
+            words = select(
+                func.regexp_split_to_array(func.recall.title_key(self.question), " ",
+                                           type_=ARRAY(Text())).label("w")
+            ).cte("question_words")
+            n_words = func.cardinality(words.c.w)
+            first = func.generate_series(1, n_words).table_valued("i").render_derived(name="first_word")
+            last = func.generate_series(
+                first.c.i, func.least(n_words, first.c.i + (lim.title_max_words - 1))
+            ).table_valued("j").render_derived(name="last_word")
+            ngrams = (
+                select(func.array_to_string(words.c.w[first.c.i:last.c.j], " ").label("key"))
+                .select_from(words).join(first, true()).join(last, true())
+                .cte("question_ngrams")
+            )
+            doc_key = func.recall.title_key(d.title)
+            named = (
+                select(d.id.label("document_id"), doc_key.label("key"))
+                .where(d.tenant_id == tenant, doc_key.in_(select(ngrams.c.key)), doc_key != "",
+                       _current(d))
+                .order_by(func.length(doc_key).desc(), d.id)
+                .limit(lim.title_docs)
+                .cte("named_titles")
+            )
+            other = named.alias("other_title")
+            padded = literal(" ")
+            contained = exists().where(
+                other.c.key != named.c.key,
+                func.strpos(padded + other.c.key + padded, padded + named.c.key + padded) > 0,
+            )
+            titled = select(named.c.document_id, (~contained).label("direct")).cte("title_subjects")
+            ranked = (
+                select(
+                    c.id.label("chunk_id"), c.document_id,
+                    func.row_number().over(partition_by=c.document_id,
+                                           order_by=(distance.nulls_last(), c.ordinal))
+                    .label("rank"),
+                )
+                .where(c.tenant_id == tenant, c.document_id.in_(select(titled.c.document_id)))
+                .subquery("title_ranked")
+            )
+            title_chunks = (
+                select(ranked.c.chunk_id, ranked.c.document_id, ranked.c.rank)
+                .where(ranked.c.rank <= lim.title_chunks)
+                .cte("title_chunks")
+            )
+            rows.append(select(title_chunks.c.chunk_id, title_chunks.c.document_id,
+                               literal("title").label("lane"), title_chunks.c.rank,
+                               cast(null(), Double).label("score")))
+
+        if not rows:
+            return None
+        lanes_union = (union_all(*rows) if len(rows) > 1 else rows[0]).cte("lane_ranks")
         lane = lanes_union.c.lane
         rank = lanes_union.c.rank
-        rrf_k = bindparam("rrf_k", lim.rrf_k, type_=Double)
-        contribution = case((lane.in_(("dense", "lexical")), 1.0 / (rrf_k + cast(rank, Double))),
+        contribution = case((lane.in_(("dense", "lexical")), 1.0 / (self.rrf_k + cast(rank, Double))),
                             else_=0.0)
         fused = (
             select(
@@ -341,30 +451,472 @@ def build_recall_statement(shape: PlanShape = FULL_PLAN,
             .cte("fused")
         )
 
-        # 5. hydration: chunks and documents join the fused candidates.
         chunk = Chunk.__table__
         doc = Document.__table__
-        joined = (fused.join(chunk, chunk.c.id == fused.c.chunk_id)
-                  .join(doc, and_(doc.c.tenant_id == chunk.c.tenant_id,
-                                  doc.c.id == fused.c.document_id)))
+        joined = (fused.join(chunk, and_(chunk.c.tenant_id == tenant, chunk.c.id == fused.c.chunk_id))
+                  .join(doc, and_(doc.c.tenant_id == tenant, doc.c.id == fused.c.document_id)))
         direct: ColumnElement[Any] = literal(False)
         if titled is not None:
             joined = joined.outerjoin(titled, titled.c.document_id == fused.c.document_id)
             direct = func.coalesce(titled.c.direct, False)
-        branches.insert(0, select(*_row(
-            lane=literal("source"), chunk_id=fused.c.chunk_id, document_id=fused.c.document_id,
+        beaten = self.contradiction(fused) if s.keyed else None
+        if beaten is not None:
+            joined = joined.outerjoin(beaten, beaten.c.chunk_id == fused.c.chunk_id)
+        # One entry per source lane that found the chunk (jsonb_strip_nulls drops the others).
+        ranks = func.jsonb_strip_nulls(func.jsonb_build_object(*[
+            part for name, rank_, score in (
+                ("dense", fused.c.dense_rank, fused.c.dense_distance),
+                ("lexical", fused.c.lexical_rank, fused.c.bm25),
+                ("title", fused.c.title_rank, None))
+            for part in (name, case((rank_.is_(None), null()),
+                                    else_=func.jsonb_build_array(rank_, score)))]))
+        hydrated = select(*_row(
+            lane=literal("source"), item_table=literal("sources.chunks"), item_id=fused.c.chunk_id,
+            chunk_id=fused.c.chunk_id, document_id=fused.c.document_id,
             ordinal=chunk.c.ordinal, text=chunk.c.text, char_start=chunk.c.char_start,
             char_end=chunk.c.char_end, embedding=chunk.c.embedding,
             dense_rank=fused.c.dense_rank, dense_distance=fused.c.dense_distance,
             lexical_rank=fused.c.lexical_rank, bm25=fused.c.bm25, title_rank=fused.c.title_rank,
-            direct=direct, rrf=fused.c.rrf, collection=doc.c.collection, path=doc.c.path,
+            direct=direct, rrf=fused.c.rrf, contribution=fused.c.rrf, lane_ranks=ranks,
+            semantic_distance=fused.c.dense_distance, weight=literal(1.0, Double),
+            collection=doc.c.collection, path=doc.c.path,
             title=doc.c.title, kind=doc.c.kind, state=doc.c.state, area=doc.c.area,
             scopes=doc.c.scopes, author=doc.c.author, created_at=doc.c.created_at,
-            updated_at=doc.c.updated_at, pinned=doc.c.pinned,
-        )).select_from(joined).where(_current(doc.c)))
+            updated_at=doc.c.updated_at, occurred_at=doc.c.occurred_at, pinned=doc.c.pinned,
+            beaten_by=beaten.c.beaten if beaten is not None else None,
+        )).select_from(joined).where(_current(doc.c))
+        self.source_rows = hydrated.cte("source_rows")
+        self.lane_rows.append(select(self.source_rows))
+        return self.source_rows
 
-    # 6. catalogs: database-derived, from explicit columns only.
-    if shape.catalogs:
+    def contradiction(self, fused: Any) -> Any:
+        """Per fused chunk, the keyed fact that outranks a claim extracted from it, if any."""
+        e = Extraction.__table__.c
+        extracted = (select(fused.c.chunk_id, func.unnest(e.claim_ids).label("claim_id"))
+                     .select_from(fused.join(Extraction.__table__, and_(
+                         e.tenant_id == self.tenant, e.chunk_id == fused.c.chunk_id)))
+                     .cte("extracted_claims"))
+        ec = effective_claims.alias("extracted_effective")
+        # A lateral probe by id keeps the security-barrier view's scan to those claims.
+        probe = (select(ec.c.beaten_by)
+                 .where(ec.c.tenant_id == self.tenant, ec.c.id == extracted.c.claim_id,
+                        ec.c.beaten_by.is_not(None))
+                 .limit(1).lateral("extracted_beaten"))
+        return (select(extracted.c.chunk_id, func.min(cast(probe.c.beaten_by, Text)).label("beaten"))
+                .select_from(extracted.join(probe, true()))
+                .group_by(extracted.c.chunk_id)
+                .cte("contradicted"))
+
+    # -- 4. entity seeds --------------------------------------------------------------
+
+    def seeds(self) -> Any:
+        lim = self.lim
+        ent = Entity.__table__.c
+        words = select(
+            func.regexp_split_to_array(func.coalesce(func.knowledge.normalize_name(self.question), ""),
+                                       " ", type_=ARRAY(Text())).label("w")
+        ).cte("seed_words")
+        n_words = func.cardinality(words.c.w)
+        first = func.generate_series(1, n_words).table_valued("i").render_derived(name="seed_first")
+        last = func.generate_series(
+            first.c.i, func.least(n_words, first.c.i + (lim.seed_max_words - 1))
+        ).table_valued("j").render_derived(name="seed_last")
+        grams = (
+            select(func.array_agg(func.array_to_string(words.c.w[first.c.i:last.c.j], " "))
+                   .label("gram_keys"))
+            .select_from(words).join(first, true()).join(last, true())
+            .cte("seed_ngrams")
+        )
+        keys = select(grams.c.gram_keys).scalar_subquery()
+        matched = (
+            select(func.coalesce(func.knowledge.canonical_entity(ent.id), ent.id).label("entity_id"),
+                   func.length(ent.name_key).label("length"))
+            .where(ent.tenant_id == self.tenant, ent.name_key != "",
+                   or_(ent.name_key.in_(select(func.unnest(grams.c.gram_keys))),
+                       ent.alias_keys.op("&&")(keys)))
+            .subquery("seed_matches")
+        )
+        best = (select(matched.c.entity_id, func.max(matched.c.length).label("length"))
+                .group_by(matched.c.entity_id)
+                .order_by(func.max(matched.c.length).desc(), matched.c.entity_id)
+                .limit(lim.seed_limit).subquery("seed_best"))
+        seeds = (select(best.c.entity_id, ent.canonical_name, ent.scopes)
+                 .join(Entity.__table__, and_(ent.tenant_id == self.tenant, ent.id == best.c.entity_id))
+                 .cte("seeds"))
+        self.extra_rows.append(select(*_row(
+            lane=literal("seed"), item_table=literal("knowledge.entities"), item_id=seeds.c.entity_id,
+            subject=seeds.c.canonical_name, scopes=seeds.c.scopes)))
+        return seeds
+
+    # -- 5. knowledge lanes --------------------------------------------------------------
+
+    def knowledge(self, seeds: Any | None) -> None:
+        s, lim = self.shape, self.lim
+        fc = FactClaim.__table__.c
+        tenant = self.tenant
+        pools: list[Select[Any]] = []  # (claim_id, lane, rank, score, depth)
+
+        if s.facts:
+            content = FactContent.__table__.c
+            distance = self.distance(content.embedding)
+            candidates = (
+                select(content.id.label("content_id"), distance.label("distance"))
+                .where(content.tenant_id == tenant, content.embedding.is_not(None))
+                .order_by(distance).limit(lim.fact_k)
+                .cte("fact_candidates")
+            )
+            # Only the candidate contents are joined to their current claims.
+            claims = (
+                select(fc.id.label("claim_id"), candidates.c.distance)
+                .select_from(candidates.join(FactClaim.__table__, and_(
+                    fc.tenant_id == tenant, fc.content_id == candidates.c.content_id)))
+                .where(_current_claim(fc))
+                .order_by(candidates.c.distance, fc.id).limit(lim.fact_k)
+            )
+            facts = _ranked(claims, "facts", ("distance", "claim_id"))
+            pools.append(select(facts.c.claim_id, literal("facts").label("lane"), facts.c.rank,
+                                cast(facts.c.distance, Double).label("score"),
+                                cast(null(), Integer).label("depth")))
+
+        if s.keyed:
+            parts: list[Select[Any]] = []
+            if seeds is not None:
+                # Current keyed facts about the entities the question names.
+                parts.append(
+                    select(fc.id.label("claim_id"), literal(0).label("part"), fc.authority, fc.as_of)
+                    .where(fc.tenant_id == tenant, fc.fact_key.is_not(None), _current_claim(fc),
+                           fc.subject_id.in_(select(seeds.c.entity_id)))
+                    .order_by(fc.authority.desc(), fc.as_of.desc(), fc.id).limit(lim.keyed_k))
+            if self.source_rows is not None:
+                # The keyed facts that beat a source candidate's prose join the pool.
+                src = self.source_rows
+                parts.append(
+                    select(src.c.beaten_by.label("claim_id"), literal(1).label("part"),
+                           cast(null(), Integer).label("authority"), cast(null(), TSTZ).label("as_of"))
+                    .where(src.c.beaten_by.is_not(None)).distinct())
+            if parts:
+                keyed = _ranked(union_all(*parts) if len(parts) > 1 else parts[0], "keyed",
+                                ("part", "-authority", "-as_of", "claim_id"))
+                pools.append(select(keyed.c.claim_id, literal("keyed").label("lane"), keyed.c.rank,
+                                    cast(null(), Double).label("score"),
+                                    cast(null(), Integer).label("depth")))
+
+        if s.graph and seeds is not None:
+            walk0 = select(seeds.c.entity_id.label("entity_id"), literal(0).label("depth"),
+                           array([seeds.c.entity_id]).label("path"),
+                           cast(null(), UUID(as_uuid=True)).label("claim_id"),
+                           cast(null(), Double).label("confidence"))
+            walk = walk0.cte("graph_walk", recursive=True)
+            w = walk.alias("graph_step")
+            other = case((fc.subject_id == w.c.entity_id, fc.object_id), else_=fc.subject_id)
+            # The lateral adjacency probe: both directions through the subject and object indexes.
+            edge = (
+                select(fc.id.label("claim_id"), other.label("other"), fc.confidence)
+                .where(fc.tenant_id == tenant, fc.object_id.is_not(None), _current_claim(fc),
+                       or_(fc.subject_id == w.c.entity_id, fc.object_id == w.c.entity_id))
+                .order_by(fc.confidence.desc(), fc.authority.desc(), fc.id)
+                .limit(lim.graph_fanout)
+                .lateral("graph_edge")
+            )
+            walk = walk.union_all(
+                select(edge.c.other, w.c.depth + 1, w.c.path + array([edge.c.other]),
+                       edge.c.claim_id, edge.c.confidence)
+                .select_from(w.join(edge, true()))
+                .where(w.c.depth < lim.graph_depth, ~(edge.c.other == func.any(w.c.path)))
+            )
+            edges = (
+                select(walk.c.claim_id, func.min(walk.c.depth).label("depth"),
+                       func.max(walk.c.confidence).label("confidence"))
+                .where(walk.c.claim_id.is_not(None))
+                .group_by(walk.c.claim_id)
+                .order_by(func.min(walk.c.depth), func.max(walk.c.confidence).desc(), walk.c.claim_id)
+                .limit(lim.graph_k)
+            )
+            graph = _ranked(edges, "graph", ("depth", "-confidence", "claim_id"))
+            pools.append(select(graph.c.claim_id, literal("graph").label("lane"), graph.c.rank,
+                                cast(null(), Double).label("score"), graph.c.depth))
+
+        if not pools:
+            return
+        pool = (union_all(*pools) if len(pools) > 1 else pools[0]).cte("claim_pool")
+        # Hydration by id through the security-barrier view: current claims only, with the
+        # keyed fact (if any) that outranks and contradicts each.
+        ec = effective_claims.alias("claim")
+        hydrate = (select(ec).where(ec.c.tenant_id == tenant, ec.c.id == pool.c.claim_id)
+                   .lateral("claim_hydrated"))
+        contents = FactContent.__table__
+        subject = Entity.__table__.alias("claim_subject")
+        obj = Entity.__table__.alias("claim_object")
+        self.lane_rows.append(select(*_row(
+            lane=pool.c.lane, item_table=literal("knowledge.fact_claim"), item_id=hydrate.c.id,
+            text=hydrate.c.text, embedding=contents.c.embedding,
+            lane_rank=pool.c.rank, lane_score=pool.c.score, weight=literal(1.0, Double),
+            semantic_distance=case((pool.c.lane == "facts", pool.c.score), else_=null()),
+            contribution=case(
+                (pool.c.lane == "facts", null()),
+                (pool.c.lane == "keyed", self.contribution("keyed", pool.c.rank)),
+                else_=self.contribution("graph", pool.c.rank)),
+            lane_ranks=self.lane_ranks(pool.c.lane, pool.c.rank, pool.c.score),
+            scopes=hydrate.c.scopes, author=hydrate.c.author, created_at=hydrate.c.recorded_at,
+            occurred_at=hydrate.c.valid_from, subject=subject.c.canonical_name,
+            predicate=hydrate.c.predicate,
+            object=func.coalesce(obj.c.canonical_name, hydrate.c.object_value),
+            epistemic_kind=cast(hydrate.c.epistemic_kind, Text),
+            perspective_key=hydrate.c.perspective_key, author_role=hydrate.c.author_role,
+            confidence=hydrate.c.confidence, authority=hydrate.c.authority,
+            fact_key=hydrate.c.fact_key, as_of=hydrate.c.as_of, depth=pool.c.depth,
+            beaten_by=hydrate.c.beaten_by,
+        )).select_from(
+            pool.join(hydrate, true())
+            .join(contents, and_(contents.c.tenant_id == tenant, contents.c.id == hydrate.c.content_id))
+            .join(subject, and_(subject.c.tenant_id == tenant, subject.c.id == hydrate.c.subject_id))
+            .outerjoin(obj, and_(obj.c.tenant_id == tenant, obj.c.id == hydrate.c.object_id))
+        ))
+
+    # -- 6. derived memory lanes -----------------------------------------------------------
+
+    def ann(self, table: Any, lane: str, k: int, *where: Any, extra: tuple[Any, ...] = ()) -> Any:
+        """Top ``k`` rows of ``table`` by embedding distance, ranked; returns the CTE."""
+        t = table.__table__.c
+        distance = self.distance(t.embedding)
+        inner = (select(t.id, distance.label("distance"), *extra)
+                 .where(t.tenant_id == self.tenant, t.embedding.is_not(None), *where)
+                 .order_by(distance).limit(k))
+        return _ranked(inner, f"{lane}_lane", ("distance", "id"))
+
+    def memory_row(self, lane: str, table: Any, pool: Any, **columns: Any) -> Select[Any]:
+        """A lane's rows of ``table`` from ``pool`` (id, distance, rank, semantic)."""
+        t = table.__table__
+        rank = pool.c.rank
+        semantic = pool.c.semantic if "semantic" in pool.c else literal(False)
+        credited = pool.c.credited if "credited" in pool.c else literal(True)
+        distance = pool.c.distance if "distance" in pool.c else None
+        return select(*_row(
+            lane=literal(lane), item_table=literal(f"{t.schema}.{t.name}"), item_id=t.c.id,
+            embedding=t.c.embedding, scopes=t.c.scopes, lane_rank=rank,
+            lane_score=distance, weight=self.weight(lane),
+            # Found by meaning: ranked later among everything found by meaning (see build);
+            # found by structure (seeds, recency, links): its rank within the lane counts.
+            semantic_distance=case((semantic, distance), else_=null()),
+            contribution=case((semantic, null()), (credited, self.contribution(lane, rank)),
+                              else_=literal(0.0, Double)),
+            lane_ranks=self.lane_ranks(lane, rank, distance), **columns,
+        )).select_from(pool.join(t, and_(t.c.tenant_id == self.tenant, t.c.id == pool.c.id)))
+
+    def derived(self, seeds: Any | None) -> None:
+        s, lim = self.shape, self.lim
+        tenant = self.tenant
+
+        def ordered(table: Any, *where: Any, order: tuple[Any, ...], k: int,
+                    credited: bool) -> Select[Any]:
+            """A bounded list ``(id, distance, o, credited)`` of ``table`` in ``order``."""
+            t = table.__table__.c
+            return (select(t.id, cast(self.distance(t.embedding), Double).label("distance"),
+                           func.row_number().over(order_by=order).label("o"),
+                           literal(credited).label("credited"))
+                    .where(t.tenant_id == tenant, *where).order_by(*order).limit(k))
+
+        seed_ids = select(seeds.c.entity_id) if seeds is not None else None
+
+        if s.communities:
+            cm = Community.__table__.c
+            of_seeds = None
+            if seeds is not None:
+                of_seeds = ordered(Community, cm.member_entity_ids.op("&&")(
+                    select(func.array_agg(seeds.c.entity_id)).scalar_subquery()),
+                    order=(func.cardinality(cm.member_entity_ids), cm.id), k=lim.memory_k,
+                    credited=True)
+            pool = self.merge("communities", self.ann(Community, "communities_ann", lim.memory_k),
+                              of_seeds)
+            self.lane_rows.append(self.memory_row(
+                "communities", Community, pool, text=cm.summary, level=cm.level,
+                item_count=func.cardinality(cm.member_entity_ids), created_at=cm.created_at,
+                updated_at=cm.built_at))
+
+        if s.raptor:
+            rn = RaptorNode.__table__.c
+            roots = self.ann(RaptorNode, "raptor_roots", lim.raptor_roots, rn.parent_id.is_(None))
+            pool = self.merge("raptor", self.ann(RaptorNode, "raptor_ann", lim.memory_k),
+                              select(roots.c.id, roots.c.distance, roots.c.rank.label("o"),
+                                     literal(False).label("credited")))
+            self.lane_rows.append(self.memory_row(
+                "raptor", RaptorNode, pool, text=rn.summary, level=rn.level,
+                relation=case((rn.parent_id.is_(None), "root"), else_=null()),
+                item_count=func.cardinality(rn.children) + func.cardinality(rn.member_chunk_ids)
+                + func.cardinality(rn.member_fact_ids),
+                created_at=rn.created_at, updated_at=rn.updated_at))
+
+        if s.working_memory:
+            wm = WorkingMemoryItem.__table__.c
+            live = wm.expires_at > func.now()
+            # RLS shows each user only their own items; the predicate says so for the planner.
+            mine = wm.user_id == func.auth.user_id()
+            pool = self.merge(
+                "working_memory", self.ann(WorkingMemoryItem, "working_memory_ann", lim.memory_k,
+                                           live, mine),
+                ordered(WorkingMemoryItem, live, mine, order=(wm.created_at.desc(), wm.id),
+                        k=lim.recent_k, credited=False))
+            self.lane_rows.append(self.memory_row(
+                "working_memory", WorkingMemoryItem, pool, text=wm.text, author=wm.user_id,
+                kind=wm.kind, session_id=wm.session_id, created_at=wm.created_at,
+                occurred_at=wm.created_at))
+
+        if s.profiles:
+            pr = Profile.__table__.c
+            ent = Entity.__table__.alias("profile_subject")
+            of_seeds = None
+            if seed_ids is not None:
+                of_seeds = ordered(Profile, pr.subject_entity_id.in_(seed_ids),
+                                   order=(pr.updated_at.desc(), pr.id), k=lim.memory_k,
+                                   credited=True)
+            pool = self.merge("profiles", self.ann(Profile, "profiles_ann", lim.memory_k), of_seeds)
+            row = self.memory_row(
+                "profiles", Profile, pool, text=pr.summary,
+                subject=func.coalesce(ent.c.canonical_name, pr.subject_user_id),
+                created_at=pr.created_at, updated_at=pr.updated_at)
+            self.lane_rows.append(row.outerjoin(
+                ent, and_(ent.c.tenant_id == tenant, ent.c.id == pr.subject_entity_id)))
+
+        if s.episodes:
+            ep = Episode.__table__.c
+            pool = self.merge("episodes", self.ann(Episode, "episodes_ann", lim.memory_k),
+                              ordered(Episode, order=(ep.ended_at.desc(), ep.id), k=lim.recent_k,
+                                      credited=False))
+            self.lane_rows.append(self.memory_row(
+                "episodes", Episode, pool, text=ep.summary, author=ep.user_id,
+                session_id=ep.session_id, occurred_at=ep.started_at, ended_at=ep.ended_at,
+                item_count=ep.turn_count, created_at=ep.created_at))
+
+        if s.observations:
+            ob = Observation.__table__.c
+            ent = Entity.__table__.alias("observation_subject")
+            # The gate of memory.recallable_observations, on the base table so the
+            # HNSW scan filters inside the scan.
+            pool = self.merge("observations", self.ann(Observation, "observations_ann",
+                                                        lim.observation_k,
+                                                        ob.confidence >= RECALLABLE_CONFIDENCE))
+            row = self.memory_row(
+                "observations", Observation, pool, text=ob.text, confidence=ob.confidence,
+                perspective_key=ob.perspective_key, subject=ent.c.canonical_name,
+                created_at=ob.created_at)
+            self.lane_rows.append(row.outerjoin(
+                ent, and_(ent.c.tenant_id == tenant, ent.c.id == ob.subject_entity_id)))
+
+        if s.decisions or s.causal:
+            dc = Decision.__table__.c
+            chosen = self.merge("decisions", self.ann(Decision, "decisions_ann", lim.memory_k))
+            decision_cols = {
+                "text": dc.embed_text, "kind": dc.category, "outcome": dc.outcome,
+                "confidence": dc.confidence, "author": dc.decided_by, "occurred_at": dc.decided_at,
+                "created_at": dc.created_at,
+            }
+            if s.decisions:
+                self.lane_rows.append(self.memory_row("decisions", Decision, chosen, **decision_cols))
+            if s.causal:
+                # The causal links of the chosen decisions, both directions ("to:caused" means
+                # the chosen decision caused this one; "from:caused" that this one caused it).
+                dl = DecisionLink.__table__.c
+                # A linked decision inherits the distance of the decision it is linked to,
+                # so it ranks right after it among everything found by meaning.
+                out_link = (select(dl.to_decision_id.label("id"), chosen.c.id.label("related_id"),
+                                   ("to:" + cast(dl.kind, Text)).label("relation"),
+                                   chosen.c.rank.label("seed_rank"), chosen.c.distance)
+                            .where(dl.tenant_id == tenant, dl.from_decision_id == chosen.c.id))
+                in_link = (select(dl.from_decision_id.label("id"), chosen.c.id.label("related_id"),
+                                  ("from:" + cast(dl.kind, Text)).label("relation"),
+                                  chosen.c.rank.label("seed_rank"), chosen.c.distance)
+                           .where(dl.tenant_id == tenant, dl.to_decision_id == chosen.c.id))
+                links = union_all(out_link, in_link).subquery("causal_links")
+                order = (links.c.seed_rank, links.c.relation, links.c.id)
+                causal = (select(links.c.id, links.c.related_id, links.c.relation, links.c.distance,
+                                 literal(True).label("semantic"),
+                                 func.row_number().over(order_by=order).label("rank"))
+                          .order_by(*order).limit(lim.causal_k).cte("causal_lane"))
+                self.lane_rows.append(self.memory_row(
+                    "causal", Decision, causal, related_id=causal.c.related_id,
+                    relation=causal.c.relation, **decision_cols))
+
+    def merge(self, lane: str, ranked: Any, *more: Select[Any] | None) -> Any:
+        """One lane pool: the ANN CTE ``ranked`` (found by meaning) and bounded structural
+        lists of ``(id, distance, o, credited)``: found by a seed (credited: the question
+        names its entity) or taken as context (the most recent items, the RAPTOR roots: in
+        the pool, but ranked by meaning alone). An item found both ways has a row for each,
+        so both contributions count."""
+        parts = [select(ranked.c.id, ranked.c.distance, ranked.c.rank, literal(True).label("semantic"),
+                        literal(False).label("credited"))]
+        for n, m in enumerate(more, 1):
+            if m is None:
+                continue
+            sub = m.subquery(f"{lane}_more{n}")
+            parts.append(select(sub.c.id, sub.c.distance, sub.c.o.label("rank"),
+                                literal(False).label("semantic"), sub.c.credited))
+        return (union_all(*parts) if len(parts) > 1 else parts[0]).cte(f"{lane}_lane")
+
+    # -- 7. timeline neighbours --------------------------------------------------------------
+
+    def timeline(self) -> None:
+        if not self.shape.timeline or not hasattr(self, "source_rows"):
+            return
+        lim, tenant = self.lim, self.tenant
+        src = self.source_rows
+        top = (select(src.c.chunk_id, src.c.document_id, src.c.ordinal, src.c.collection,
+                      src.c.occurred_at, src.c.rrf)
+               .order_by(src.c.direct.desc(), src.c.rrf.desc(), src.c.chunk_id)
+               .limit(lim.timeline_seeds).cte("timeline_seeds"))
+        d = Document.__table__.alias("neighbour_doc")
+        c = Chunk.__table__.alias("neighbour_chunk")
+        seed_rank = func.row_number().over(order_by=(top.c.rrf.desc(), top.c.chunk_id))
+        seeds = select(top, seed_rank.label("seed_rank")).subquery("timeline_seed_ranked")
+
+        def neighbour_doc(before: bool) -> Any:
+            cmp = d.c.occurred_at < seeds.c.occurred_at if before else d.c.occurred_at > seeds.c.occurred_at
+            order = d.c.occurred_at.desc() if before else d.c.occurred_at.asc()
+            return (select(d.c.id.label("document_id"))
+                    .where(d.c.tenant_id == tenant, d.c.collection == seeds.c.collection,
+                           d.c.occurred_at.is_not(None), cmp, _current(d.c))
+                    .order_by(order, d.c.id).limit(1)
+                    .lateral("prev_doc" if before else "next_doc"))
+
+        prev_doc, next_doc = neighbour_doc(True), neighbour_doc(False)
+        in_time = union_all(
+            select(seeds.c.chunk_id.label("related_id"), seeds.c.seed_rank,
+                   literal("previous").label("relation"), prev_doc.c.document_id,
+                   literal(0).label("ordinal"))
+            .select_from(seeds.join(prev_doc, true())).where(seeds.c.occurred_at.is_not(None)),
+            select(seeds.c.chunk_id, seeds.c.seed_rank, literal("next"), next_doc.c.document_id,
+                   literal(0))
+            .select_from(seeds.join(next_doc, true())).where(seeds.c.occurred_at.is_not(None)),
+            select(seeds.c.chunk_id, seeds.c.seed_rank, literal("before"), seeds.c.document_id,
+                   seeds.c.ordinal - 1).where(seeds.c.occurred_at.is_(None)),
+            select(seeds.c.chunk_id, seeds.c.seed_rank, literal("after"), seeds.c.document_id,
+                   seeds.c.ordinal + 1).where(seeds.c.occurred_at.is_(None)),
+        ).subquery("timeline_links")
+        pool = (select(in_time, func.row_number().over(
+            order_by=(in_time.c.seed_rank, in_time.c.relation)).label("rank"))
+            .cte("timeline"))
+        joined = (pool.join(c, and_(c.c.tenant_id == tenant, c.c.document_id == pool.c.document_id,
+                                    c.c.ordinal == pool.c.ordinal))
+                  .join(d, and_(d.c.tenant_id == tenant, d.c.id == pool.c.document_id)))
+        self.lane_rows.append(select(*_row(
+            lane=literal("timeline"), item_table=literal("sources.chunks"), item_id=c.c.id,
+            chunk_id=c.c.id, document_id=d.c.id, ordinal=c.c.ordinal, text=c.c.text,
+            char_start=c.c.char_start, char_end=c.c.char_end, embedding=c.c.embedding,
+            direct=literal(False), rrf=literal(0.0), lane_rank=pool.c.rank,
+            contribution=self.contribution("timeline", pool.c.rank),
+            lane_ranks=self.lane_ranks("timeline", pool.c.rank),
+            collection=d.c.collection, path=d.c.path, title=d.c.title, kind=d.c.kind,
+            state=d.c.state, area=d.c.area, scopes=d.c.scopes, author=d.c.author,
+            created_at=d.c.created_at, updated_at=d.c.updated_at, occurred_at=d.c.occurred_at,
+            pinned=d.c.pinned, related_id=pool.c.related_id, relation=pool.c.relation,
+        )).select_from(joined).where(_current(d.c)))
+
+    # -- 9. catalogs -------------------------------------------------------------------------
+
+    def catalogs(self) -> None:
+        if not self.shape.catalogs:
+            return
+        lim, tenant = self.lim, self.tenant
+        d = Document.__table__.c
         areas = (
             select(*_row(
                 lane=literal("area"), text=d.area, area=d.area, scopes=d.scopes,
@@ -377,7 +929,8 @@ def build_recall_statement(shape: PlanShape = FULL_PLAN,
         )
         projects = (
             select(*_row(
-                lane=literal("project"), document_id=d.id, title=d.title, state=d.state,
+                lane=literal("project"), item_table=literal("sources.documents"), item_id=d.id,
+                document_id=d.id, title=d.title, state=d.state,
                 area=d.area, kind=d.kind, collection=d.collection, path=d.path,
                 scopes=d.scopes, author=d.author, created_at=d.created_at,
                 updated_at=d.updated_at, pinned=d.pinned,
@@ -387,21 +940,87 @@ def build_recall_statement(shape: PlanShape = FULL_PLAN,
             .order_by(d.area.nulls_last(), d.title)
             .limit(lim.catalog_limit)
         )
-        branches += [select(areas.subquery("area_catalog")),
-                     select(projects.subquery("project_catalog"))]
+        self.extra_rows += [select(areas.subquery("area_catalog")),
+                            select(projects.subquery("project_catalog"))]
 
-    # 7. one union; every row with the exact scope objects it is shared into.
-    if not branches:
-        raise ValueError(f"plan shape {shape.name!r} has no lanes")
-    union: Select[Any] | CompoundSelect[Any] = union_all(*branches) if len(branches) > 1 else branches[0]
-    rows = union.subquery("recall_rows")
-    s = Scope.__table__.c
-    scope_objects = (
-        select(func.coalesce(
-            func.jsonb_agg(aggregate_order_by(
-                func.jsonb_build_object("name", s.name, "description", s.description), s.name)),
-            cast(literal("[]"), JSONB)))
-        .where(s.id == func.any(rows.c.scopes))
-        .scalar_subquery()
-    )
-    return select(rows, scope_objects.label("scope_objects"))
+    # -- 8 and 10. item fusion, one union, scope objects -----------------------------------------
+
+    def build(self) -> Select[Any]:
+        s = self.shape
+        self.sources()
+        seeds = self.seeds() if (s.keyed or s.graph or s.communities or s.profiles) else None
+        self.knowledge(seeds)
+        self.derived(seeds)
+        self.timeline()
+        self.catalogs()
+
+        branches: list[Select[Any]] = []
+        if self.lane_rows:
+            lanes = (union_all(*self.lane_rows) if len(self.lane_rows) > 1
+                     else self.lane_rows[0]).cte("lane_rows")
+            item = (lanes.c.item_table, lanes.c.item_id)
+            # Every lane that found an item, with its rank and score.
+            entry = func.jsonb_each(lanes.c.lane_ranks).table_valued("key", "value", name="found")
+            found = (select(lanes.c.item_table, lanes.c.item_id,
+                            func.jsonb_object_agg(entry.c.key, entry.c.value).label("found_by"))
+                     .select_from(lanes.join(entry, true()))
+                     .group_by(*item).subquery("item_lanes"))
+            # The row that represents an item: a source row first (it carries the fused
+            # source ranks), then the best-ranked lane row; its score is the sum of every
+            # lane's contribution.
+            # Everything found by meaning shares one embedding space, so its rank among all
+            # of it (source chunks included) is what an item found by meaning contributes:
+            # a summary far from the question ranks below every closer chunk.
+            by_meaning = func.rank().over(order_by=lanes.c.semantic_distance.asc().nulls_last())
+            scored = select(lanes, func.coalesce(
+                lanes.c.contribution,
+                lanes.c.weight / (self.rrf_k + cast(by_meaning, Double))).label("credit")
+            ).subquery("lane_credit")
+            pick = func.row_number().over(
+                partition_by=(scored.c.item_table, scored.c.item_id),
+                order_by=(case((scored.c.lane == "source", 0), else_=1),
+                          scored.c.lane_rank.nulls_first(), scored.c.lane))
+            total = func.sum(scored.c.credit).over(partition_by=(scored.c.item_table, scored.c.item_id))
+            windowed = select(scored, total.label("rrf_total"), pick.label("pick")).subquery("items")
+            cols: list[Any] = []
+            for name in COLUMNS:
+                if name == "rrf":
+                    cols.append(windowed.c.rrf_total.label("rrf"))
+                elif name == "lane_ranks":
+                    cols.append(found.c.found_by.label("lane_ranks"))
+                elif name == "lane":
+                    cols.append(case((windowed.c.lane.in_(("source", "timeline")), "source"),
+                                     else_=windowed.c.lane).label("lane"))
+                else:
+                    cols.append(windowed.c[name])
+            branches.append(
+                select(*cols)
+                .select_from(windowed.join(found, and_(found.c.item_table == windowed.c.item_table,
+                                                       found.c.item_id == windowed.c.item_id)))
+                .where(windowed.c.pick == 1))
+        branches += self.extra_rows
+        if not branches:
+            raise ValueError(f"plan shape {s.name!r} has no lanes")
+        union: Select[Any] | CompoundSelect[Any] = (union_all(*branches) if len(branches) > 1
+                                                     else branches[0])
+        rows = union.subquery("recall_rows")
+        sc = Scope.__table__.c
+        scope_objects = (
+            select(func.coalesce(
+                func.jsonb_agg(aggregate_order_by(
+                    func.jsonb_build_object("name", sc.name, "description", sc.description), sc.name)),
+                cast(literal("[]"), JSONB)))
+            .where(sc.id == func.any(rows.c.scopes))
+            .scalar_subquery()
+        )
+        return select(rows, scope_objects.label("scope_objects"))
+
+
+def build_recall_statement(shape: PlanShape = FULL_PLAN,
+                           limits: StatementLimits | None = None) -> Select[Any]:
+    """The recall statement for ``shape``; parameters ``question``, ``query_embedding``, ``mode``.
+
+    Production passes ``FULL_PLAN``; other shapes exist for the plan study.
+    """
+    lim = limits or StatementLimits.from_settings(get_settings())
+    return _Builder(shape, lim).build()

@@ -2,16 +2,22 @@
 
 Order of work, each step visible in the trace:
 
-1. ``candidates_from_rows``: one candidate per source chunk; the Area and the
-   Project catalog rows fold into one catalog candidate each;
-2. merit: the cross-encoder's score over the full candidate text when the
+1. ``candidates_from_rows``: one candidate per item (a source chunk, a claim, a
+   summary, a session note, ...); the Area and the Project catalog rows fold into
+   one catalog candidate each;
+2. ``apply_precedence``: claims a keyed fact outranks are dropped (recall keeps
+   ``beaten_by is null``), observations under the confidence gate are dropped,
+   and prose whose extracted claims a keyed fact contradicts loses to that keyed
+   fact: the keyed fact takes the prose's place and direct bit, the prose moves
+   below every candidate that is not contradicted;
+3. merit: the cross-encoder's score over the full candidate text when the
    reranker is available, the fused (RRF) score otherwise; min-max normalised
    within the pool so the pinned boost (+0.3 by default) has a fixed meaning;
-3. ``order``: directly named sources first, merit order inside each group;
-4. ``suppress_duplicates``: a candidate too similar to one already kept (cosine
+4. ``order``: directly named sources first, merit order inside each group;
+5. ``suppress_duplicates``: a candidate too similar to one already kept (cosine
    of the chunk embeddings, or identical text) is dropped; this is the
    near-duplicate half of MMR, applied greedily in merit order;
-5. ``budget_cut``: the longest prefix whose rendered cost fits the budget. The
+6. ``budget_cut``: the longest prefix whose rendered cost fits the budget. The
    cost is measured on the rendered string itself (characters / chars-per-token,
    rounded up), so the result can never exceed the budget, headers included.
 """
@@ -27,7 +33,23 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.recall.result import Evidence, Provenance, ScopeRef, SourceRef
+from orchestrator.db.knowledge_models import RECALLABLE_CONFIDENCE
+from orchestrator.recall.result import Evidence, FactRef, Provenance, ScopeRef, SourceRef
+
+CLAIMS = "knowledge.fact_claim"
+# What each lane's items are, as the prompt may call them (never how they were found).
+ITEM_KINDS = {
+    "sources.chunks": "excerpt",
+    CLAIMS: "fact",
+    "memory.communities": "community summary",
+    "memory.raptor_nodes": "summary",
+    "memory.working_memory": "session note",
+    "memory.profiles": "profile",
+    "memory.episodes": "episode",
+    "memory.observations": "observation",
+    "memory.decisions": "decision",
+}
+SOURCE_RANKS = ("dense", "lexical", "title")
 
 
 @dataclass
@@ -35,11 +57,22 @@ class Candidate:
     """One item the tail may select; lane facts are kept for the trace only."""
 
     key: str
-    kind: str  # source | area_catalog | project_catalog
+    kind: str  # source | area_catalog | project_catalog | the ITEM_KINDS of memory items
     text: str
     scopes: tuple[ScopeRef, ...]
     provenance: Provenance = Provenance.SOURCE_EXCERPT
     source: SourceRef | None = None
+    item_table: str | None = None
+    item_id: uuid.UUID | None = None
+    fact: FactRef | None = None
+    occurred_at: datetime | None = None
+    ended_at: datetime | None = None
+    session_id: str | None = None
+    confidence: float | None = None
+    relation: str | None = None
+    related_id: uuid.UUID | None = None
+    beaten_by: uuid.UUID | None = None
+    contradicted_by: str | None = None
     document_id: uuid.UUID | None = None
     chunk_id: uuid.UUID | None = None
     char_start: int | None = None
@@ -61,6 +94,10 @@ class Candidate:
             created_at=self.created_at, updated_at=self.updated_at, author=self.author,
             document_id=self.document_id, chunk_id=self.chunk_id, char_start=self.char_start,
             char_end=self.char_end,
+            kind={"source": "excerpt", "area_catalog": "catalog",
+                  "project_catalog": "catalog"}.get(self.kind, self.kind),
+            item_table=self.item_table, item_id=self.item_id, fact=self.fact,
+            occurred_at=self.occurred_at, ended_at=self.ended_at,
         )
 
 
@@ -72,29 +109,71 @@ def _merge_scopes(a: tuple[ScopeRef, ...], b: tuple[ScopeRef, ...]) -> tuple[Sco
     return tuple(sorted({*a, *b}, key=lambda s: s.name))
 
 
+def _lane_facts(found: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The trace's view of the lanes that found an item: ranks and scores per lane."""
+    out: dict[str, Any] = {}
+    for lane, (rank, score) in sorted((found or {}).items()):
+        if lane == "dense":
+            out.update(dense_rank=rank, dense_distance=score)
+        elif lane == "lexical":
+            out.update(lexical_rank=rank, bm25=score)
+        elif lane == "title":
+            out["title_rank"] = rank
+        else:
+            out[f"{lane}_rank"] = rank
+            if score is not None:
+                out[f"{lane}_distance"] = score
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _fact(row: Mapping[str, Any]) -> FactRef:
+    return FactRef(subject=row["subject"], predicate=row["predicate"], object=row["object"],
+                   epistemic_kind=row["epistemic_kind"], perspective_key=row["perspective_key"],
+                   author_role=row["author_role"], fact_key=row["fact_key"], as_of=row["as_of"])
+
+
+def _item(row: Mapping[str, Any]) -> Candidate:
+    table = row["item_table"]
+    scopes = _scopes(row["scope_objects"])
+    common: dict[str, Any] = {
+        key: row[key] for key in ("item_id", "embedding", "author", "created_at", "updated_at",
+                                  "occurred_at", "ended_at", "session_id", "confidence", "relation",
+                                  "related_id", "beaten_by")}
+    common.update(scopes=scopes, item_table=table, lanes=_lane_facts(row["lane_ranks"]),
+                  rrf=float(row["rrf"] or 0.0), pinned=bool(row["pinned"]))
+    if table == "sources.chunks":
+        return Candidate(
+            key=f"chunk:{row['chunk_id']}", kind="source", text=row["text"],
+            source=SourceRef(row["collection"], row["path"], row["title"]),
+            document_id=row["document_id"], chunk_id=row["chunk_id"],
+            char_start=row["char_start"], char_end=row["char_end"], direct=bool(row["direct"]),
+            **common)
+    kind = ITEM_KINDS[table]
+    text = row["text"]
+    if table == CLAIMS:
+        fact = _fact(row)
+        common["fact"] = fact
+        if fact.fact_key is not None:
+            kind = "keyed fact"
+    elif table == "memory.raptor_nodes" and row["relation"] == "root":
+        kind = "overview"
+    elif table == "memory.working_memory":
+        return Candidate(key=f"{table}:{row['item_id']}", kind=kind, text=text,
+                         provenance=Provenance.RECENT_SESSION_MEMORY, **common)
+    return Candidate(key=f"{table}:{row['item_id']}", kind=kind, text=text,
+                     provenance=Provenance.DERIVED_MEMORY, **common)
+
+
 def candidates_from_rows(rows: Sequence[Mapping[Any, Any]], *, catalog_rrf: float
                          ) -> tuple[list[Candidate], dict[str, Any]]:
-    """Candidates, and what the statement said about the corpus (for the trace)."""
+    """Candidates, and what the statement said about the corpus and the seeds (for the trace)."""
     out: list[Candidate] = []
-    corpus: dict[str, Any] = {}
+    corpus: dict[str, Any] = {"seeds": []}
     areas: dict[str, tuple[int, tuple[ScopeRef, ...], datetime | None]] = {}
     projects: list[Mapping[str, Any]] = []
     for row in rows:
         lane = row["lane"]
-        if lane == "source":
-            lanes = {k: row[k] for k in ("dense_rank", "dense_distance", "lexical_rank", "bm25",
-                                         "title_rank") if row[k] is not None}
-            out.append(Candidate(
-                key=f"chunk:{row['chunk_id']}", kind="source", text=row["text"],
-                scopes=_scopes(row["scope_objects"]),
-                source=SourceRef(row["collection"], row["path"], row["title"]),
-                document_id=row["document_id"], chunk_id=row["chunk_id"],
-                char_start=row["char_start"], char_end=row["char_end"],
-                created_at=row["created_at"], updated_at=row["updated_at"], author=row["author"],
-                embedding=row["embedding"], direct=bool(row["direct"]),
-                pinned=bool(row["pinned"]), lanes=lanes, rrf=float(row["rrf"] or 0.0),
-            ))
-        elif lane == "area":
+        if lane == "area":
             count, scopes, updated = areas.get(row["area"], (0, (), None))
             newest = max((t for t in (updated, row["updated_at"]) if t is not None), default=None)
             areas[row["area"]] = (count + int(row["item_count"]),
@@ -102,7 +181,12 @@ def candidates_from_rows(rows: Sequence[Mapping[Any, Any]], *, catalog_rrf: floa
         elif lane == "project":
             projects.append(row)
         elif lane == "lexical_stats":
-            corpus = {"chunks": int(row["item_count"] or 0), "avg_length": row["bm25"]}
+            corpus.update(chunks=int(row["item_count"] or 0), avg_length=row["bm25"])
+        elif lane == "seed":
+            corpus["seeds"].append(row["subject"])
+        else:
+            out.append(_item(row))
+    corpus["seeds"].sort()
     if areas:
         scopes = tuple[ScopeRef, ...]()
         lines = []
@@ -130,6 +214,49 @@ def candidates_from_rows(rows: Sequence[Mapping[Any, Any]], *, catalog_rrf: floa
             lanes={"projects": len(projects)}, rrf=catalog_rrf,
         ))
     return out, corpus
+
+
+@dataclass
+class Precedence:
+    """What ``apply_precedence`` changed, for the trace."""
+
+    beaten_claims: list[tuple[Candidate, uuid.UUID]] = field(default_factory=list)
+    below_gate: list[Candidate] = field(default_factory=list)
+    contradicted: list[tuple[Candidate, Candidate | None]] = field(default_factory=list)
+
+
+def apply_precedence(candidates: list[Candidate]) -> tuple[list[Candidate], Precedence]:
+    """Keyed facts over contradicting claims and prose; the observation confidence gate.
+
+    Runs after merit is assigned: a contradicted prose candidate hands its place (merit
+    and direct bit) to the keyed fact that beats it and sinks below every candidate that
+    is not contradicted.
+    """
+    report = Precedence()
+    claims = {c.item_id: c for c in candidates if c.item_table == CLAIMS and c.beaten_by is None}
+    kept: list[Candidate] = []
+    for c in candidates:
+        if c.item_table == CLAIMS and c.beaten_by is not None:
+            report.beaten_claims.append((c, c.beaten_by))
+            continue
+        if c.kind == "observation" and (c.confidence or 0.0) < RECALLABLE_CONFIDENCE:
+            report.below_gate.append(c)
+            continue
+        kept.append(c)
+    floor = min((c.merit for c in kept), default=0.0)
+    for c in kept:
+        if c.item_table != CLAIMS and c.beaten_by is not None:
+            winner = claims.get(c.beaten_by)
+            if winner is not None:
+                winner.merit = max(winner.merit, c.merit)
+                winner.direct = winner.direct or c.direct
+                c.contradicted_by = winner.key
+            else:
+                c.contradicted_by = f"{CLAIMS}:{c.beaten_by}"
+            c.direct = False
+            c.merit = floor - 1.0 + c.merit / 2
+            report.contradicted.append((c, winner))
+    return kept, report
 
 
 def assign_merit(candidates: list[Candidate], pin_boost: float) -> None:

@@ -9,10 +9,11 @@ identity could see and nothing else.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.recall.tail import Candidate
+from orchestrator.recall.tail import Candidate, Precedence
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,13 @@ class TraceItem:
 
 
 def item(c: Candidate) -> TraceItem:
-    label = c.kind if c.source is None else f"{c.source.title} #{c.chunk_id}"
+    if c.source is not None:
+        label = f"{c.source.title} #{c.chunk_id}"
+    elif c.item_id is not None:
+        snippet = " ".join(c.text.split())
+        label = f"{c.kind} {str(c.item_id)[:8]}: {snippet[:48]}{'...' if len(snippet) > 48 else ''}"
+    else:
+        label = c.kind
     return TraceItem(c.key, c.kind, label, c.direct, c.pinned, dict(c.lanes), c.rrf, c.rerank,
                      c.merit)
 
@@ -51,26 +58,32 @@ class Trace:
     kept: int = 0
     used_tokens: int = 0
     statements: int = 0
+    precedence: Precedence = field(default_factory=Precedence)
+    side_effect_statements: int = 0
+    touched_claims: int = 0
+    receipt_id: uuid.UUID | None = None
 
     def format(self) -> str:
         lines = [f"recall trace: {self.question!r}" + (f" asked by {self.asker}" if self.asker
                                                         else ""),
                  f"plan {self.plan}; mode {self.mode or 'none'}; budget {self.budget_tokens} "
                  f"tokens; {self.statements} statement(s) after binding the identity"]
-        if self.corpus:
+        if "chunks" in self.corpus:
             lines.append(f"lexical corpus (visible): {self.corpus.get('chunks')} chunks, average "
                          f"length {self._num(self.corpus.get('avg_length'))}")
+        if self.corpus.get("seeds") is not None:
+            lines.append("entity seeds: " + (", ".join(self.corpus["seeds"]) or "none"))
         lines.append("1. candidate pools")
         for lane, items in self.pools.items():
             lines.append(f"   {lane}: {len(items)}")
             for it in items:
-                score = {"dense": "dense_distance", "lexical": "bm25"}.get(lane)
+                score = {"dense": "dense_distance", "lexical": "bm25"}.get(lane, f"{lane}_distance")
                 rank = {"dense": "dense_rank", "lexical": "lexical_rank",
-                        "title": "title_rank"}.get(lane)
+                        "title": "title_rank"}.get(lane, f"{lane}_rank")
                 parts = []
-                if rank:
+                if rank in it.lanes:
                     parts.append(f"rank {it.lanes.get(rank)}")
-                if score:
+                if score in it.lanes:
                     parts.append(f"{score} {self._num(it.lanes.get(score))}")
                 if lane == "title":
                     parts.append("direct subject" if it.direct else "contained in a longer title")
@@ -80,6 +93,14 @@ class Trace:
             lines.append(f"     {it.label}: rrf {self._num(it.rrf)}" +
                          (" [direct]" if it.direct else "") + (" [pinned]" if it.pinned else ""))
         lines.append(f"3. reranker: {self.reranker}")
+        p = self.precedence
+        for c, winner in p.beaten_claims:
+            lines.append(f"     dropped {item(c).label}: outranked by keyed fact {winner}")
+        for c in p.below_gate:
+            lines.append(f"     dropped {item(c).label}: confidence {c.confidence} below the gate")
+        for c, w in p.contradicted:
+            lines.append(f"     demoted {item(c).label}: contradicted by "
+                         f"{item(w).label if w is not None else c.contradicted_by}")
         lines.append("4. order (direct subjects first, then merit)")
         for n, it in enumerate(self.ordered, 1):
             rr = "" if it.rerank is None else f", rerank {self._num(it.rerank)}"
@@ -89,6 +110,9 @@ class Trace:
             lines.append(f"     suppressed {dropped}: near-duplicate of {twin} ({sim:.3f})")
         lines.append(f"5. budget: kept the first {self.kept} of {len(self.ordered)}, "
                      f"{self.used_tokens} of {self.budget_tokens} tokens")
+        lines.append(f"6. side effects: {self.touched_claims} fact access counter(s) bumped; "
+                     + (f"receipt {self.receipt_id}" if self.receipt_id else "no receipt")
+                     + f" ({self.side_effect_statements} statement(s))")
         lines.append("timings: " + ", ".join(f"{k} {v:.1f} ms" for k, v in self.timings_ms.items()))
         return "\n".join(lines)
 

@@ -63,3 +63,21 @@ def doc(path: str, title: str, body: str, scopes: tuple[str, ...] = ("team",),
         **kw: Any) -> DocumentInput:
     return DocumentInput(collection="notes", path=path, title=title, body=body, scopes=scopes,
                          **kw)
+
+
+def embed_pending(test_db: Any, embedder: Any, settings: Settings, tenant: Any) -> int:
+    """Drain the embedding queue of one tenant with the real worker (as engram_worker)."""
+    from orchestrator.db.engine import make_app_engine
+    from orchestrator.worker.queue import QueueWorker
+
+    engine = make_app_engine(test_db.database.role_url("engram_worker"), pool_size=1)
+    try:
+        worker = QueueWorker(engine, embedder, settings, tenants=[tenant])
+        return worker.drain().rows
+    finally:
+        engine.dispose()
+
+
+def recaller_with(app_engine: Engine, settings: Settings, embedder: Any, **overrides: Any) -> Recaller:
+    """A recaller whose settings differ in ``overrides`` (e.g. smaller lane pools)."""
+    return Recaller(app_engine, settings.model_copy(update=overrides), embedder=embedder)
