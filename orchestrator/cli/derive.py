@@ -162,3 +162,33 @@ def profiles_job(
     r = _run(token, tenant, user, scopes, refresh)
     out.print(f"profiles: {r.inserted} inserted, {r.updated} updated, {r.deleted} deleted, "
               f"{r.unchanged} unchanged")
+
+
+@derive_app.command("raptor")
+def raptor_job(
+    full: Annotated[bool, typer.Option("--full", help="rebuild every tree from scratch")] = False,
+    token: Token = None, tenant: Tenant = None, user: User = "dev", scopes: Scopes = None,
+) -> None:
+    """Bring the RAPTOR trees up to date per scope set; only changed nodes and their ancestors are written."""
+    from contextlib import nullcontext
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from orchestrator.derive.raptor import build
+
+    settings = Settings()
+    # A bar only on a terminal: scripts and logs get the report line alone.
+    bar = Progress(TextColumn("summarising"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=err, transient=True) if err.is_terminal else None
+    with bar if bar is not None else nullcontext():
+        task = bar.add_task("nodes", total=None) if bar is not None else None
+
+        def progress(done: int, total: int) -> None:
+            if bar is not None and task is not None:
+                bar.update(task, completed=done, total=total)
+
+        r = _run(token, tenant, user, scopes,
+                 lambda s: build(s, full=full, settings=settings, on_progress=progress))
+    out.print(f"{r.scope_sets} scope sets: {r.inserted} inserted, {r.updated} updated, {r.deleted} deleted, "
+              f"{r.unchanged} unchanged; {r.resummarised} summarised, {r.joined} items joined a leaf, "
+              f"{r.levels} levels")

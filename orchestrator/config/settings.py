@@ -155,6 +155,26 @@ class Settings(BaseSettings):
     api_max_cost: int = 5_000
     api_max_page_size: int = 100
 
+    # Summaries and RAPTOR (orchestrator/derive/summarize.py, raptor.py). Summaries are
+    # extractive unless both endpoint fields are set: then abstractive through that
+    # OpenAI-compatible endpoint (POST {url}/chat/completions), extractive per summary when
+    # it fails. RAPTOR clusters hold about raptor_cluster_size members (never more than
+    # raptor_max_cluster_size); new content joins the nearest level-0 node within
+    # raptor_join_distance (cosine distance), else forms new nodes.
+    summary_endpoint_url: str | None = None
+    summary_endpoint_model: str | None = None
+    summary_endpoint_api_key: str | None = None
+    summary_endpoint_timeout_s: float = 30.0
+    summary_endpoint_max_tokens: int = 400
+    summary_endpoint_max_input_chars: int = 16_000
+    raptor_cluster_size: int = 8
+    raptor_max_cluster_size: int = 16
+    raptor_join_distance: float = 0.35
+    raptor_max_levels: int = 8
+    raptor_summary_sentences: int = 4
+    raptor_summary_chars: int = 1500
+    raptor_seed: int = 42
+
     @property
     def data_dir(self) -> Path:
         return self.home / "pgdata"
