@@ -192,3 +192,111 @@ def raptor_job(
     out.print(f"{r.scope_sets} scope sets: {r.inserted} inserted, {r.updated} updated, {r.deleted} deleted, "
               f"{r.unchanged} unchanged; {r.resummarised} summarised, {r.joined} items joined a leaf, "
               f"{r.levels} levels")
+
+
+# Consolidation, episodes, decision hooks, conflicts and the whole registry
+# (orchestrator/derive/jobs.py); the worker runs the same jobs on a schedule.
+
+def _outcome(token: str | None, tenant: str | None, user: str, scopes: str | None,
+             job: Callable[[Session, Settings], object]) -> None:
+    from orchestrator.derive.jobs import Outcome
+
+    settings = Settings()
+    result = _run(token, tenant, user, scopes, lambda s: job(s, settings))
+    assert isinstance(result, Outcome)
+    out.print(result.line)
+    for note in result.notes:
+        err.print(f"[yellow]note:[/yellow] {note}")
+
+
+@derive_app.command("conflicts")
+def conflicts_job(
+    token: Token = None, tenant: Tenant = None, user: User = "dev", scopes: Scopes = None,
+) -> None:
+    """Detect conflicts among every claim you can read; prints how many are new."""
+    from orchestrator.derive.jobs import JOBS_BY_NAME
+
+    _outcome(token, tenant, user, scopes, JOBS_BY_NAME["conflicts"].run)
+
+
+@derive_app.command("consolidate")
+def consolidate_job(
+    min_evidence: Annotated[int, typer.Option(help="sources a statement needs to become an observation")] = 2,
+    token: Token = None, tenant: Tenant = None, user: User = "dev", scopes: Scopes = None,
+) -> None:
+    """Observations from corroborating claims, per scope set and perspective; only changes are written."""
+    from orchestrator.derive.consolidate import consolidate
+    from orchestrator.derive.jobs import Outcome
+
+    def job(s: Session, settings: Settings) -> Outcome:
+        r = consolidate(s, min_evidence=min_evidence, settings=settings)
+        return Outcome(f"observations: {r.inserted} inserted, {r.updated} updated, {r.deleted} deleted, "
+                       f"{r.unchanged} unchanged; {r.recallable} recallable (>= 0.65)")
+
+    _outcome(token, tenant, user, scopes, job)
+
+
+@derive_app.command("episodes")
+def episodes_job(
+    max_items: Annotated[int | None, typer.Option(
+        help="items per episode (default ENGRAM_DERIVE_EPISODE_MAX_ITEMS)")] = None,
+    token: Token = None, tenant: Tenant = None, user: User = "dev", scopes: Scopes = None,
+) -> None:
+    """Your working-memory sessions as private episodes; only sessions that grew are touched."""
+    from orchestrator.derive.episodes import build
+    from orchestrator.derive.jobs import Outcome
+
+    def job(s: Session, settings: Settings) -> Outcome:
+        r = build(s, max_items=max_items, settings=settings)
+        return Outcome(f"episodes: {r.inserted} inserted, {r.updated} updated from {r.items} new items "
+                       f"in {r.sessions} sessions")
+
+    _outcome(token, tenant, user, scopes, job)
+
+
+@derive_app.command("decisions")
+def decisions_job(
+    token: Token = None, tenant: Tenant = None, user: User = "dev", scopes: Scopes = None,
+) -> None:
+    """Items marked as decisions become decision records with causal links (idempotent)."""
+    from orchestrator.derive.jobs import JOBS_BY_NAME
+
+    _outcome(token, tenant, user, scopes, JOBS_BY_NAME["decisions"].run)
+
+
+@derive_app.command("all")
+def all_jobs(
+    token: Token = None, tenant: Tenant = None, user: User = "dev", scopes: Scopes = None,
+) -> None:
+    """Run every derive job once, in order, for the token's tenant; one failing job does not stop the rest."""
+    from orchestrator.db.engine import Database, make_app_engine
+    from orchestrator.db.session import bound_session
+    from orchestrator.derive.jobs import JobResult, run_jobs
+
+    settings = Settings()
+    try:
+        identity = cli_identity(settings, token=token, tenant=tenant, user=user, scopes=scopes)
+    except EngramError as exc:
+        _fail(str(exc), 2)
+    engine = make_app_engine(Database(settings).app_url(), pool_size=1)
+
+    def show(r: JobResult) -> None:
+        if r.skipped:
+            out.print(f"{r.job}: skipped: {r.line}")
+        elif r.ok:
+            out.print(r.line if r.line.startswith(f"{r.job}:") else f"{r.job}: {r.line}")
+        else:
+            err.print(f"[red]{r.job}: failed:[/red] {r.line}")
+        for note in r.notes:
+            err.print(f"[yellow]note:[/yellow] {r.job}: {note}")
+
+    try:
+        results = run_jobs(lambda: bound_session(engine, identity), settings, identity.org_id, on_result=show)
+    finally:
+        engine.dispose()
+    failed = [r for r in results if not r.ok]
+    skipped = [r for r in results if r.skipped]
+    out.print(f"{len(results)} jobs in {sum(r.seconds for r in results):.1f}s: "
+              f"{len(results) - len(failed) - len(skipped)} ok, {len(skipped)} skipped, {len(failed)} failed")
+    if failed:
+        raise typer.Exit(1)

@@ -126,6 +126,13 @@ class Settings(BaseSettings):
     worker_max_text_chars: int = 20_000
     worker_batch_wait_ms: float = 4.0
     worker_max_batch: int = 64
+    # Derive jobs in `engram worker run` (orchestrator/derive/jobs.py): every tenant's jobs
+    # run as the service identity every derive_interval_s seconds (0 turns the schedule
+    # off); extraction reads at most derive_extract_limit chunks per tenant and tick; an
+    # episode summarises at most derive_episode_max_items working-memory items.
+    derive_interval_s: float = 300.0
+    derive_extract_limit: int = 1000
+    derive_episode_max_items: int = 20
 
     # API (orchestrator/api) and token verification (orchestrator/auth). The issuer is
     # an OIDC issuer such as Logto's ``https://<tenant>.logto.app/oidc``; its JWKS is

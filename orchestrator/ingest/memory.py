@@ -25,6 +25,8 @@ from orchestrator.ingest.knowledge import savepoint
 
 CausalKind = Literal["caused", "influenced", "precedent_for"]
 CAUSAL_KINDS = ("caused", "influenced", "precedent_for")
+ItemKind = Literal["note", "decision"]
+ITEM_KINDS = ("note", "decision")
 
 
 @dataclass(frozen=True)
@@ -105,17 +107,29 @@ def record_episode(session: Session, session_id: str, summary: str, started_at: 
 
 
 def add_working_memory(session: Session, session_id: str, text: str, scopes: Sequence[str], *,
-                       ttl: timedelta = timedelta(days=1)) -> uuid.UUID:
-    """A recent session item of the bound user, recallable until ``ttl`` has passed."""
+                       ttl: timedelta = timedelta(days=1), kind: ItemKind = "note",
+                       category: str | None = None) -> uuid.UUID:
+    """A recent session item of the bound user, recallable until ``ttl`` has passed.
+
+    ``kind="decision"`` marks it as a decision: the decision hook
+    (``orchestrator.derive.decisions``) records it in ``memory.decisions`` under
+    ``category`` (default ``general``), shared into the item's scopes.
+    """
     _text("session_id", session_id, 200)
     _text("text", text)
     if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
         raise BadInput("ttl must be a positive duration")
+    if kind not in ITEM_KINDS:
+        raise BadInput(f"kind {kind!r} is not one of {', '.join(ITEM_KINDS)}")
+    if category is not None:
+        if kind != "decision":
+            raise BadInput("only an item marked as a decision has a category")
+        _text("category", category, 100)
     scope_ids = resolve_scopes(session, tuple(scopes))
     with savepoint(session):
         new_id: uuid.UUID = session.execute(insert(WorkingMemoryItem).values(
             session_id=session_id, text=text, scopes=scope_ids,
-            expires_at=func.now() + ttl,
+            expires_at=func.now() + ttl, kind=kind, category=category,
         ).returning(WorkingMemoryItem.id)).scalar_one()
         return new_id
 

@@ -1,0 +1,166 @@
+"""Consolidation: observations synthesised from repeated or corroborating claims.
+
+Claims corroborate each other when they say the same thing in the same place:
+the same **scope set**, **perspective partition** (``world`` for world facts,
+``user:<author>`` for a person's opinions, preferences and experiences),
+subject, predicate and object (entity, or typed literal). Only current claims
+that no keyed fact beats are read, and only in scope sets the bound identity
+may write (the observation is shared into exactly that set, so every reader of
+it can read every claim it stands on, and it never mixes partitions).
+
+Evidence is counted per **source**, an ``(author, content)`` pair: the same
+author asserting the same text twice is one witness, and so is one sentence
+repeated in two documents. A group with at least ``min_evidence`` (2) sources
+becomes an observation with
+
+    confidence = 1 - Π (1 - c_s)     (noisy-or over sources)
+
+where ``c_s`` is the highest confidence among a source's claims: each source is
+treated as an independent chance that the statement is true. Three extracted
+mentions at 0.3 give 0.657; two user assertions at 0.9 give 0.99. Every
+observation is written with its true confidence; only those at or above 0.65
+are recallable (``memory.recallable_observations``).
+
+``observation_key`` (a hash of the group) is the observation's identity: a
+rerun updates an observation in place when its sources or confidence changed,
+leaves it alone when they did not, and deletes it when its group no longer has
+enough sources. Each written observation is recorded as derived from its claims,
+inside one ``derive.consolidate`` activity per run that writes anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.dialects.postgresql import ARRAY, UUID
+from sqlalchemy.orm import Session
+
+from orchestrator.audit.lineage import begin_activity, end_activity, record_derivation
+from orchestrator.config import Settings
+from orchestrator.db.knowledge_models import RECALLABLE_CONFIDENCE, Observation, effective_claims
+from orchestrator.derive.digest import Digester
+from orchestrator.derive.service import job_lock
+from orchestrator.errors import BadInput
+
+MIN_EVIDENCE = 2
+MAX_SENTENCES = 2
+KEY_PREFIX = "obs:"
+
+_GroupKey = tuple[tuple[uuid.UUID, ...], str, uuid.UUID, str, uuid.UUID | None, str | None, str]
+
+
+@dataclass
+class ConsolidateReport:
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    unchanged: int = 0
+    recallable: int = 0
+    changed_ids: list[uuid.UUID] = field(default_factory=list)
+
+
+@dataclass
+class _Group:
+    claims: list[tuple[uuid.UUID, str]] = field(default_factory=list)  # (claim, text)
+    sources: dict[tuple[str, uuid.UUID], float] = field(default_factory=dict)  # (author, content) -> c
+
+    @property
+    def confidence(self) -> float:
+        return round(noisy_or(list(self.sources.values())), 9)
+
+
+def observation_key(key: _GroupKey) -> str:
+    """The stable identity of a group: its scope set, partition, subject, predicate and object."""
+    scopes, partition, subject, predicate, object_id, value, datatype = key
+    body = json.dumps([[str(s) for s in scopes], partition, str(subject), predicate,
+                       None if object_id is None else str(object_id), value, datatype])
+    return KEY_PREFIX + hashlib.sha256(body.encode()).hexdigest()
+
+
+def noisy_or(confidences: list[float]) -> float:
+    return 1.0 - math.prod(1.0 - c for c in confidences)
+
+
+def consolidate(session: Session, *, min_evidence: int = MIN_EVIDENCE,
+                settings: Settings | None = None) -> ConsolidateReport:
+    """Write, update or delete observations so they match the corroborated claims now."""
+    if isinstance(min_evidence, bool) or not isinstance(min_evidence, int) or min_evidence < 2:
+        raise BadInput(f"min_evidence must be an integer of at least 2 (one claim corroborates "
+                       f"nothing), not {min_evidence!r}")
+    job_lock(session, "consolidate")
+    uuids = ARRAY(UUID(as_uuid=True))
+    c = effective_claims.c
+    rows = session.execute(
+        select(c.id, c.scopes, c.perspective_key, c.subject_id, c.predicate, c.object_id,
+               c.object_value, c.object_datatype, c.author, c.content_id, c.confidence, c.text)
+        .where(c.beaten_by.is_(None), c.scopes.contained_by(func.auth.write_scopes(type_=uuids)))
+        .order_by(c.id)
+    ).all()
+    groups: dict[_GroupKey, _Group] = defaultdict(_Group)
+    for r in rows:
+        key: _GroupKey = (tuple(sorted(r.scopes)), r.perspective_key, r.subject_id, r.predicate,
+                          r.object_id, r.object_value, r.object_datatype)
+        g = groups[key]
+        g.claims.append((r.id, r.text))
+        source = (r.author, r.content_id)
+        g.sources[source] = max(g.sources.get(source, 0.0), float(r.confidence))
+    wanted = {observation_key(k): (k, g) for k, g in groups.items() if len(g.sources) >= min_evidence}
+
+    stored = {key: (oid, round(float(conf), 9), frozenset(claims))
+              for oid, key, conf, claims in session.execute(
+                  select(Observation.id, Observation.observation_key, Observation.confidence,
+                         Observation.source_claim_ids)
+                  .where(Observation.observation_key.startswith(KEY_PREFIX),
+                         Observation.scopes.contained_by(func.auth.write_scopes(type_=uuids))))
+              if key is not None}
+
+    report = ConsolidateReport()
+    digest = Digester(settings)
+    started = False
+    for okey in sorted(set(wanted) | set(stored)):
+        if not started and (okey not in wanted or okey not in stored
+                            or _differs(stored[okey], wanted[okey][1])):
+            begin_activity(session, "derive.consolidate", {"min_evidence": min_evidence})
+            started = True
+        if okey not in wanted:
+            session.execute(delete(Observation).where(Observation.id == stored[okey][0]))
+            report.deleted += 1
+            continue
+        gkey, group = wanted[okey]
+        if group.confidence >= RECALLABLE_CONFIDENCE:
+            report.recallable += 1
+        old = stored.get(okey)
+        if old is not None and not _differs(old, group):
+            report.unchanged += 1
+            continue
+        claim_ids = sorted(cid for cid, _ in group.claims)
+        made = digest([t for _, t in group.claims], max_sentences=MAX_SENTENCES)
+        values = {"text": made.text or group.claims[0][1], "confidence": group.confidence,
+                  "source_claim_ids": claim_ids, "summary_method": made.method,
+                  "summary_model": made.model}
+        if old is not None:
+            oid = old[0]
+            session.execute(update(Observation).where(Observation.id == oid).values(**values))
+            report.updated += 1
+        else:
+            scopes, partition, subject = gkey[0], gkey[1], gkey[2]
+            oid = session.execute(insert(Observation).values(
+                observation_key=okey, subject_entity_id=subject, perspective_key=partition,
+                scopes=list(scopes), **values).returning(Observation.id)).scalar_one()
+            report.inserted += 1
+        report.changed_ids.append(oid)
+        record_derivation(session, ("memory.observations", {"id": str(oid)}),
+                          [("knowledge.fact_claim", {"id": str(cid)}) for cid in claim_ids])
+    if started:
+        end_activity(session)
+    return report
+
+
+def _differs(old: tuple[uuid.UUID, float, frozenset[uuid.UUID]], group: _Group) -> bool:
+    return old[1] != group.confidence or old[2] != frozenset(cid for cid, _ in group.claims)

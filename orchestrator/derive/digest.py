@@ -1,0 +1,42 @@
+"""One place the consolidation and episode jobs get their summaries from.
+
+``orchestrator.derive.summarize`` owns summarisation. When it offers
+``get_summarizer(settings)`` (extractive, or abstractive through a configured
+endpoint, with its own fallback), the jobs use it, one summarizer per run;
+otherwise the extractive ``summarize()`` with its ``METHOD``. Either way the
+caller learns which method and model wrote the text and records it on the row
+(``summary_method``, ``summary_model``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.config import Settings
+from orchestrator.derive import summarize as _summarize
+
+
+@dataclass(frozen=True)
+class Digest:
+    text: str
+    method: str
+    model: str | None = None
+
+
+class Digester:
+    """Summaries for one job run (an abstractive summarizer counts its failures per run)."""
+
+    def __init__(self, settings: Settings | None = None, *, max_chars: int = 2000) -> None:
+        factory: Any = getattr(_summarize, "get_summarizer", None)
+        self._summarizer: Any = factory(settings) if factory is not None and settings is not None else None
+        self.max_chars = max_chars
+
+    def __call__(self, texts: Sequence[str], *, max_sentences: int = 3) -> Digest:
+        if self._summarizer is not None:
+            made = self._summarizer.summarize(list(texts), max_sentences=max_sentences,
+                                              max_chars=self.max_chars)
+            return Digest(str(made.text), str(made.method), None if made.model is None else str(made.model))
+        text = _summarize.summarize(texts, max_sentences=max_sentences, max_chars=self.max_chars)
+        return Digest(text, _summarize.METHOD, None)

@@ -1,0 +1,299 @@
+"""The derive jobs, in dependency order, and the scheduler that runs them for every tenant.
+
+``JOBS`` is the one registry, each job fed by the ones before it:
+
+====================  =========================================================
+``extract``           entities and low-confidence claims from chunks not yet read
+                      (extraction on ingest: a chunk ingested and embedded is read
+                      on the next tick)
+``conflicts``         ``knowledge.detect_conflicts()`` over the whole tenant; the
+                      summary says how many conflicts are new
+``consolidate``       observations from corroborating claims
+``episodes``          private episodes from working-memory sessions
+``decisions``         decision records and causal links from marked items
+``communities``       Louvain communities of the entity graph
+``profiles``          person profiles
+``raptor``            the RAPTOR tree (``orchestrator.derive.raptor.build``; skipped,
+                      with a log line, while that module is not installed)
+``usage``             ``usage_daily`` for yesterday and today (only changed rows)
+====================  =========================================================
+
+Each job of each tenant is **one transaction**: a job that fails (or a process
+killed mid-job) rolls back only that job, and is retried on the next tick;
+every job is idempotent and incremental, so the retry resumes where the last
+committed run ended. A failing job is logged and reported and the next job runs
+anyway. Each run that writes anything is one provenance activity
+(``derive.<job>``); a run that finds nothing to do writes nothing at all.
+
+``DeriveScheduler`` runs the registry for every tenant as the service identity
+(``orchestrator.derive.service``) every ``derive_interval_s`` seconds, in its own
+thread beside the embedding queue (``engram worker run``), so neither holds the
+other up. ``engram derive all`` runs it once for a token's tenant, as that
+token's identity.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session
+
+from orchestrator.audit.lineage import begin_activity, end_activity
+from orchestrator.config import Settings
+from orchestrator.derive.service import ServiceTenant, service_session, service_tenants
+
+log = logging.getLogger("engram.derive.jobs")
+
+SessionFactory = Callable[[], AbstractContextManager[Session]]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a job run did: its summary line, and notes worth a user's attention."""
+
+    line: str
+    notes: tuple[str, ...] = ()
+
+
+class JobSkipped(Exception):
+    """A job that cannot run here (its module is not installed yet); not a failure."""
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    help: str
+    run: Callable[[Session, Settings], Outcome]
+
+
+@dataclass(frozen=True)
+class JobResult:
+    job: str
+    tenant: str
+    ok: bool
+    line: str
+    seconds: float
+    skipped: bool = False
+    notes: tuple[str, ...] = ()
+
+    def render(self) -> str:
+        state = "skipped" if self.skipped else ("ok" if self.ok else "FAILED")
+        return f"{self.tenant}\t{self.job}\t{state}\t{self.seconds:.2f}s\t{self.line}"
+
+
+def _counts(report: Any) -> str:
+    """``name value`` for each integer field of a report dataclass (jobs this module does not own)."""
+    return ", ".join(f"{f.name} {getattr(report, f.name)}" for f in fields(report)
+                     if isinstance(getattr(report, f.name), int)) or "done"
+
+
+def _extract(session: Session, settings: Settings) -> Outcome:
+    from orchestrator.derive.extract import extract
+
+    r = extract(session, limit=settings.derive_extract_limit)
+    return Outcome(f"{r.chunks} chunks read: {len(r.entities)} entities, {len(r.claims)} claims, "
+                   f"{len(r.quarantined)} quarantined")
+
+
+def _conflicts(session: Session, settings: Settings) -> Outcome:
+    from orchestrator.ingest.knowledge import detect_conflicts
+
+    # The activity is begun first so the new conflict rows name it; a sweep that
+    # finds nothing rolls the savepoint back, so a quiet tick writes nothing.
+    savepoint = session.begin_nested()
+    begin_activity(session, "derive.conflicts", {})
+    found = detect_conflicts(session)
+    if found:
+        end_activity(session)
+        savepoint.commit()
+    else:
+        savepoint.rollback()
+    return Outcome(f"{found} new conflicts")
+
+
+def _consolidate(session: Session, settings: Settings) -> Outcome:
+    from orchestrator.derive.consolidate import consolidate
+
+    r = consolidate(session, settings=settings)
+    return Outcome(f"observations: {r.inserted} inserted, {r.updated} updated, {r.deleted} deleted, "
+                   f"{r.unchanged} unchanged; {r.recallable} recallable (>= 0.65)")
+
+
+def _episodes(session: Session, settings: Settings) -> Outcome:
+    from orchestrator.derive.episodes import build
+
+    r = build(session, settings=settings)
+    return Outcome(f"episodes: {r.inserted} inserted, {r.updated} updated from {r.items} new items "
+                   f"in {r.sessions} sessions")
+
+
+def _decisions(session: Session, settings: Settings) -> Outcome:
+    from orchestrator.derive.decisions import record
+
+    r = record(session)
+    return Outcome(f"decisions: {r.recorded} recorded, {r.updated} updated, {r.links} links, "
+                   f"{len(r.problems)} problems", tuple(r.problems))
+
+
+def _communities(session: Session, settings: Settings) -> Outcome:
+    from orchestrator.derive.communities import rebuild
+
+    r = rebuild(session)
+    return Outcome(f"{r.scope_sets} scope sets: {r.inserted} inserted, {r.updated} updated, "
+                   f"{r.deleted} deleted, {r.unchanged} unchanged")
+
+
+def _profiles(session: Session, settings: Settings) -> Outcome:
+    from orchestrator.derive.profiles import refresh
+
+    r = refresh(session)
+    return Outcome(f"profiles: {r.inserted} inserted, {r.updated} updated, {r.deleted} deleted, "
+                   f"{r.unchanged} unchanged")
+
+
+def _raptor(session: Session, settings: Settings) -> Outcome:
+    try:
+        raptor = importlib.import_module("orchestrator.derive.raptor")
+    except ModuleNotFoundError as exc:
+        raise JobSkipped(f"orchestrator.derive.raptor is not installed yet ({exc})") from exc
+    build: Any = getattr(raptor, "build", None)
+    if build is None:
+        raise JobSkipped("orchestrator.derive.raptor has no build() yet")
+    return Outcome(_counts(build(session, full=False, settings=settings)))
+
+
+def _usage(session: Session, settings: Settings) -> Outcome:
+    today = datetime.now(UTC).date()
+    days = (today - timedelta(days=1), today)  # yesterday's last events land after midnight
+    savepoint = session.begin_nested()
+    begin_activity(session, "derive.usage", {"days": [d.isoformat() for d in days]})
+    changed = sum(int(session.execute(select(func.memory.refresh_usage(d))).scalar_one()) for d in days)
+    if changed:
+        end_activity(session)
+        savepoint.commit()
+    else:
+        savepoint.rollback()
+    return Outcome(f"usage_daily: {changed} rows changed ({days[0].isoformat()}, {days[1].isoformat()})")
+
+
+JOBS: tuple[Job, ...] = (
+    Job("extract", "entities and claims from chunks not yet read", _extract),
+    Job("conflicts", "detect value, time and relation conflicts", _conflicts),
+    Job("consolidate", "observations from corroborating claims", _consolidate),
+    Job("episodes", "private episodes from working-memory sessions", _episodes),
+    Job("decisions", "decision records and causal links from marked items", _decisions),
+    Job("communities", "communities of the entity graph", _communities),
+    Job("profiles", "person profiles", _profiles),
+    Job("raptor", "the RAPTOR summary tree", _raptor),
+    Job("usage", "usage_daily for yesterday and today", _usage),
+)
+JOBS_BY_NAME = {job.name: job for job in JOBS}
+
+
+def run_job(job: Job, sessions: SessionFactory, settings: Settings, tenant: str) -> JobResult:
+    """One job in one transaction; any failure is caught, logged and returned, never raised."""
+    started = time.monotonic()
+    try:
+        with sessions() as session:
+            outcome = job.run(session, settings)
+    except JobSkipped as exc:
+        log.info("derive %s: %s skipped: %s", tenant, job.name, exc)
+        return JobResult(job.name, tenant, True, str(exc), time.monotonic() - started, skipped=True)
+    except Exception as exc:  # one failing job must not stop the others
+        log.exception("derive %s: %s failed", tenant, job.name)
+        return JobResult(job.name, tenant, False, f"{type(exc).__name__}: {exc}".split("\n")[0],
+                         time.monotonic() - started)
+    for note in outcome.notes:
+        log.warning("derive %s: %s: %s", tenant, job.name, note)
+    return JobResult(job.name, tenant, True, outcome.line, time.monotonic() - started,
+                     notes=outcome.notes)
+
+
+def run_jobs(sessions: SessionFactory, settings: Settings, tenant: str, *,
+             jobs: Sequence[Job] = JOBS,
+             on_result: Callable[[JobResult], None] | None = None) -> list[JobResult]:
+    """Every job in registry order, each in its own transaction from ``sessions``."""
+    results = []
+    for job in jobs:
+        result = run_job(job, sessions, settings, tenant)
+        if on_result is not None:
+            on_result(result)
+        results.append(result)
+    return results
+
+
+@dataclass
+class TickReport:
+    tenants: int = 0
+    results: list[JobResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> list[JobResult]:
+        return [r for r in self.results if not r.ok]
+
+
+class DeriveScheduler:
+    """Runs the registry for every tenant, as the service identity, on an interval.
+
+    ``worker_engine`` logs in as ``engram_worker`` (it lists the tenants through
+    ``auth.service_tenants()``); ``app_engine`` as ``engram_app`` (the jobs run
+    there, under forced RLS, bound as ``service:derive``).
+    """
+
+    def __init__(self, worker_engine: Engine, app_engine: Engine, settings: Settings, *,
+                 jobs: Sequence[Job] = JOBS, tenants: Sequence[uuid.UUID] | None = None,
+                 on_result: Callable[[JobResult], None] | None = None,
+                 on_tick: Callable[[TickReport], None] | None = None) -> None:
+        self.worker_engine = worker_engine
+        self.app_engine = app_engine
+        self.settings = settings
+        self.jobs = tuple(jobs)
+        self.tenants = list(tenants) if tenants is not None else None
+        self.on_result = on_result
+        self.on_tick = on_tick
+
+    def tenant_list(self) -> list[ServiceTenant]:
+        with self.worker_engine.connect() as conn:
+            return service_tenants(conn, self.tenants)
+
+    def tick(self) -> TickReport:
+        """One pass: every job of every tenant (tenants without scopes have nothing to derive)."""
+        started = time.monotonic()
+        report = TickReport()
+        for tenant in self.tenant_list():
+            if not tenant.scopes:
+                continue
+            report.tenants += 1
+
+            def sessions(t: ServiceTenant = tenant) -> AbstractContextManager[Session]:
+                return service_session(self.app_engine, t)
+
+            report.results += run_jobs(sessions, self.settings, tenant.org_id, jobs=self.jobs,
+                                       on_result=self.on_result)
+        report.seconds = time.monotonic() - started
+        log.info("derive tick: %d tenants, %d jobs, %d failed in %.1fs", report.tenants,
+                 len(report.results), len(report.failed), report.seconds)
+        if self.on_tick is not None:
+            self.on_tick(report)
+        return report
+
+    def run_forever(self, stop: threading.Event) -> None:
+        """Tick, then wait ``derive_interval_s`` (or until ``stop``); a failed tick is retried."""
+        interval = max(self.settings.derive_interval_s, 1.0)
+        while not stop.is_set():
+            try:
+                self.tick()
+            except Exception:  # e.g. the database is restarting: try again next interval
+                log.exception("derive tick failed")
+            stop.wait(interval)
