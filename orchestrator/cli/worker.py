@@ -2,8 +2,11 @@
 
 ``run`` drains the queue and then listens (NOTIFY, with polling as fallback);
 ``run --once`` drains and exits, with a progress bar and rows/s on a terminal
-and a one-line summary either way (scripts and tests read it). ``serve`` starts
-the HTTP service of ``orchestrator.worker.server``.
+and a one-line summary either way (scripts and tests read it). ``run`` also
+runs the derive jobs (``orchestrator.derive.jobs``) for every tenant, as the
+service identity, in a thread of their own every ``ENGRAM_DERIVE_INTERVAL_S``;
+``--once --derive`` drains, runs them once, and drains what they wrote.
+``serve`` starts the HTTP service of ``orchestrator.worker.server``.
 """
 
 from __future__ import annotations
@@ -12,13 +15,19 @@ import signal
 import sys
 import threading
 import uuid
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from orchestrator.config import Settings
 from orchestrator.errors import EngramError
+
+if TYPE_CHECKING:  # imported lazily at run time: `engram worker --help` stays fast
+    from sqlalchemy import Engine
+
+    from orchestrator.db.engine import Database
+    from orchestrator.derive.jobs import DeriveScheduler
 
 worker_app = typer.Typer(help="The Torch worker: embedding queue and embed/rerank service.",
                          no_args_is_help=True)
@@ -36,6 +45,9 @@ def run(
     once: Annotated[bool, typer.Option("--once", help="Drain the queue, then exit.")] = False,
     tenant: Annotated[list[str] | None, typer.Option(
         "--tenant", help="Only this tenant's rows (tenant id; repeatable).")] = None,
+    derive: Annotated[bool | None, typer.Option(
+        "--derive/--no-derive", help="Also run the derive jobs for every tenant: by default on for "
+        "`run` (every ENGRAM_DERIVE_INTERVAL_S; 0 turns it off), off for --once.")] = None,
 ) -> None:
     """Embed pending rows (chunks, facts, ...) as engram_worker; then wait for more."""
     from orchestrator.db.engine import Database, make_app_engine
@@ -59,12 +71,24 @@ def run(
         return
     err.print(f"worker: {embedder.model_name} ({embedder.dimension}-d) on {embedder.device.device}"
               f" ({embedder.device.reason})", highlight=False)
+    if derive and not once and settings.derive_interval_s <= 0:
+        _fail("--derive needs ENGRAM_DERIVE_INTERVAL_S > 0 (the seconds between derive ticks)")
+    wanted = derive if derive is not None else (not once and settings.derive_interval_s > 0)
+    scheduler = _derive_scheduler(db, engine, settings, tenants, verbose=once) if wanted else None
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         if once:
             _drain_once(worker, stop)
+            if scheduler is not None:
+                scheduler.tick()
+                _drain_once(worker, stop)  # what the jobs wrote waits for its embedding
         else:
+            if scheduler is not None:
+                err.print(f"worker: derive jobs every {settings.derive_interval_s:g}s for every tenant, "
+                          "as service:derive")
+                threading.Thread(target=scheduler.run_forever, args=(stop,), name="engram-derive",
+                                 daemon=True).start()
             err.print("worker: draining, then listening for new rows (Ctrl-C stops)")
             worker.run_forever(db.psql_url("engram_worker"), stop)
     except KeyboardInterrupt:
@@ -72,7 +96,39 @@ def run(
     except EngramError as exc:
         _fail(str(exc))
     finally:
+        stop.set()
         engine.dispose()
+        if scheduler is not None:
+            scheduler.app_engine.dispose()
+
+
+def _derive_scheduler(db: Database, worker_engine: Engine, settings: Settings,
+                      tenants: list[uuid.UUID] | None, *, verbose: bool) -> DeriveScheduler | None:
+    """The derive scheduler, or None (said) when engram_app cannot be reached: embedding goes on."""
+    from orchestrator.db.engine import make_app_engine
+    from orchestrator.derive.jobs import DeriveScheduler, JobResult, TickReport
+
+    try:
+        app_engine = make_app_engine(db.app_url(), pool_size=2)
+    except EngramError as exc:
+        err.print(f"[yellow]worker: derive jobs off:[/yellow] {exc}", highlight=False, soft_wrap=True)
+        return None
+
+    def on_result(r: JobResult) -> None:
+        if verbose or not r.ok:
+            state = "skipped" if r.skipped else ("ok" if r.ok else "[red]failed[/red]")
+            err.print(f"derive {r.tenant}: {r.job}: {state}: {r.line}", highlight=False, soft_wrap=True)
+        for note in r.notes:
+            err.print(f"derive {r.tenant}: {r.job}: [yellow]note:[/yellow] {note}", highlight=False,
+                      soft_wrap=True)
+
+    def on_tick(t: TickReport) -> None:
+        (out if verbose else err).print(
+            f"derived {t.tenants} tenants: {len(t.results)} jobs in {t.seconds:.1f}s, "
+            f"{len(t.failed)} failed", highlight=False, soft_wrap=True)
+
+    return DeriveScheduler(worker_engine, app_engine, settings, tenants=tenants, on_result=on_result,
+                           on_tick=on_tick)
 
 
 def _drain_once(worker: object, stop: threading.Event) -> None:

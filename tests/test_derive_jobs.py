@@ -1,0 +1,211 @@
+"""The derive registry and scheduler: every job, every tenant, as the service identity."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+from sqlalchemy import Engine, select, text
+from sqlalchemy.orm import Session
+
+from orchestrator.config import Settings
+from orchestrator.db.knowledge_models import Episode, FactConflict, Observation
+from orchestrator.db.session import bound_session
+from orchestrator.derive.jobs import JOBS, DeriveScheduler, Job, JobResult, Outcome
+from orchestrator.derive.service import SERVICE_USER, service_tenants
+from orchestrator.errors import Forbidden
+from orchestrator.ingest.documents import DocumentInput, put_document
+from orchestrator.ingest.knowledge import FactInput, assert_fact, resolve_entity
+from orchestrator.ingest.memory import add_working_memory
+from tests.conftest import TenantFixture, TestDatabase
+from tests.support.derive import cli_env  # noqa: F401
+from tests.support.knowledge import define_shape
+
+Tenants = Callable[..., TenantFixture]
+# RAPTOR belongs to another module (and may not be installed); every other job is checked here.
+OURS = tuple(j for j in JOBS if j.name != "raptor")
+
+
+@pytest.fixture(scope="module")
+def worker_engine(test_db: TestDatabase) -> Iterator[Engine]:
+    eng = test_db.engine(test_db.database.role_url("engram_worker"))
+    yield eng
+    eng.dispose()
+
+
+def _fill(app_engine: Engine, t: TenantFixture, person: str) -> None:
+    """A small corpus: a document, corroborating claims, a dialogue, a marked decision."""
+    with bound_session(app_engine, t.identity("alice", write=("team",))) as s:
+        put_document(s, DocumentInput(collection="notes", path="a.md", title="A",
+                                      body=f"{person} met Grace Hopper in London.", scopes=("team",)))
+        subject = resolve_entity(s, "person", person, ("team",))
+        assert subject is not None
+        assert_fact(s, FactInput(subject_id=subject, predicate="works_at", text=f"{person} works at Acme.",
+                                 value="Acme", scopes=("team",), confidence=0.8))
+        add_working_memory(s, "s1", "We will ship on Friday.", ("team",))
+        add_working_memory(s, "s1", "Ship on Friday because the demo is Monday.", ("team",),
+                           kind="decision", category="release")
+    with bound_session(app_engine, t.identity("bob", write=("team",))) as s:
+        assert_fact(s, FactInput(subject_id=subject, predicate="works_at", text=f"{person} is at Acme.",
+                                 value="Acme", scopes=("team",), confidence=0.8))
+
+
+def _events(admin_engine: Engine, t: TenantFixture) -> int:
+    with admin_engine.connect() as conn:
+        return int(conn.execute(text("select count(*) from provenance.events where tenant_id = :t"),
+                                {"t": t.id}).scalar_one())
+
+
+def test_the_scheduler_runs_every_job_for_every_tenant_as_the_service(
+        app_engine: Engine, admin_engine: Engine, worker_engine: Engine, settings: Settings,
+        tenant_factory: Tenants) -> None:
+    tenants = [tenant_factory("team"), tenant_factory("team")]
+    for t, person in zip(tenants, ("Ada Lovelace", "Alan Turing"), strict=True):
+        _fill(app_engine, t, person)
+    seen: list[JobResult] = []
+    scheduler = DeriveScheduler(worker_engine, app_engine, settings, tenants=[t.id for t in tenants],
+                                on_result=seen.append)
+    report = scheduler.tick()
+    assert report.tenants == 2 and [r for r in report.failed if r.job != "raptor"] == []
+    assert [(r.tenant, r.job) for r in report.results] == [
+        (t.org_id, j.name) for t in sorted(tenants, key=lambda t: t.id) for j in JOBS]
+    assert seen == report.results
+    by_job = {r.job: r for r in report.results if r.tenant == tenants[0].org_id}
+    assert by_job["extract"].line.startswith("1 chunks read:")
+    assert by_job["consolidate"].line.startswith("observations: 1 inserted")
+    assert by_job["episodes"].line.startswith("episodes: 1 inserted")
+    assert by_job["decisions"].line.startswith("decisions: 1 recorded")
+    for t in tenants:
+        with bound_session(app_engine, t.identity("alice", write=("team",))) as s:
+            assert len(s.execute(select(Episode)).scalars().all()) == 1  # alice's own, private
+            assert len(s.execute(select(Observation)).scalars().all()) == 1
+        with admin_engine.connect() as conn:
+            actors = set(conn.execute(text(
+                "select distinct e.actor_user from provenance.events e where e.tenant_id = :t and "
+                "e.table_name in ('memory.episodes', 'memory.observations', 'memory.decisions')"),
+                {"t": t.id}).scalars())
+            kinds = set(conn.execute(text(
+                "select kind from provenance.activities where tenant_id = :t"), {"t": t.id}).scalars())
+        assert actors == {SERVICE_USER}
+        assert {"derive.extract", "derive.consolidate", "derive.episodes", "derive.decisions"} <= kinds
+
+
+def test_a_second_tick_writes_nothing(app_engine: Engine, admin_engine: Engine, worker_engine: Engine,
+                                      settings: Settings, tenant_factory: Tenants) -> None:
+    t = tenant_factory("team")
+    _fill(app_engine, t, "Ada Lovelace")
+    scheduler = DeriveScheduler(worker_engine, app_engine, settings, jobs=OURS, tenants=[t.id])
+    assert scheduler.tick().failed == []
+    events = _events(admin_engine, t)
+    again = scheduler.tick()
+    assert again.failed == [] and _events(admin_engine, t) == events
+    assert {r.job: r.line for r in again.results}["conflicts"] == "0 new conflicts"
+
+
+def test_conflicts_no_writer_could_see_are_found_and_reported(
+        app_engine: Engine, worker_engine: Engine, settings: Settings, tenant_factory: Tenants,
+        admin_engine: Engine) -> None:
+    t = tenant_factory("team", "exec")
+    define_shape(admin_engine, t.id, "ceo", max_count=1)
+    with bound_session(app_engine, t.identity("alice", write=("team", "exec"))) as s:
+        acme = resolve_entity(s, "organization", "Acme", ("team", "exec"))
+    assert acme is not None
+    for user, scope, value in (("alice", "team", "Ann"), ("bob", "exec", "Ben")):
+        with bound_session(app_engine, t.identity(user, write=(scope,))) as s:
+            assert_fact(s, FactInput(subject_id=acme, predicate="ceo", text=f"{value} is the CEO.",
+                                     value=value, scopes=(scope,)))
+    with bound_session(app_engine, t.identity("carol", read=("team", "exec"))) as s:
+        assert s.execute(select(FactConflict)).scalars().all() == []  # neither writer saw the other
+    conflicts = next(j for j in JOBS if j.name == "conflicts")
+    scheduler = DeriveScheduler(worker_engine, app_engine, settings, jobs=[conflicts], tenants=[t.id])
+    assert [r.line for r in scheduler.tick().results] == ["1 new conflicts"]
+    assert [r.line for r in scheduler.tick().results] == ["0 new conflicts"]
+    with bound_session(app_engine, t.identity("carol", read=("team", "exec"))) as s:
+        assert len(s.execute(select(FactConflict)).scalars().all()) == 1
+
+
+def test_one_failing_job_does_not_stop_the_others(app_engine: Engine, worker_engine: Engine,
+                                                  settings: Settings, tenant_factory: Tenants) -> None:
+    t = tenant_factory("team")
+    _fill(app_engine, t, "Ada Lovelace")
+
+    def boom(session: Session, settings: Settings) -> Outcome:
+        session.execute(text("select 1 / 0"))
+        return Outcome("unreachable")
+
+    jobs = [Job("boom", "always fails", boom), *(j for j in OURS if j.name in ("consolidate", "episodes"))]
+    report = DeriveScheduler(worker_engine, app_engine, settings, jobs=jobs, tenants=[t.id]).tick()
+    assert [(r.job, r.ok) for r in report.results] == [("boom", False), ("consolidate", True),
+                                                         ("episodes", True)]
+    assert "division by zero" in report.results[0].line
+    with bound_session(app_engine, t.identity("alice", write=("team",))) as s:
+        assert len(s.execute(select(Episode)).scalars().all()) == 1
+
+
+def test_the_loop_survives_failures_until_stopped(app_engine: Engine, worker_engine: Engine,
+                                                  settings: Settings, tenant_factory: Tenants) -> None:
+    t = tenant_factory("team")
+    ticks: list[int] = []
+    twice = threading.Event()
+
+    def fails(session: Session, settings: Settings) -> Outcome:
+        raise RuntimeError("broken job")
+
+    def counts(session: Session, settings: Settings) -> Outcome:
+        ticks.append(1)
+        if len(ticks) >= 2:
+            twice.set()
+        return Outcome("counted")
+
+    quick = settings.model_copy(update={"derive_interval_s": 0.05})
+    scheduler = DeriveScheduler(worker_engine, app_engine, quick, tenants=[t.id],
+                                jobs=[Job("fails", "", fails), Job("counts", "", counts)])
+    stop = threading.Event()
+    thread = threading.Thread(target=scheduler.run_forever, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        assert twice.wait(timeout=30), "the scheduler stopped ticking after a failing job"
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+
+
+def test_only_the_worker_role_lists_tenants(app_engine: Engine, worker_engine: Engine,
+                                            tenant_factory: Tenants) -> None:
+    t = tenant_factory("team", "exec")
+    with worker_engine.connect() as conn:
+        (listed,) = service_tenants(conn, [t.id])
+    assert (listed.id, listed.org_id, listed.scopes) == (t.id, t.org_id, ("exec", "team"))
+    with app_engine.connect() as conn, pytest.raises(Forbidden):
+        service_tenants(conn)
+
+
+def test_cli_derive_all_and_worker_once(test_db: TestDatabase, app_engine: Engine,
+                                        cli_env: dict[str, str],  # noqa: F811
+                                        tenant_factory: Tenants) -> None:
+    from typer.testing import CliRunner
+
+    from orchestrator.cli.main import app
+
+    t = tenant_factory("team")
+    _fill(app_engine, t, "Ada Lovelace")
+    who = ["--tenant", t.org_id, "--user", "alice", "--scopes", "write:team"]
+    result = CliRunner().invoke(app, ["derive", "all", *who], env=cli_env)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert [line.split(":")[0] for line in lines[:len(JOBS)]] == [j.name for j in JOBS]
+    assert "decisions: 1 recorded, 0 updated, 0 links" in result.output
+    assert lines[-1].startswith(f"{len(JOBS)} jobs in ")
+    # The worker: drains, derives every job of this tenant as the service, drains again.
+    other = tenant_factory("team")
+    _fill(app_engine, other, "Alan Turing")
+    run = CliRunner().invoke(app, ["worker", "run", "--once", "--derive", "--tenant", str(other.id)],
+                             env=cli_env)
+    assert run.exit_code == 0, run.output
+    assert f"derive {other.org_id}: episodes: ok: episodes: 1 inserted" in run.output
+    assert f"derived 1 tenants: {len(JOBS)} jobs in" in run.output
+    with bound_session(app_engine, other.identity("alice", write=("team",))) as s:
+        states = set(s.execute(select(Episode.embed_state)).scalars())
+    assert states == {"ready"}  # the second drain embedded what the jobs wrote
