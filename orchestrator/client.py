@@ -13,6 +13,7 @@ identity; errors are Engram's hierarchy (``orchestrator.errors``).
         page = engram.documents(first=10)
         result = engram.recall("What is A about?")
         print(result.rendered)
+        bundle = engram.memory_prepare("What is A about?", budget_tokens=1500)
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ from orchestrator.config import Settings, get_settings
 from orchestrator.db.session import bound_session
 from orchestrator.ingest.documents import DocumentInput, PutResult
 from orchestrator.recall import Recaller, RecallResult
+from orchestrator.recall.prepare import PreparedMemory
 
 T = TypeVar("T")
 
-__all__ = ["DocumentPage", "DocumentView", "Engram", "RecallResult", "ScopeView"]
+__all__ = ["DocumentPage", "DocumentView", "Engram", "PreparedMemory", "RecallResult", "ScopeView"]
 
 
 class Engram:
@@ -116,11 +118,20 @@ class Engram:
     def archive(self, doc_id: uuid.UUID | str, archived: bool = True) -> DocumentView:
         return self._run(lambda s: ops.archive(s, self.identity, _id(doc_id), archived))
 
-    def recall(self, question: str, *, asker: str | None = None, budget_tokens: int | None = None,
-               mode: str | None = None) -> RecallResult:
+    @property
+    def recaller(self) -> Recaller:
         if self._recaller is None:
             self._recaller = Recaller(self.engine, self.settings)
-        return self._recaller.recall(self.identity, question, asker, budget_tokens, mode)
+        return self._recaller
+
+    def recall(self, question: str, *, asker: str | None = None, budget_tokens: int | None = None,
+               mode: str | None = None) -> RecallResult:
+        return self.recaller.recall(self.identity, question, asker, budget_tokens, mode)
+
+    def memory_prepare(self, question: str, *, asker: str | None = None,
+                       budget_tokens: int | None = None, mode: str | None = None) -> PreparedMemory:
+        """One bundle under one budget: keyed facts, evidence, lessons, episodes, documents."""
+        return self.recaller.prepare(self.identity, question, asker, budget_tokens, mode)[0]
 
 
 def _id(value: uuid.UUID | str) -> uuid.UUID:

@@ -304,9 +304,16 @@ def test_recall_sees_only_what_the_token_may_read(api_server: ApiServer,  # noqa
     assert first["scopes"] == [{"name": "team", "description": "The team scope"}]
     assert "March" in result["rendered"] and "secret" not in result["rendered"]
     assert "Tenant B" not in str(result) and 0 < result["usedTokens"] <= 500
-    prepared = api_server.gql(team_reader, 'query($q: String!) { memoryPrepare(question: $q, '
-                                           "budgetTokens: 500) }", {"q": "When is the zebra migration?"})
-    assert "March" in prepared["memoryPrepare"] and "secret" not in prepared["memoryPrepare"]
+    prepared = api_server.gql(
+        team_reader, 'query($q: String!) { memoryPrepare(question: $q, budgetTokens: 500) { '
+        "rendered usedTokens keyedFacts { text } evidence { text kind itemTable itemId } "
+        "lessons { text } episodes { text } documents { id title path } } }",
+        {"q": "When is the zebra migration?"})["memoryPrepare"]
+    assert "March" in prepared["rendered"] and "secret" not in prepared["rendered"]
+    assert "## Relevant evidence" in prepared["rendered"] and 0 < prepared["usedTokens"] <= 500
+    assert prepared["evidence"][0]["kind"] == "excerpt"
+    assert prepared["evidence"][0]["itemTable"] == "sources.chunks"
+    assert any(d["path"] for d in prepared["documents"]) and "secret" not in str(prepared)
     response = api_server.post(team_reader, RECALL, {"q": "   "})
     assert error_of(response)["extensions"]["code"] == "BAD_USER_INPUT"
 

@@ -76,6 +76,9 @@ def test_tools_over_stdio(api_server: ApiServer, tenant_factory: Tenants,  # noq
                 "scopes": ["team"]})
             seen["foreign"] = await client.call_tool("remember", {
                 "session_id": "s1", "text": "x", "scopes": ["nosuch"]})
+            seen["recall"] = payload(await client.call_tool("recall", {"question": "alpha body"}))
+            seen["prepare"] = await client.call_tool("memory_prepare", {"question": "alpha body",
+                                                                        "budget_tokens": 400})
         return seen
 
     seen = anyio.run(session)
@@ -86,6 +89,10 @@ def test_tools_over_stdio(api_server: ApiServer, tenant_factory: Tenants,  # noq
     assert seen["remember"] and seen["decision"]
     assert seen["bad"].is_error and "BAD_USER_INPUT" in seen["bad"].content[0].text
     assert seen["foreign"].is_error and "unknown scope" in seen["foreign"].content[0].text
+    assert seen["recall"]["evidence"][0]["text"] == "Alpha body."
+    assert seen["recall"]["evidence"][0]["kind"] == "excerpt"
+    prepared = seen["prepare"].content[0].text
+    assert not seen["prepare"].is_error and "## Relevant evidence" in prepared and "Alpha body." in prepared
     c = counts(admin_engine, t.id)
     assert (c["memory.working_memory"], c["memory.decisions"]) == (1, 1)
 

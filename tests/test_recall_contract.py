@@ -227,3 +227,45 @@ def test_bm25_equals_reference_implementation(tenant_factory, app_engine, embedd
     assert stats["item_count"] == len(BM25_CORPUS)
     assert stats["bm25"] == pytest.approx(sum(map(len, tokens.values())) / len(tokens))
     assert not math.isnan(stats["bm25"])
+
+
+def test_prepare_rendering_snapshot():
+    import uuid
+
+    from orchestrator.recall.prepare import DocumentRef, render_bundle
+    from orchestrator.recall.result import FactRef
+
+    when = datetime(2026, 3, 14, 9, 30, tzinfo=UTC)
+    keyed = Evidence(text="Acme's SLA is 99.95%.", provenance=Provenance.DERIVED_MEMORY,
+                     scopes=(ScopeRef("team", "The team"),), kind="keyed fact", author="alice",
+                     fact=FactRef("Acme", "sla", "99.95%", "world_fact", "world", "user", "acme.sla", when))
+    opinion = Evidence(text="Bob thinks the SLA is too strict.", provenance=Provenance.DERIVED_MEMORY,
+                       scopes=(ScopeRef("team", "The team"),), kind="fact", author="bob",
+                       fact=FactRef("Acme", "opinion", None, "opinion", "user:bob", "assistant"))
+    excerpt = Evidence(text="Body two.", provenance=Provenance.SOURCE_EXCERPT,
+                       scopes=(ScopeRef("team", ""),), source=SourceRef("notes", "a.md", "A"),
+                       occurred_at=when)
+    docs = [DocumentRef("A", "notes", "a.md", uuid.uuid4(), (), when, None)]
+    assert render_bundle("Q?", [[keyed], [opinion, excerpt], [], [], docs]) == (
+        "Prepared memory for: Q?\n"
+        "\n"
+        "## Current keyed facts\n"
+        "\n"
+        "[1] derived memory | keyed fact about Acme (acme.sla as of 2026-03-14) | by alice\n"
+        "shared in: team (The team)\n"
+        "Acme's SLA is 99.95%.\n"
+        "\n"
+        "## Relevant evidence\n"
+        "\n"
+        "[2] derived memory | fact about Acme | by bob (assistant, opinion)\n"
+        "shared in: team (The team)\n"
+        "Bob thinks the SLA is too strict.\n"
+        "\n"
+        "[3] source excerpt | A (notes/a.md) | on 2026-03-14\n"
+        "shared in: team\n"
+        "Body two.\n"
+        "\n"
+        "## Top documents\n"
+        "- A (notes/a.md) | on 2026-03-14\n"
+    )
+    assert render_bundle("Q?", [[], [], [], [], []]) == ""

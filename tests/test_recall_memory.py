@@ -350,3 +350,34 @@ def test_served_facts_bump_counters_and_the_receipt_verifies(world, app_engine, 
     with auditor_engine.connect() as conn:
         again = verify_receipt(conn, trace.receipt_id)
     assert again.proven and not again.ok
+
+
+def test_memory_prepare_bundles_every_section_under_one_budget(world, app_engine, settings, embedder):
+    from orchestrator.recall.tail import token_cost
+
+    ids = world.ids
+    recaller = recaller_with(app_engine, settings, embedder)
+    question = "What is the Acme SLA and what did we decide about the database?"
+    bundle, trace = recaller.prepare(world.alice, question, budget_tokens=4000)
+    assert ids.keyed in {e.item_id for e in bundle.keyed_facts}
+    assert all(e.kind == "keyed fact" for e in bundle.keyed_facts)
+    assert ids.db_decision in {e.item_id for e in bundle.lessons}  # it has an outcome
+    assert ids.follow_up not in {e.item_id for e in bundle.lessons}  # it has none
+    assert ids.episode in {e.item_id for e in bundle.episodes}
+    assert "acme-contract.md" in {d.path for d in bundle.documents}
+    in_sections = [e.item_id for e in bundle.keyed_facts + bundle.lessons + bundle.episodes]
+    assert not set(in_sections) & {e.item_id for e in bundle.evidence}, "an item is in one section"
+    for heading in ("## Current keyed facts", "## Relevant evidence",
+                    "## Lessons (decisions with outcomes)", "## Recent episodes", "## Top documents"):
+        assert heading in bundle.rendered
+    assert token_cost(bundle.rendered, settings.recall_chars_per_token) == bundle.used_tokens <= 4000
+    assert trace.receipt_id is not None
+    assert ("sources.documents", bundle.documents[0].document_id) in bundle.served_rows()
+
+    # A tight budget still shows the first item of every section that fits, round-robin.
+    tight, _ = recaller.prepare(world.alice, question, budget_tokens=260)
+    assert tight.used_tokens <= 260
+    assert tight.keyed_facts and tight.evidence
+    assert len(tight.evidence) < len(bundle.evidence)
+    tiny, _ = recaller.prepare(world.alice, question, budget_tokens=5)
+    assert tiny.rendered == "" and tiny.used_tokens == 0

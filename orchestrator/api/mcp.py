@@ -101,7 +101,7 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
         """Evidence for a question from everything this identity may read, within a token budget."""
         result = _call(engram_for().recall, question, asker=asker, budget_tokens=budget_tokens)
         return {"rendered": result.rendered, "used_tokens": result.used_tokens,
-                "evidence": [{"text": e.text, "provenance": str(e.provenance),
+                "evidence": [{"text": e.text, "provenance": str(e.provenance), "kind": e.kind,
                               "scopes": [s.name for s in e.scopes],
                               "source": f"{e.source.collection}/{e.source.path}" if e.source else None}
                              for e in result.evidence]}
@@ -109,8 +109,10 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
     @server.tool()
     def memory_prepare(question: str, asker: str | None = None, budget_tokens: int | None = None
                        ) -> str:
-        """One prompt-ready string of the evidence for a question."""
-        return str(_call(engram_for().recall, question, asker=asker, budget_tokens=budget_tokens).rendered)
+        """One prompt-ready bundle under one budget: current keyed facts about the entities in
+        play, relevant evidence, lessons, recent episodes and top documents."""
+        return str(_call(engram_for().memory_prepare, question, asker=asker,
+                         budget_tokens=budget_tokens).rendered)
 
     @server.tool()
     def remember(session_id: str, text: str, scopes: list[str], ttl_seconds: int = 86400) -> str:

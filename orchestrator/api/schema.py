@@ -44,7 +44,7 @@ from orchestrator.auth import Identity
 from orchestrator.config import Settings
 from orchestrator.errors import BadInput, EngramError, Forbidden
 from orchestrator.ingest.documents import DocumentInput
-from orchestrator.recall import Evidence, Recaller, RecallResult
+from orchestrator.recall import Evidence, Recaller
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "graphql"
 PRINTED_SCHEMA = SCHEMA_DIR / "schema.printed.graphql"
@@ -153,31 +153,47 @@ def _evidence(ev: Evidence) -> dict[str, Any]:
         "author": ev.author, "createdAt": ev.created_at, "updatedAt": ev.updated_at,
         "documentId": str(ev.document_id) if ev.document_id else None,
         "chunkId": str(ev.chunk_id) if ev.chunk_id else None,
-        "charStart": ev.char_start, "charEnd": ev.char_end,
+        "charStart": ev.char_start, "charEnd": ev.char_end, "kind": ev.kind,
+        "occurredAt": ev.occurred_at, "endedAt": ev.ended_at, "itemTable": ev.item_table,
+        "itemId": str(ev.item_id) if ev.item_id else None,
+        "fact": ({"subject": ev.fact.subject, "predicate": ev.fact.predicate,
+                  "object": ev.fact.object, "epistemicKind": ev.fact.epistemic_kind,
+                  "perspectiveKey": ev.fact.perspective_key, "authorRole": ev.fact.author_role,
+                  "factKey": ev.fact.fact_key, "asOf": ev.fact.as_of} if ev.fact else None),
     }
 
 
-def _recall(info: Any, question: str, asker: str | None, budget: int | None, mode: str | None
-            ) -> RecallResult:
+def _recaller(info: Any) -> tuple[RequestContext, Recaller]:
     ctx = _ctx(info)
     if ctx.recaller is None:
         raise EngramError("recall is not configured on this server")
-    # Recall binds the same identity in its own read-only transaction.
-    return ctx.recaller.recall(ctx.identity, question, asker, budget, mode)
+    # Recall binds the same identity in its own transaction.
+    return ctx, ctx.recaller
 
 
 @query.field("memoryPrepare")
 def resolve_memory_prepare(_: None, info: Any, question: str, asker: str | None = None,
                            budgetTokens: int | None = None, mode: str | None = None  # noqa: N803
-                           ) -> str:
-    return _recall(info, question, asker, budgetTokens, mode).rendered
+                           ) -> dict[str, Any]:
+    ctx, recaller = _recaller(info)
+    b = recaller.prepare(ctx.identity, question, asker, budgetTokens, mode)[0]
+    return {"question": b.question, "asker": b.asker, "budgetTokens": b.budget_tokens,
+            "usedTokens": b.used_tokens, "rendered": b.rendered,
+            "keyedFacts": [_evidence(e) for e in b.keyed_facts],
+            "evidence": [_evidence(e) for e in b.evidence],
+            "lessons": [_evidence(e) for e in b.lessons],
+            "episodes": [_evidence(e) for e in b.episodes],
+            "documents": [{"id": str(d.document_id), "title": d.title, "collection": d.collection,
+                           "path": d.path, "occurredAt": d.occurred_at, "updatedAt": d.updated_at}
+                          for d in b.documents]}
 
 
 @query.field("recall")
 def resolve_recall(_: None, info: Any, question: str, asker: str | None = None,
                    budgetTokens: int | None = None, mode: str | None = None  # noqa: N803
                    ) -> dict[str, Any]:
-    result = _recall(info, question, asker, budgetTokens, mode)
+    ctx, recaller = _recaller(info)
+    result = recaller.recall(ctx.identity, question, asker, budgetTokens, mode)
     return {"question": result.question, "asker": result.asker,
             "budgetTokens": result.budget_tokens, "usedTokens": result.used_tokens,
             "rendered": result.rendered, "evidence": [_evidence(e) for e in result.evidence]}

@@ -16,14 +16,19 @@ from orchestrator.recall.result import Evidence
 
 
 @lru_cache(maxsize=1)
-def _template() -> Template:
+def environment() -> Environment:
+    """The recall templates (recall.j2, prepare.j2 and the item macro they share)."""
     # Plain text for a model, not HTML: escaping would corrupt the evidence.
-    env = Environment(
+    return Environment(
         loader=PackageLoader("orchestrator.recall", "templates"),
         undefined=StrictUndefined,
         autoescape=False,  # noqa: S701
     )
-    return env.get_template("recall.j2")
+
+
+@lru_cache(maxsize=1)
+def _template() -> Template:
+    return environment().get_template("recall.j2")
 
 
 def render(question: str, evidence: Sequence[Evidence]) -> str:

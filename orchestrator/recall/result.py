@@ -11,6 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Protocol
 
 
 class Provenance(StrEnum):
@@ -71,6 +72,27 @@ class Evidence:
     item_id: uuid.UUID | None = None
 
 
+class Served(Protocol):
+    """What a recall served, for its receipt and the facts' access counters."""
+
+    @property
+    def question(self) -> str: ...
+
+    @property
+    def rendered(self) -> str: ...
+
+    def served_rows(self) -> list[tuple[str, uuid.UUID]]: ...
+
+
+def served_rows(evidence: tuple[Evidence, ...]) -> list[tuple[str, uuid.UUID]]:
+    """``(table, id)`` of every served row, in order, once each."""
+    out: list[tuple[str, uuid.UUID]] = []
+    for e in evidence:
+        if e.item_table is not None and e.item_id is not None and (e.item_table, e.item_id) not in out:
+            out.append((e.item_table, e.item_id))
+    return out
+
+
 @dataclass(frozen=True)
 class RecallResult:
     question: str
@@ -79,3 +101,6 @@ class RecallResult:
     used_tokens: int
     evidence: tuple[Evidence, ...] = field(default_factory=tuple)
     rendered: str = ""
+
+    def served_rows(self) -> list[tuple[str, uuid.UUID]]:
+        return served_rows(self.evidence)

@@ -13,10 +13,10 @@ narrower shape for the plan study and is not reachable from ``recall``.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Engine, event, func, select
 
@@ -25,8 +25,9 @@ from orchestrator.config import Settings, get_settings
 from orchestrator.db.session import bound_session
 from orchestrator.errors import BadInput
 from orchestrator.recall.plan import FULL_PLAN, PlanShape
+from orchestrator.recall.prepare import PreparedMemory, build_bundle
 from orchestrator.recall.render import render
-from orchestrator.recall.result import RecallResult
+from orchestrator.recall.result import RecallResult, Served
 from orchestrator.recall.statement import MODES, StatementLimits, build_recall_statement
 from orchestrator.recall.tail import (
     CLAIMS,
@@ -41,6 +42,7 @@ from orchestrator.recall.tail import (
 from orchestrator.recall.trace import Trace, item
 
 MAX_ASKER_CHARS = 200
+R = TypeVar("R", bound=Served)
 # The trace's pools, in the statement's order: lane -> the rank key its items carry.
 POOLS = {lane: f"{lane}_rank" for lane in (
     "dense", "lexical", "title", "facts", "keyed", "graph", "communities", "raptor",
@@ -148,21 +150,42 @@ class Recaller:
 
     def recall(self, identity: Identity, question: str, asker: str | None = None,
                budget_tokens: int | None = None, mode: str | None = None) -> RecallResult:
-        return self._run(identity, question, asker, budget_tokens, mode, FULL_PLAN)[0]
+        return self._run(identity, question, asker, budget_tokens, mode, FULL_PLAN, self._cut)[0]
 
     def trace(self, identity: Identity, question: str, asker: str | None = None,
               budget_tokens: int | None = None, mode: str | None = None
               ) -> tuple[RecallResult, Trace]:
-        return self._run(identity, question, asker, budget_tokens, mode, FULL_PLAN)
+        return self._run(identity, question, asker, budget_tokens, mode, FULL_PLAN, self._cut)
+
+    def prepare(self, identity: Identity, question: str, asker: str | None = None,
+                budget_tokens: int | None = None, mode: str | None = None
+                ) -> tuple[PreparedMemory, Trace]:
+        """``memory_prepare``: the same statement and tail, cut into one bundle under one budget."""
+        settings = self.settings
+
+        def finish(req: RecallRequest, ordered: list[Candidate], trace: Trace) -> PreparedMemory:
+            return build_bundle(req.question, req.asker, req.budget_tokens, ordered, trace,
+                                settings.recall_chars_per_token)
+
+        return self._run(identity, question, asker, budget_tokens, mode, FULL_PLAN, finish)
 
     def study(self, identity: Identity, question: str, shape: PlanShape, asker: str | None = None,
               budget_tokens: int | None = None) -> tuple[RecallResult, Trace]:
         """Evaluation only: run a plan-study shape through the same builder and tail."""
-        return self._run(identity, question, asker, budget_tokens, None, shape)
+        return self._run(identity, question, asker, budget_tokens, None, shape, self._cut)
+
+    def _cut(self, req: RecallRequest, ordered: list[Candidate], trace: Trace) -> RecallResult:
+        """Recall's end: the longest prefix of the order whose rendering fits the budget."""
+        kept, rendered, used = budget_cut(ordered, req.budget_tokens,
+                                          self.settings.recall_chars_per_token,
+                                          lambda ev: render(req.question, ev))
+        trace.kept, trace.used_tokens = kept, used
+        return RecallResult(req.question, req.asker, req.budget_tokens, used,
+                            tuple(c.evidence() for c in ordered[:kept]), rendered)
 
     def _run(self, identity: Identity, question: str, asker: str | None,
-             budget_tokens: int | None, mode: str | None, shape: PlanShape
-             ) -> tuple[RecallResult, Trace]:
+             budget_tokens: int | None, mode: str | None, shape: PlanShape,
+             finish: Callable[[RecallRequest, list[Candidate], Trace], R]) -> tuple[R, Trace]:
         s = self.settings
         req = validate(question, asker,
                        s.recall_budget_tokens if budget_tokens is None else budget_tokens, mode, s)
@@ -206,31 +229,25 @@ class Recaller:
             trace.suppressed = [(item(a).label, item(b).label, sim) for a, b, sim in dropped]
             lap("order")
 
-            kept, rendered, used = budget_cut(ordered, req.budget_tokens, s.recall_chars_per_token,
-                                              lambda ev: render(req.question, ev))
-            trace.kept, trace.used_tokens = kept, used
+            result = finish(req, ordered, trace)
             lap("budget_render")
-            result = RecallResult(req.question, req.asker, req.budget_tokens, used,
-                                  tuple(c.evidence() for c in ordered[:kept]), rendered)
             with count_statements(self.engine) as sent:
                 self._side_effects(session, result, trace)
             trace.side_effect_statements = len(sent)
             lap("side_effects")
         return result, trace
 
-    def _side_effects(self, session: Any, result: RecallResult, trace: Trace) -> None:
+    def _side_effects(self, session: Any, result: Served, trace: Trace) -> None:
         """Access counters of the facts actually served, and the recall's receipt."""
-        served_claims = sorted({e.item_id for e in result.evidence
-                                if e.item_table == CLAIMS and e.item_id is not None}, key=str)
+        served = result.served_rows()
+        served_claims = sorted({i for t, i in served if t == CLAIMS}, key=str)
         if served_claims:
             trace.touched_claims = int(session.execute(
                 select(func.knowledge.touch_claims(served_claims))).scalar_one() or 0)
-        if self.settings.recall_receipts and result.evidence:
+        if self.settings.recall_receipts and served:
             from orchestrator.audit.receipts import append_served
 
-            trace.receipt_id = append_served(session, result.question, [
-                (e.item_table, e.item_id) for e in result.evidence
-                if e.item_table is not None and e.item_id is not None], result.rendered)
+            trace.receipt_id = append_served(session, result.question, served, result.rendered)
 
     def _rerank(self, question: str, candidates: list[Candidate], shape: PlanShape,
                 trace: Trace) -> None:
@@ -297,3 +314,12 @@ def recall(identity: Identity, question: str, asker: str | None = None,
            recaller: Recaller | None = None) -> RecallResult:
     """Recall evidence for ``question`` as ``identity``, cut to ``budget_tokens``."""
     return (recaller or default_recaller()).recall(identity, question, asker, budget_tokens, mode)
+
+
+def memory_prepare(identity: Identity, question: str, asker: str | None = None,
+                   budget_tokens: int | None = None, mode: str | None = None, *,
+                   recaller: Recaller | None = None) -> PreparedMemory:
+    """One bundle for a prompt under one budget: evidence, keyed facts about the entities
+    in play, lessons, recent episodes and top documents."""
+    return (recaller or default_recaller()).prepare(identity, question, asker, budget_tokens,
+                                                    mode)[0]

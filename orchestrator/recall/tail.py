@@ -73,6 +73,7 @@ class Candidate:
     related_id: uuid.UUID | None = None
     beaten_by: uuid.UUID | None = None
     contradicted_by: str | None = None
+    outcome: str | None = None
     document_id: uuid.UUID | None = None
     chunk_id: uuid.UUID | None = None
     char_start: int | None = None
@@ -138,7 +139,7 @@ def _item(row: Mapping[str, Any]) -> Candidate:
     common: dict[str, Any] = {
         key: row[key] for key in ("item_id", "embedding", "author", "created_at", "updated_at",
                                   "occurred_at", "ended_at", "session_id", "confidence", "relation",
-                                  "related_id", "beaten_by")}
+                                  "related_id", "beaten_by", "outcome")}
     common.update(scopes=scopes, item_table=table, lanes=_lane_facts(row["lane_ranks"]),
                   rrf=float(row["rrf"] or 0.0), pinned=bool(row["pinned"]))
     if table == "sources.chunks":
