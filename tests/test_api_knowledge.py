@@ -103,8 +103,8 @@ def test_cross_tenant_knowledge_ids(api_server: ApiServer, tenant_factory: Tenan
     response = api_server.post(wb, ASSERT, {"i": fact(ann, "nickname", "Stolen")})
     body = response.json()
     error = body["errors"][0]
-    # The knowledge layer refuses an invisible subject as a foreign-key problem (23503).
-    assert body["data"] is None and error["extensions"]["code"] == "BAD_USER_INPUT"
+    # Another tenant's id is not found: the same answer as for an id that exists nowhere.
+    assert body["data"] is None and error["extensions"]["code"] == "NOT_FOUND"
     assert "does not exist in this tenant or is not visible" in error["message"]
     assert "Annie" not in response.text
     assert counts(admin_engine, a.id) == before

@@ -183,6 +183,7 @@ def test_dry_run_shape_reports_and_changes_nothing(app_engine: Engine, admin_eng
 
 
 def _bad_inputs(other_tenant_entity: uuid.UUID) -> list[tuple[str, dict[str, Any], str]]:
+    """Refused as bad input (``BadInput``); another tenant's ids are not found (``NotFound``)."""
     return [
         ("confidence above 1", {"confidence": 1.5}, r"confidence 1\.5 is outside \[0, 1\]"),
         ("negative confidence", {"confidence": -0.1}, r"outside \[0, 1\]"),
@@ -193,9 +194,9 @@ def _bad_inputs(other_tenant_entity: uuid.UUID) -> list[tuple[str, dict[str, Any
         ("malformed date literal (checked by the database)", {"value": "1990-02-30", "datatype": "date"},
          "is not a valid date"),
         ("entity of another tenant", {"subject_id": other_tenant_entity},
-         "does not exist in this tenant or is not visible"),
+         "not found: entity .* does not exist in this tenant or is not visible"),
         ("object entity of another tenant", {"value": None, "object_id": other_tenant_entity},
-         "object entity .* does not exist in this tenant"),
+         "not found: entity .* does not exist in this tenant"),
         ("no object at all", {"value": None}, "exactly one object"),
         ("unknown scope", {"scopes": ("nope",)}, "unknown scope"),
     ]
@@ -213,7 +214,9 @@ def test_bad_input_is_refused_and_nothing_changes(app_engine: Engine, admin_engi
     for label, change, message in _bad_inputs(foreign):
         fields: dict[str, Any] = {"subject_id": ann, "predicate": "level", "value": "x",
                                   "text": f"bad: {label}", "scopes": ("team",), **change}
-        with pytest.raises(BadInput, match=message), bound_session(app_engine, _writer(tenant)) as s:
+        expected = NotFound if message.startswith("not found: ") else BadInput
+        with pytest.raises(expected, match=message.removeprefix("not found: ")), \
+                bound_session(app_engine, _writer(tenant)) as s:
             kn.assert_fact(s, kn.FactInput(**fields))
         assert counts(admin_engine, tenant.id) == before, f"{label}: something was written"
     assert counts(admin_engine, other.id)["knowledge.fact_claim"] == 0
@@ -311,6 +314,8 @@ def test_memory_writes(app_engine: Engine, admin_engine: Engine, tenant: TenantF
             mem.record_decision(s, mem.DecisionInput("a", "b", "c", 2.0, ("team",)))
         with pytest.raises(BadInput, match="linked to itself"):
             mem.link_decisions(s, first, first, "caused", ["team"])
+        with pytest.raises(NotFound, match="decision .* does not exist in this tenant"):
+            mem.link_decisions(s, first, uuid.uuid4(), "caused", ["team"])
     with bound_session(app_engine, _writer(tenant, "bruno")) as s:
         assert mem.working_memory(s) == [], "working memory is private to its user"
     c = counts(admin_engine, tenant.id)

@@ -30,13 +30,14 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from orchestrator.db.knowledge_models import (
+    Entity,
     FactClaim,
     FactConflict,
     Quarantine,
     effective_claims,
 )
 from orchestrator.db.session import translate
-from orchestrator.errors import BadInput
+from orchestrator.errors import BadInput, NotFound
 from orchestrator.ingest.documents import resolve_scopes
 
 EpistemicKind = Literal["world_fact", "experience", "observation", "opinion", "preference"]
@@ -222,9 +223,22 @@ def _validate(fact: FactInput) -> tuple[datetime | None, datetime | None, dateti
     return valid_from, valid_to, as_of
 
 
+def require_visible(session: Session, table: Any, ids: Sequence[uuid.UUID], what: str) -> None:
+    """Refuse ids the bound identity cannot see (another tenant's, another scope's) as not
+    found: the answer is the same whether the row exists elsewhere or nowhere."""
+    wanted = {i for i in ids if i is not None}
+    if not wanted:
+        return
+    seen = set(session.execute(select(table.id).where(table.id.in_(wanted))).scalars())
+    for missing in sorted(wanted - seen, key=str):
+        raise NotFound(f"{what} {missing} does not exist in this tenant or is not visible")
+
+
 def assert_fact(session: Session, fact: FactInput) -> AssertResult:
     """Assert a claim; it lands, or it is quarantined with the reasons, or it is refused."""
     valid_from, valid_to, as_of = _validate(fact)
+    require_visible(session, Entity, [fact.subject_id, *([fact.object_id] if fact.object_id else [])],
+                    "entity")
     object_value, datatype = (None, "entity") if fact.value is None else \
         _literal(fact.value, fact.datatype)
     scope_ids = resolve_scopes(session, fact.scopes)

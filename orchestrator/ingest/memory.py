@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from orchestrator.db.knowledge_models import Decision, DecisionLink, Episode, WorkingMemoryItem
 from orchestrator.errors import BadInput
 from orchestrator.ingest.documents import resolve_scopes
-from orchestrator.ingest.knowledge import savepoint
+from orchestrator.ingest.knowledge import require_visible, savepoint
 
 CausalKind = Literal["caused", "influenced", "precedent_for"]
 CAUSAL_KINDS = ("caused", "influenced", "precedent_for")
@@ -79,6 +79,7 @@ def link_decisions(session: Session, source: uuid.UUID, target: uuid.UUID, kind:
         raise BadInput(f"kind {kind!r} is not one of {', '.join(CAUSAL_KINDS)}")
     if source == target:
         raise BadInput("a decision cannot be linked to itself")
+    require_visible(session, Decision, [source, target], "decision")
     scope_ids = resolve_scopes(session, tuple(scopes))
     with savepoint(session):
         new_id: uuid.UUID = session.execute(insert(DecisionLink).values(
