@@ -323,7 +323,6 @@ def test_other_scope_memory_never_reaches_recall_or_trace(world, small):
 
 def test_served_facts_bump_counters_and_the_receipt_verifies(world, app_engine, settings, embedder,
                                                            admin_engine, auditor_engine):
-    ids = world.ids
     recaller = recaller_with(app_engine, settings, embedder)
 
     def counts():
