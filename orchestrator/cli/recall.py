@@ -1,4 +1,5 @@
-"""``engram recall`` and ``engram trace``: recall for people, and the view to debug it.
+"""``engram recall``, ``engram prepare`` and ``engram trace``: recall for people, the
+bundle for prompts, and the view to debug them.
 
 Both take the identity the way every CLI command does: a bearer token
 (``--token`` or ``ENGRAM_TOKEN``), or a token minted with the local development
@@ -23,7 +24,7 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 Token = Annotated[str | None, typer.Option(envvar="ENGRAM_TOKEN", help="bearer token")]
 Org = Annotated[str | None, typer.Option("--org", "--tenant",
                                          help="mint a dev-key token for this organization")]
-User = Annotated[str, typer.Option(help="user of a minted token")]
+User = Annotated[str, typer.Option("--user", "--as", help="user of a minted token (who asks)")]
 Read = Annotated[str, typer.Option(help="read scopes of a minted token, e.g. a,b")]
 Write = Annotated[str, typer.Option(help="write scopes of a minted token, e.g. c")]
 Asker = Annotated[str | None, typer.Option(help="who asks (enriches the query embedding)")]
@@ -37,7 +38,8 @@ def _fail(message: str) -> NoReturn:
 
 
 def _run(question: str, token: str | None, org: str | None, user: str, read: str, write: str,
-         asker: str | None, budget: int | None, mode: str | None, show_trace: bool) -> None:
+         asker: str | None, budget: int | None, mode: str | None, show_trace: bool,
+         prepare: bool = False) -> None:
     from orchestrator.cli.auth import cli_identity, parse_scopes
     from orchestrator.db.engine import Database, make_app_engine
     from orchestrator.recall import Recaller
@@ -49,15 +51,16 @@ def _run(question: str, token: str | None, org: str | None, user: str, read: str
         identity = cli_identity(settings, token=token, tenant=org, user=user, scopes=scopes)
         engine = make_app_engine(Database(settings).app_url(), pool_size=1)
         try:
-            result, trace = Recaller(engine, settings).trace(identity, question, asker, budget,
-                                                             mode)
+            recaller = Recaller(engine, settings)
+            result, trace = (recaller.prepare if prepare else recaller.trace)(
+                identity, question, asker, budget, mode)
         finally:
             engine.dispose()
     except EngramError as exc:
         _fail(str(exc))
     if show_trace:
         out.print(trace.format())
-        out.print("6. rendered")
+        out.print("7. rendered")
     out.print(result.rendered or "(no evidence fits; nothing visible matched or the budget "
               "is too small)")
 
@@ -70,6 +73,15 @@ def recall_command(question: Annotated[str, typer.Argument(help="the question")]
     _run(question, token, org, user, read, write, asker, budget, mode, show_trace=False)
 
 
+def prepare_command(question: Annotated[str, typer.Argument(help="the question")],
+                    token: Token = None, org: Org = None, user: User = "dev", read: Read = "",
+                    write: Write = "", asker: Asker = None, budget: Budget = None,
+                    mode: Mode = None) -> None:
+    """memory_prepare: keyed facts, evidence, lessons, episodes and documents under one budget."""
+    _run(question, token, org, user, read, write, asker, budget, mode, show_trace=False,
+         prepare=True)
+
+
 def trace_command(question: Annotated[str, typer.Argument(help="the question")],
                   token: Token = None, org: Org = None, user: User = "dev", read: Read = "",
                   write: Write = "", asker: Asker = None, budget: Budget = None,
@@ -80,4 +92,5 @@ def trace_command(question: Annotated[str, typer.Argument(help="the question")],
 
 def register(app: typer.Typer) -> None:
     app.command("recall")(recall_command)
+    app.command("prepare")(prepare_command)
     app.command("trace")(trace_command)
