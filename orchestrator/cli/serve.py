@@ -37,7 +37,8 @@ def serve_api(settings: Settings, host: str | None = None, port: int | None = No
 
 
 def start_worker(settings: Settings) -> tuple[threading.Thread, threading.Event] | None:
-    """The embedding worker in a thread of this process (``engram up``); None if it cannot run."""
+    """The embedding worker in a thread of this process (``engram up``), and the derive jobs in
+    another when ``derive_interval_s`` > 0; None if the worker cannot run."""
     from orchestrator.db.engine import Database, make_app_engine
     from orchestrator.errors import EngramError
     from orchestrator.worker.embedder import Embedder
@@ -53,16 +54,28 @@ def start_worker(settings: Settings) -> tuple[threading.Thread, threading.Event]
         out.print(f"[yellow]worker not started:[/yellow] {exc}")
         return None
     stop = threading.Event()
+    scheduler = None
+    if settings.derive_interval_s > 0:
+        from orchestrator.cli.worker import _derive_scheduler
+
+        scheduler = _derive_scheduler(db, engine, settings, None, verbose=False)
 
     def run() -> None:
         try:
             worker.run_forever(db.psql_url("engram_worker"), stop)
         finally:
             engine.dispose()
+            if scheduler is not None:
+                scheduler.app_engine.dispose()
 
     thread = threading.Thread(target=run, name="engram-worker", daemon=True)
     thread.start()
     out.print("embedding worker running in this process")
+    if scheduler is not None:
+        threading.Thread(target=scheduler.run_forever, args=(stop,), name="engram-derive",
+                         daemon=True).start()
+        out.print(f"derive jobs every {settings.derive_interval_s:g}s for every tenant "
+                  "(ENGRAM_DERIVE_INTERVAL_S; 0 turns them off)")
     return thread, stop
 
 
