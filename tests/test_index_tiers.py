@@ -27,7 +27,7 @@ def _revision() -> ModuleType:
 
 
 def _compile(admin_engine: Engine, statement: str) -> None:
-    body = f"begin\n  {statement};\nend"
+    body = statement if statement.startswith("declare ") else f"begin\n  {statement};\nend"
     with admin_engine.connect() as conn, conn.begin():
         conn.execute(text("set local check_function_bodies = on"))
         conn.exec_driver_sql(
@@ -68,3 +68,53 @@ def test_this_server_runs_the_portable_tier(admin_engine: Engine) -> None:
         tier = conn.execute(text(
             "select value from engram.installation where key = 'index_tier'")).scalar_one()
     assert tier == ("vectorchord" if available else "pgvector")
+
+
+def _revision_file(name: str) -> ModuleType:
+    path = REVISION.with_name(name)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+LEXICAL = _revision_file("0012_vectorchord_lexical.py")
+LEXICAL_STATEMENTS = [*LEXICAL.VECTORCHORD_LEXICAL_DDL, *LEXICAL.VECTORCHORD_BACKFILL,
+                      LEXICAL._role_settings(LEXICAL.VECTORCHORD_ROLE_SETTINGS),
+                      LEXICAL._role_settings(LEXICAL.VECTORCHORD_ROLE_SETTINGS, reset=True)]
+
+
+@pytest.mark.parametrize("statement", LEXICAL_STATEMENTS, ids=[s[:50] for s in LEXICAL_STATEMENTS])
+def test_vectorchord_lexical_statement_parses(admin_engine: Engine, statement: str) -> None:
+    _compile(admin_engine, statement)
+
+
+def _recall_sql(tier: str) -> str:
+    """The recall statement of ``tier`` as SQL text, every parameter a NULL (parse only)."""
+    import re
+
+    from sqlalchemy.dialects import postgresql
+
+    from orchestrator.recall.statement import StatementLimits, build_recall_statement
+
+    sql = str(build_recall_statement(limits=StatementLimits(), index_tier=tier)
+              .compile(dialect=postgresql.dialect()))
+    sql = re.sub(r"\(__\[POSTCOMPILE_[^\]]+\]\)", "(NULL)", sql)
+    return re.sub(r"%\([^)]+\)s", "NULL", sql)
+
+
+def test_vectorchord_recall_statement_parses(admin_engine: Engine) -> None:
+    vc, pg = _recall_sql("vectorchord"), _recall_sql("pgvector")
+    # Only the lexical lane differs: the BM25 index's operator instead of the tsvector match.
+    assert "<&>" in vc and "bm25_catalog.to_bm25query" in vc and "tokenizer_catalog.tokenize" in vc
+    assert "@@" not in vc and "@@" in pg and "<&>" not in pg
+    for sql in (vc, pg):
+        _compile(admin_engine, f"declare r record; begin for r in {sql} loop null; end loop; end")
+
+
+def test_an_unknown_index_tier_is_refused() -> None:
+    from orchestrator.recall.statement import StatementLimits, build_recall_statement
+
+    with pytest.raises(ValueError, match="unknown index tier 'lucene'"):
+        build_recall_statement(limits=StatementLimits(), index_tier="lucene")

@@ -99,6 +99,8 @@ def test_modes_are_accepted_and_keep_every_lane(notes, recaller):
 
 
 def test_statement_is_one_round_trip(notes, recaller, app_engine):
+    # A recaller builds its statement (and reads the index tier) once; count a warm recall.
+    recaller.recall(notes, "warm up")
     with count_statements(app_engine) as sent:
         result, trace = recaller.trace(notes, "the office move")
     assert result.evidence

@@ -64,6 +64,9 @@ class Settings(BaseSettings):
     recall_title_max_words: int = 16
     recall_catalog_limit: int = 50
     recall_rrf_k: int = 60
+    # Weights of the dense and the lexical ranks in the source lanes' RRF.
+    recall_dense_weight: float = 1.0
+    recall_lexical_weight: float = 1.0
     recall_bm25_k1: float = 1.2
     recall_bm25_b: float = 0.75
     recall_budget_tokens: int = 2000
@@ -91,6 +94,7 @@ class Settings(BaseSettings):
     recall_observation_k: int = 10
     recall_causal_k: int = 10
     recall_timeline_seeds: int = 5
+    recall_timeline_share: float = 0.5
     recall_mode_weight: float = 2.0
     # Side effects of a recall: a provenance receipt per answer, access counters of the
     # facts it served.

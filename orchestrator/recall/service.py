@@ -22,6 +22,7 @@ from sqlalchemy import Engine, event, func, select
 
 from orchestrator.auth import Identity
 from orchestrator.config import Settings, get_settings
+from orchestrator.db.models import Installation
 from orchestrator.db.session import bound_session
 from orchestrator.errors import BadInput
 from orchestrator.recall.plan import FULL_PLAN, PlanShape
@@ -116,12 +117,23 @@ def count_statements(engine: Engine) -> Iterator[list[str]]:
 class Recaller:
     def __init__(self, engine: Engine, settings: Settings | None = None, *,
                  embedder: QueryEmbedder | None = None,
-                 reranker: CrossEncoder | None = None) -> None:
+                 reranker: CrossEncoder | None = None, index_tier: str | None = None) -> None:
         self.engine = engine
         self.settings = settings or get_settings()
         self._embedder = embedder
         self._reranker = reranker
+        self._index_tier = index_tier
         self._statements: dict[str, Any] = {}
+
+    @property
+    def index_tier(self) -> str:
+        """The installation's index tier (``engram.installation``), read once."""
+        if self._index_tier is None:
+            with self.engine.connect() as conn:
+                tier = conn.execute(select(Installation.value)
+                                    .where(Installation.key == "index_tier")).scalar()
+            self._index_tier = tier or "pgvector"
+        return self._index_tier
 
     @property
     def embedder(self) -> QueryEmbedder:
@@ -144,7 +156,8 @@ class Recaller:
     def statement(self, shape: PlanShape) -> Any:
         stmt = self._statements.get(shape.name)
         if stmt is None:
-            stmt = build_recall_statement(shape, StatementLimits.from_settings(self.settings))
+            stmt = build_recall_statement(shape, StatementLimits.from_settings(self.settings),
+                                          self.index_tier)
             self._statements[shape.name] = stmt
         return stmt
 

@@ -68,12 +68,14 @@ from sqlalchemy import (
     bindparam,
     case,
     cast,
+    column,
     exists,
     func,
     literal,
     null,
     or_,
     select,
+    table,
     true,
     union_all,
 )
@@ -81,6 +83,7 @@ from sqlalchemy.dialects.postgresql import (
     ARRAY,
     DOUBLE_PRECISION,
     JSONB,
+    REGCLASS,
     REGCONFIG,
     TIMESTAMP,
     TSQUERY,
@@ -89,7 +92,7 @@ from sqlalchemy.dialects.postgresql import (
     array,
 )
 from sqlalchemy.sql.elements import BindParameter
-from sqlalchemy.types import TypeEngine
+from sqlalchemy.types import TypeEngine, UserDefinedType
 
 from orchestrator.config import Settings, get_settings
 from orchestrator.db.derive_models import Extraction
@@ -117,6 +120,25 @@ from orchestrator.recall.tables import LexicalStat
 TS_CONFIG = "english"
 
 PROJECT_STATES = ("Active", "Waiting")
+INDEX_TIERS = ("pgvector", "vectorchord")
+# The VectorChord tier (db/versions/0003_index_tier.py, 0012_vectorchord_lexical.py): the
+# chunks' BM25 vector column, its index and tokenizer exist on that tier only.
+BM25_INDEX = "sources.ix_chunks_bm25"
+BM25_TOKENIZER = "engram_bert"
+
+
+class BM25Vector(UserDefinedType[Any]):
+    """``bm25_catalog.bm25vector`` (vchord_bm25)."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return "bm25_catalog.bm25vector"
+
+
+CHUNKS_BM25 = table("chunks", column("tenant_id", UUID(as_uuid=True)), column("id", UUID(as_uuid=True)),
+                    column("document_id", UUID(as_uuid=True)), column("bm25", BM25Vector()),
+                    schema="sources")
 MODES = ("causal", "timeline")
 # The lanes whose weight a mode doubles.
 MODE_LANES = {"causal": ("decisions", "causal"), "timeline": ("timeline", "episodes")}
@@ -195,6 +217,8 @@ class StatementLimits:
     title_max_words: int = 16
     catalog_limit: int = 50
     rrf_k: int = 60
+    dense_weight: float = 1.0
+    lexical_weight: float = 1.0
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
     seed_limit: int = 8
@@ -210,6 +234,7 @@ class StatementLimits:
     observation_k: int = 10
     causal_k: int = 10
     timeline_seeds: int = 5
+    timeline_share: float = 0.5
     mode_weight: float = 2.0
 
     @classmethod
@@ -219,6 +244,7 @@ class StatementLimits:
             title_docs=settings.recall_title_docs, title_chunks=settings.recall_title_chunks,
             title_max_words=settings.recall_title_max_words,
             catalog_limit=settings.recall_catalog_limit, rrf_k=settings.recall_rrf_k,
+            dense_weight=settings.recall_dense_weight, lexical_weight=settings.recall_lexical_weight,
             bm25_k1=settings.recall_bm25_k1, bm25_b=settings.recall_bm25_b,
             seed_limit=settings.recall_seed_limit, seed_max_words=settings.recall_seed_max_words,
             fact_k=settings.recall_fact_k, keyed_k=settings.recall_keyed_k,
@@ -227,6 +253,7 @@ class StatementLimits:
             recent_k=settings.recall_recent_k, raptor_roots=settings.recall_raptor_roots,
             observation_k=settings.recall_observation_k, causal_k=settings.recall_causal_k,
             timeline_seeds=settings.recall_timeline_seeds,
+            timeline_share=settings.recall_timeline_share,
             mode_weight=settings.recall_mode_weight,
         )
 
@@ -270,9 +297,12 @@ def _ranked(inner: Any, name: str, order: tuple[str, ...]) -> Any:
 class _Builder:
     """Holds the statement's parameters and shared CTEs while the lanes are laid out."""
 
-    def __init__(self, shape: PlanShape, lim: StatementLimits) -> None:
+    def __init__(self, shape: PlanShape, lim: StatementLimits, index_tier: str) -> None:
+        if index_tier not in INDEX_TIERS:
+            raise ValueError(f"unknown index tier {index_tier!r}; one of {', '.join(INDEX_TIERS)}")
         self.shape = shape
         self.lim = lim
+        self.index_tier = index_tier
         self.question: BindParameter[str] = bindparam("question", type_=Text())
         self.query_embedding: BindParameter[Any] = bindparam(
             "query_embedding", type_=Vector(EMBEDDING_DIMENSION))
@@ -325,7 +355,9 @@ class _Builder:
             rows.append(select(dense.c.chunk_id, dense.c.document_id, literal("dense").label("lane"),
                                dense.c.rank, cast(dense.c.distance, Double).label("score")))
 
-        if s.lexical:
+        if s.lexical and self.index_tier == "vectorchord":
+            rows.append(self.vectorchord_lexical())
+        elif s.lexical:
             cfg = cast(literal(TS_CONFIG), REGCONFIG)
             query_terms = select(
                 func.unnest(func.tsvector_to_array(func.to_tsvector(cfg, self.question)))
@@ -435,7 +467,10 @@ class _Builder:
         lanes_union = (union_all(*rows) if len(rows) > 1 else rows[0]).cte("lane_ranks")
         lane = lanes_union.c.lane
         rank = lanes_union.c.rank
-        contribution = case((lane.in_(("dense", "lexical")), 1.0 / (self.rrf_k + cast(rank, Double))),
+        dense_w = bindparam("dense_weight", self.lim.dense_weight, type_=Double)
+        lexical_w = bindparam("lexical_weight", self.lim.lexical_weight, type_=Double)
+        contribution = case((lane == "dense", dense_w / (self.rrf_k + cast(rank, Double))),
+                            (lane == "lexical", lexical_w / (self.rrf_k + cast(rank, Double))),
                             else_=0.0)
         fused = (
             select(
@@ -488,6 +523,27 @@ class _Builder:
         self.source_rows = hydrated.cte("source_rows")
         self.lane_rows.append(select(self.source_rows))
         return self.source_rows
+
+    def vectorchord_lexical(self) -> Select[Any]:
+        """The lexical lane on the VectorChord tier: the ``vchord_bm25`` index's top k.
+
+        ``<&>`` is the negative BM25 score (lower is better) with the index's own
+        statistics, which span the whole index rather than the caller's visible corpus;
+        the pool is still filtered by RLS and the tenant predicate, and its rank is what
+        fusion uses. The chunk's ``bm25`` column exists on that tier only.
+        """
+        vc = CHUNKS_BM25
+        query = func.bm25_catalog.to_bm25query(
+            cast(literal(BM25_INDEX), REGCLASS),
+            cast(func.tokenizer_catalog.tokenize(self.question, literal(BM25_TOKENIZER)), BM25Vector()))
+        negative = vc.c.bm25.op("<&>", return_type=Double)(query)
+        lexical = _ranked(
+            select(vc.c.id.label("chunk_id"), vc.c.document_id, (-negative).label("bm25"))
+            .where(vc.c.tenant_id == self.tenant, vc.c.bm25.is_not(None))
+            .order_by(negative, vc.c.id).limit(self.lim.lexical_k),
+            "lexical", ("-bm25", "chunk_id"))
+        return select(lexical.c.chunk_id, lexical.c.document_id, literal("lexical").label("lane"),
+                      lexical.c.rank, cast(lexical.c.bm25, Double).label("score"))
 
     def contradiction(self, fused: Any) -> Any:
         """Per fused chunk, the keyed fact that outranks a claim extracted from it, if any."""
@@ -855,7 +911,7 @@ class _Builder:
     # -- 7. timeline neighbours --------------------------------------------------------------
 
     def timeline(self) -> None:
-        if not self.shape.timeline or not hasattr(self, "source_rows"):
+        if not self.shape.timeline or self.source_rows is None:
             return
         lim, tenant = self.lim, self.tenant
         src = self.source_rows
@@ -879,16 +935,19 @@ class _Builder:
 
         prev_doc, next_doc = neighbour_doc(True), neighbour_doc(False)
         in_time = union_all(
-            select(seeds.c.chunk_id.label("related_id"), seeds.c.seed_rank,
+            select(seeds.c.chunk_id.label("related_id"), seeds.c.seed_rank, seeds.c.rrf,
                    literal("previous").label("relation"), prev_doc.c.document_id,
                    literal(0).label("ordinal"))
             .select_from(seeds.join(prev_doc, true())).where(seeds.c.occurred_at.is_not(None)),
-            select(seeds.c.chunk_id, seeds.c.seed_rank, literal("next"), next_doc.c.document_id,
+            select(seeds.c.chunk_id, seeds.c.seed_rank, seeds.c.rrf, literal("next"),
+                   next_doc.c.document_id,
                    literal(0))
             .select_from(seeds.join(next_doc, true())).where(seeds.c.occurred_at.is_not(None)),
-            select(seeds.c.chunk_id, seeds.c.seed_rank, literal("before"), seeds.c.document_id,
+            select(seeds.c.chunk_id, seeds.c.seed_rank, seeds.c.rrf, literal("before"),
+                   seeds.c.document_id,
                    seeds.c.ordinal - 1).where(seeds.c.occurred_at.is_(None)),
-            select(seeds.c.chunk_id, seeds.c.seed_rank, literal("after"), seeds.c.document_id,
+            select(seeds.c.chunk_id, seeds.c.seed_rank, seeds.c.rrf, literal("after"),
+                   seeds.c.document_id,
                    seeds.c.ordinal + 1).where(seeds.c.occurred_at.is_(None)),
         ).subquery("timeline_links")
         pool = (select(in_time, func.row_number().over(
@@ -902,7 +961,10 @@ class _Builder:
             chunk_id=c.c.id, document_id=d.c.id, ordinal=c.c.ordinal, text=c.c.text,
             char_start=c.c.char_start, char_end=c.c.char_end, embedding=c.c.embedding,
             direct=literal(False), rrf=literal(0.0), lane_rank=pool.c.rank,
-            contribution=self.contribution("timeline", pool.c.rank),
+            # A neighbour is context for the evidence it neighbours: a share of that
+            # evidence's credit (all of it in timeline mode), so it ranks after it.
+            contribution=self.weight("timeline") * bindparam(
+                "timeline_share", self.lim.timeline_share, type_=Double) * pool.c.rrf,
             lane_ranks=self.lane_ranks("timeline", pool.c.rank),
             collection=d.c.collection, path=d.c.path, title=d.c.title, kind=d.c.kind,
             state=d.c.state, area=d.c.area, scopes=d.c.scopes, author=d.c.author,
@@ -1017,10 +1079,12 @@ class _Builder:
 
 
 def build_recall_statement(shape: PlanShape = FULL_PLAN,
-                           limits: StatementLimits | None = None) -> Select[Any]:
+                           limits: StatementLimits | None = None,
+                           index_tier: str = "pgvector") -> Select[Any]:
     """The recall statement for ``shape``; parameters ``question``, ``query_embedding``, ``mode``.
 
-    Production passes ``FULL_PLAN``; other shapes exist for the plan study.
+    Production passes ``FULL_PLAN`` and the installation's index tier
+    (``engram.installation``); other shapes exist for the plan study.
     """
     lim = limits or StatementLimits.from_settings(get_settings())
-    return _Builder(shape, lim).build()
+    return _Builder(shape, lim, index_tier).build()
