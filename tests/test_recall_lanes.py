@@ -63,14 +63,15 @@ def test_rrf_arithmetic_and_both_contributions(team, recaller, settings):
     _, ident = team
     _, trace = recaller.trace(ident, "the train to Utrecht was cancelled")
     k = settings.recall_rrf_k
+    weight = {"dense_rank": settings.recall_dense_weight, "lexical_rank": settings.recall_lexical_weight}
     sources = [it for it in trace.fused if it.kind == "source"]
     assert sources
     both = 0
     for it in sources:
-        expected = sum(1.0 / (k + it.lanes[r]) for r in ("dense_rank", "lexical_rank")
+        expected = sum(weight[r] / (k + it.lanes[r]) for r in ("dense_rank", "lexical_rank")
                        if r in it.lanes)
         assert it.rrf == pytest.approx(expected, abs=1e-12)
         both += "dense_rank" in it.lanes and "lexical_rank" in it.lanes
     assert both >= 1, "a chunk found by both lanes must exist in this corpus"
     train = next(it for it in sources if it.label.startswith("Commute"))
-    assert train.rrf == pytest.approx(1 / (k + 1) + 1 / (k + 1))
+    assert train.rrf == pytest.approx(sum(weight.values()) / (k + 1))

@@ -308,6 +308,13 @@ def test_timeline_neighbours_in_time(world, small):
     assert "on 2026-10-02" in result.rendered
     _, without = small.study(world.alice, question, FULL_PLAN.without("no-timeline", timeline=False))
     assert "Journal day 3" not in {it.label.split(" #")[0] for it in without.fused}
+    # A timeline mode doubles the neighbours' credit; every lane still runs.
+    _, timeline = small.trace(world.alice, question, mode="timeline")
+    before = {it.key: it.rrf for it in trace.fused if "timeline_rank" in it.lanes}
+    after = {it.key: it.rrf for it in timeline.fused if "timeline_rank" in it.lanes}
+    assert before and set(after) == set(before)
+    assert all(after[k] > before[k] for k in before)
+    assert set(timeline.pools) == set(trace.pools)
 
 
 def test_other_scope_memory_never_reaches_recall_or_trace(world, small):

@@ -63,10 +63,13 @@ class Settings(BaseSettings):
     recall_title_chunks: int = 3
     recall_title_max_words: int = 16
     recall_catalog_limit: int = 50
-    recall_rrf_k: int = 60
-    # Weights of the dense and the lexical ranks in the source lanes' RRF.
+    # RRF's k and the weights of the dense and the lexical ranks in the source lanes' fusion.
+    # A small k lets the first ranks of each lane lead (the pools are small, 40 each); the
+    # lexical weight reflects exact-word evidence beating the packaged MiniLM on dialogue.
+    # Measured on LoCoMo dev (benchmarks/recall_quality.py; docs/recall.md has the figures).
+    recall_rrf_k: int = 10
     recall_dense_weight: float = 1.0
-    recall_lexical_weight: float = 1.0
+    recall_lexical_weight: float = 1.5
     recall_bm25_k1: float = 1.2
     recall_bm25_b: float = 0.75
     recall_budget_tokens: int = 2000

@@ -216,9 +216,9 @@ class StatementLimits:
     title_chunks: int = 3
     title_max_words: int = 16
     catalog_limit: int = 50
-    rrf_k: int = 60
+    rrf_k: int = 10
     dense_weight: float = 1.0
-    lexical_weight: float = 1.0
+    lexical_weight: float = 1.5
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
     seed_limit: int = 8
