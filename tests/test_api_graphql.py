@@ -12,7 +12,7 @@ from sqlalchemy import Engine, text
 
 from orchestrator.api.schema import PRINTED_SCHEMA, printed_schema
 from tests.conftest import TenantFixture
-from tests.support.api import ApiServer, api_home, api_server, strict_server  # noqa: F401
+from tests.support.api import ApiServer, api_home, api_server, error_of, strict_server  # noqa: F401
 
 Tenants = Callable[..., TenantFixture]
 
@@ -38,13 +38,6 @@ def upsert(server: ApiServer, token: str, path: str, **over: Any) -> dict[str, A
     data = server.gql(token, UPSERT, {"input": doc_input(path, **over)})
     result: dict[str, Any] = data["upsertDocument"]
     return result
-
-
-def error_of(response: httpx.Response) -> dict[str, Any]:
-    body = response.json()
-    assert body.get("errors"), body
-    error: dict[str, Any] = body["errors"][0]
-    return error
 
 
 def count(admin_engine: Engine, t: TenantFixture, table: str = "sources.documents") -> int:

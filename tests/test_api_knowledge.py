@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from tests.conftest import TenantFixture
-from tests.support.api import ApiServer, api_home, api_server  # noqa: F401
+from tests.support.api import ApiServer, api_home, api_server, error_of  # noqa: F401
 from tests.support.knowledge import counts, define_shape, strict_shapes
 
 Tenants = Callable[..., TenantFixture]
@@ -62,6 +62,14 @@ def test_facts_conflicts_and_quarantine(api_server: ApiServer, tenant_factory: T
     used = api_server.gql(bruno, "mutation($ids: [ID!]!) { markUsed(claimIds: $ids) }",
                           {"ids": [new["claimId"]]})
     assert used == {"markUsed": 1}
+    used = api_server.gql(bruno, "mutation($i: [UsedItem!]) { markUsed(items: $i) }",
+                          {"i": [{"table": "knowledge.fact_claim", "id": new["claimId"]}]})
+    assert used == {"markUsed": 1}
+    for items, code in (([{"table": "auth.tenants", "id": new["claimId"]}], "BAD_USER_INPUT"),
+                        ([{"table": "memory.decisions", "id": new["claimId"]}], "NOT_FOUND"),
+                        ([], "BAD_USER_INPUT")):
+        response = api_server.post(bruno, "mutation($i: [UsedItem!]) { markUsed(items: $i) }", {"i": items})
+        assert error_of(response)["extensions"]["code"] == code, response.text
 
 
 def test_memory_writes(api_server: ApiServer, tenant_factory: Tenants,  # noqa: F811

@@ -387,3 +387,37 @@ def test_memory_prepare_bundles_every_section_under_one_budget(world, app_engine
     assert len(tight.evidence) < len(bundle.evidence)
     tiny, _ = recaller.prepare(world.alice, question, budget_tokens=5)
     assert tiny.rendered == "" and tiny.used_tokens == 0
+
+
+def test_feedback_on_served_evidence(world, app_engine, settings, embedder, admin_engine):
+    from orchestrator.derive.lifecycle import mark_evidence_used
+    from orchestrator.errors import BadInput, NotFound
+
+    recaller = recaller_with(app_engine, settings, embedder, recall_receipts=False)
+    result = recaller.recall(world.alice, "What is the Acme SLA uptime?")
+    excerpt = next(e for e in result.evidence if e.item_table == "sources.chunks")
+    fact = next(e for e in result.evidence if e.item_table == "knowledge.fact_claim")
+
+    def state():
+        with admin_engine.connect() as conn:
+            uses = conn.execute(text("select uses from memory.document_use where document_id = :d"),
+                                {"d": excerpt.document_id}).scalar()
+            ledger = conn.execute(text("select count(*) from memory.usage_ledger where tenant_id = :t"),
+                                  {"t": world.t.id}).scalar_one()
+            access = conn.execute(select(FactClaim.access_count).where(FactClaim.id == fact.item_id)
+                                  ).scalar_one()
+        return uses or 0, ledger, access
+
+    uses, ledger, access = state()
+    with bound_session(app_engine, world.alice) as s:
+        n = mark_evidence_used(s, [(excerpt.item_table, excerpt.item_id), (fact.item_table, fact.item_id)])
+    assert n == 2
+    assert state() == (uses + 1, ledger + 2, access + 1)
+    # Another user's working memory is not readable by alice: not found, and nothing recorded.
+    with pytest.raises(NotFound), bound_session(app_engine, world.alice) as s:
+        mark_evidence_used(s, [(fact.item_table, fact.item_id),
+                               ("memory.working_memory", world.ids.bob_note)])
+    with pytest.raises(BadInput, match="not a table recall serves"), \
+            bound_session(app_engine, world.alice) as s:
+        mark_evidence_used(s, [("auth.scopes", fact.item_id)])
+    assert state() == (uses + 1, ledger + 2, access + 1)

@@ -111,5 +111,12 @@ def bind(query: QueryType, mutation: MutationType) -> None:
                                       scopes, turn_count=turnCount))
 
     @mutation.field("markUsed")
-    def resolve_mark_used(_: None, info: Any, claimIds: list[str]) -> int:  # noqa: N803
-        return kn.touch_facts(info.context.session, _ids(claimIds, "claim"))
+    def resolve_mark_used(_: None, info: Any, items: list[dict[str, str]] | None = None,
+                          claimIds: list[str] | None = None) -> int:  # noqa: N803
+        from orchestrator.derive.lifecycle import mark_evidence_used
+
+        used = [(i["table"], parse_id(i["id"], "item")) for i in items or []]
+        used += [("knowledge.fact_claim", c) for c in _ids(claimIds or [], "claim")]
+        if not used:
+            raise BadInput("give the items (or claimIds) that were used")
+        return mark_evidence_used(info.context.session, used, channel="graphql")

@@ -102,6 +102,8 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
         result = _call(engram_for().recall, question, asker=asker, budget_tokens=budget_tokens)
         return {"rendered": result.rendered, "used_tokens": result.used_tokens,
                 "evidence": [{"text": e.text, "provenance": str(e.provenance), "kind": e.kind,
+                              "item_table": e.item_table,
+                              "item_id": str(e.item_id) if e.item_id else None,
                               "scopes": [s.name for s in e.scopes],
                               "source": f"{e.source.collection}/{e.source.path}" if e.source else None}
                              for e in result.evidence]}
@@ -167,10 +169,17 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
                 "updated_at": view.updated_at.isoformat()}
 
     @server.tool()
-    def mark_used(claim_ids: list[str]) -> int:
-        """Feedback: these recalled facts were used."""
+    def mark_used(items: list[dict[str, str]] | None = None, claim_ids: list[str] | None = None) -> int:
+        """Feedback: these served items helped. items: [{"table": item_table, "id": item_id}] from
+        recall's evidence; claim_ids: the short form for facts. Returns how many were recorded."""
+        from orchestrator.derive.lifecycle import mark_evidence_used
+
+        used = [(str(i.get("table")), _id(str(i.get("id")))) for i in items or []]
+        used += [("knowledge.fact_claim", _id(c)) for c in claim_ids or []]
+        if not used:
+            raise ToolError("BAD_USER_INPUT: give the items (or claim_ids) that were used")
         with engram_for().session() as s:
-            return int(_call(kn.touch_facts, s, [_id(c) for c in claim_ids]))
+            return int(_call(mark_evidence_used, s, used, channel="mcp"))
 
     return server
 

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.db.derive_models import DocumentUse, LifecyclePolicy
 from orchestrator.db.knowledge_models import UsageEvent
-from orchestrator.db.models import Document
+from orchestrator.db.models import Base, Chunk, Document
 from orchestrator.errors import BadInput, Conflict, Forbidden, NotFound
 
 CHANNELS = ("graphql", "mcp", "python", "cli", "worker")
@@ -146,6 +146,47 @@ def mark_used(session: Session, doc_id: uuid.UUID, *, channel: str = "python") -
     _document(session, doc_id, "use", write=False)
     session.execute(insert(UsageEvent).values(operation="mark_used", channel=channel,
                                               item_table="sources.documents", item_id=doc_id))
+
+
+def mark_evidence_used(session: Session, items: list[tuple[str, uuid.UUID]], *,
+                       channel: str = "python") -> int:
+    """Feedback that served evidence helped: one usage-ledger row per item.
+
+    ``items`` are the ``(item_table, item_id)`` handles recall returns with each
+    evidence. A source excerpt counts as a use of its document (which resets the
+    document's lifecycle clock); a fact also counts one access on its claim. Items
+    the caller cannot read are not found, and nothing is recorded for any of them.
+    Returns how many items were recorded.
+    """
+    from orchestrator.recall.tail import CLAIMS, ITEM_KINDS
+
+    if channel not in CHANNELS:
+        raise BadInput(f"unknown channel {channel!r}; one of {', '.join(CHANNELS)}")
+    known = {*ITEM_KINDS, "sources.documents"}
+    rows: list[tuple[str, uuid.UUID]] = []
+    claims: list[uuid.UUID] = []
+    for table, item_id in items:
+        if table not in known:
+            raise BadInput(f"{table!r} is not a table recall serves; one of {', '.join(sorted(known))}")
+        if table == "sources.chunks":
+            doc_id = session.execute(select(Chunk.document_id).where(Chunk.id == item_id)).scalar()
+            if doc_id is None:
+                raise NotFound(f"no excerpt {item_id} that you can read")
+            rows.append(("sources.documents", doc_id))
+            continue
+        t = Base.metadata.tables[table]
+        if session.execute(select(t.c.id).where(t.c.id == item_id)).scalar() is None:
+            raise NotFound(f"no {table} row {item_id} that you can read")
+        rows.append((table, item_id))
+        if table == CLAIMS:
+            claims.append(item_id)
+    if claims:
+        session.execute(select(func.knowledge.touch_claims(claims)))
+    if rows:
+        session.execute(insert(UsageEvent), [
+            {"operation": "mark_used", "channel": channel, "item_table": t, "item_id": i}
+            for t, i in rows])
+    return len(rows)
 
 
 def aggregate_usage(session: Session, day: date) -> int:

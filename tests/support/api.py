@@ -120,3 +120,11 @@ def strict_server(settings: Settings, app_engine: Engine, api_home: Path,
 
 
 TokenFor = Callable[..., str]
+
+
+def error_of(response: httpx.Response) -> dict[str, Any]:
+    """The first GraphQL error of a response (which must have one)."""
+    body = response.json()
+    assert body.get("errors"), body
+    error: dict[str, Any] = body["errors"][0]
+    return error
