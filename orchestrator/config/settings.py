@@ -98,6 +98,7 @@ class Settings(BaseSettings):
     recall_causal_k: int = 10
     recall_timeline_seeds: int = 5
     recall_timeline_share: float = 0.5
+    recall_timeline_span: int = 2
     recall_mode_weight: float = 2.0
     # Side effects of a recall: a provenance receipt per answer, access counters of the
     # facts it served.

@@ -235,6 +235,7 @@ class StatementLimits:
     causal_k: int = 10
     timeline_seeds: int = 5
     timeline_share: float = 0.5
+    timeline_span: int = 2
     mode_weight: float = 2.0
 
     @classmethod
@@ -254,6 +255,7 @@ class StatementLimits:
             observation_k=settings.recall_observation_k, causal_k=settings.recall_causal_k,
             timeline_seeds=settings.recall_timeline_seeds,
             timeline_share=settings.recall_timeline_share,
+            timeline_span=settings.recall_timeline_span,
             mode_weight=settings.recall_mode_weight,
         )
 
@@ -924,34 +926,38 @@ class _Builder:
         seed_rank = func.row_number().over(order_by=(top.c.rrf.desc(), top.c.chunk_id))
         seeds = select(top, seed_rank.label("seed_rank")).subquery("timeline_seed_ranked")
 
-        def neighbour_doc(before: bool) -> Any:
+        def neighbour_docs(before: bool) -> Any:
+            """The ``timeline_span`` nearest documents in time on one side, ``step`` 1, 2, ..."""
             cmp = d.c.occurred_at < seeds.c.occurred_at if before else d.c.occurred_at > seeds.c.occurred_at
-            order = d.c.occurred_at.desc() if before else d.c.occurred_at.asc()
-            return (select(d.c.id.label("document_id"))
+            order = (d.c.occurred_at.desc() if before else d.c.occurred_at.asc(), d.c.id)
+            return (select(d.c.id.label("document_id"),
+                           func.row_number().over(order_by=order).label("step"))
                     .where(d.c.tenant_id == tenant, d.c.collection == seeds.c.collection,
                            d.c.occurred_at.is_not(None), cmp, _current(d.c))
-                    .order_by(order, d.c.id).limit(1)
-                    .lateral("prev_doc" if before else "next_doc"))
+                    .order_by(*order).limit(lim.timeline_span)
+                    .lateral("prev_docs" if before else "next_docs"))
 
-        prev_doc, next_doc = neighbour_doc(True), neighbour_doc(False)
+        prev_docs, next_docs = neighbour_docs(True), neighbour_docs(False)
+        steps = (func.generate_series(1, lim.timeline_span).table_valued("step")
+                 .render_derived(name="timeline_step"))
+        dated, undated = seeds.c.occurred_at.is_not(None), seeds.c.occurred_at.is_(None)
         in_time = union_all(
             select(seeds.c.chunk_id.label("related_id"), seeds.c.seed_rank, seeds.c.rrf,
-                   literal("previous").label("relation"), prev_doc.c.document_id,
-                   literal(0).label("ordinal"))
-            .select_from(seeds.join(prev_doc, true())).where(seeds.c.occurred_at.is_not(None)),
+                   literal("previous").label("relation"), prev_docs.c.document_id,
+                   literal(0).label("ordinal"), prev_docs.c.step)
+            .select_from(seeds.join(prev_docs, true())).where(dated),
             select(seeds.c.chunk_id, seeds.c.seed_rank, seeds.c.rrf, literal("next"),
-                   next_doc.c.document_id,
-                   literal(0))
-            .select_from(seeds.join(next_doc, true())).where(seeds.c.occurred_at.is_not(None)),
+                   next_docs.c.document_id, literal(0), next_docs.c.step)
+            .select_from(seeds.join(next_docs, true())).where(dated),
             select(seeds.c.chunk_id, seeds.c.seed_rank, seeds.c.rrf, literal("before"),
-                   seeds.c.document_id,
-                   seeds.c.ordinal - 1).where(seeds.c.occurred_at.is_(None)),
+                   seeds.c.document_id, seeds.c.ordinal - steps.c.step, steps.c.step)
+            .select_from(seeds.join(steps, true())).where(undated),
             select(seeds.c.chunk_id, seeds.c.seed_rank, seeds.c.rrf, literal("after"),
-                   seeds.c.document_id,
-                   seeds.c.ordinal + 1).where(seeds.c.occurred_at.is_(None)),
+                   seeds.c.document_id, seeds.c.ordinal + steps.c.step, steps.c.step)
+            .select_from(seeds.join(steps, true())).where(undated),
         ).subquery("timeline_links")
         pool = (select(in_time, func.row_number().over(
-            order_by=(in_time.c.seed_rank, in_time.c.relation)).label("rank"))
+            order_by=(in_time.c.seed_rank, in_time.c.step, in_time.c.relation)).label("rank"))
             .cte("timeline"))
         joined = (pool.join(c, and_(c.c.tenant_id == tenant, c.c.document_id == pool.c.document_id,
                                     c.c.ordinal == pool.c.ordinal))
@@ -962,9 +968,11 @@ class _Builder:
             char_start=c.c.char_start, char_end=c.c.char_end, embedding=c.c.embedding,
             direct=literal(False), rrf=literal(0.0), lane_rank=pool.c.rank,
             # A neighbour is context for the evidence it neighbours: a share of that
-            # evidence's credit (all of it in timeline mode), so it ranks after it.
-            contribution=self.weight("timeline") * bindparam(
-                "timeline_share", self.lim.timeline_share, type_=Double) * pool.c.rrf,
+            # evidence's credit per step away (twice that in timeline mode), so it ranks
+            # after it.
+            contribution=self.weight("timeline") * pool.c.rrf * func.power(
+                bindparam("timeline_share", self.lim.timeline_share, type_=Double),
+                cast(pool.c.step, Double)),
             lane_ranks=self.lane_ranks("timeline", pool.c.rank),
             collection=d.c.collection, path=d.c.path, title=d.c.title, kind=d.c.kind,
             state=d.c.state, area=d.c.area, scopes=d.c.scopes, author=d.c.author,
