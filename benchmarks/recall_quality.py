@@ -2,7 +2,8 @@
 
 Each conversation is its own tenant; each dialogue turn is a document written
 as its speaker (the bound user, so the speaker is the author) with the text
-``"{speaker}: {text}"`` and the turn's ``dia_id`` as its path. Every question
+``"{speaker}: {text}"``, the turn's ``dia_id`` as its path and its session's
+date and time (plus its position in seconds) as ``occurred_at``. Every question
 is asked as recall under that tenant's identity and scored over the distinct
 turns of the ranking before the budget cut, with the metric definitions of
 ``shared/data/README.md``. BM25 (bm25s, English stemmer) and exact dense search
@@ -30,7 +31,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ if not DEFAULT_DATA.exists():
 class Conversation:
     sample_id: str
     turns: list[tuple[str, str, str]]  # dia_id, speaker, text
+    times: dict[str, datetime]  # dia_id -> session time + the turn's position (seconds)
     questions: list[tuple[str, list[str]]]  # question, evidence dia_ids
 
 
@@ -64,10 +66,14 @@ def load(path: Path, limit: int | None) -> list[Conversation]:
     for item in data[:limit]:
         conv = item["conversation"]
         turns = []
+        times: dict[str, datetime] = {}
         n = 1
         while f"session_{n}" in conv:
-            for t in conv[f"session_{n}"]:
+            start = datetime.strptime(conv[f"session_{n}_date_time"], "%I:%M %p on %d %B, %Y"
+                                      ).replace(tzinfo=UTC)
+            for i, t in enumerate(conv[f"session_{n}"]):
                 turns.append((t["dia_id"], t["speaker"], t["text"]))
+                times[t["dia_id"]] = start + timedelta(seconds=i)
             n += 1
         ids = {t[0] for t in turns}
         qs = []
@@ -75,7 +81,7 @@ def load(path: Path, limit: int | None) -> list[Conversation]:
             ev = [e for e in qa.get("evidence") or [] if e in ids]
             if ev:
                 qs.append((qa["question"], ev))
-        out.append(Conversation(item["sample_id"], turns, qs))
+        out.append(Conversation(item["sample_id"], turns, times, qs))
     return out
 
 
@@ -113,7 +119,8 @@ def ingest_conversation(app: Engine, settings: Settings, embedder: Any, org: str
             for dia_id, spk, body in turns:
                 put_document(session, DocumentInput(
                     collection=conv.sample_id, path=dia_id, title=dia_id,
-                    body=f"{spk}: {body}", scopes=("memory",), kind="memory"), settings)
+                    body=f"{spk}: {body}", scopes=("memory",), kind="memory",
+                    occurred_at=conv.times[dia_id]), settings)
     vectors: dict[str, np.ndarray[Any, Any]] = {}
     ident = Identity.of(org, "ingest", write=["memory"])
     with bound_session(app, ident) as session:
