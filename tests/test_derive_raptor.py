@@ -114,12 +114,23 @@ def _check_tree(nodes: dict[uuid.UUID, RaptorNode], chunks: dict[uuid.UUID, tupl
         assert n.summary and n.summary_method == METHOD and n.summary_model is None
 
 
-def _derivations(admin_engine: Engine, tenant: uuid.UUID) -> set[tuple[str, str, str]]:
+def _edges(admin_engine: Engine, tenant: uuid.UUID) -> Counter[tuple[str, str, str]]:
+    """Every recorded derivation of a node, counted (a node made again records its edges again)."""
     with admin_engine.connect() as conn:
         rows = conn.execute(text(
             "select derived_row_id->>'id', source_table, source_row_id->>'id' from provenance.derivations "
             "where tenant_id = :t and derived_table = 'memory.raptor_nodes'"), {"t": tenant}).all()
-    return {(r[0], r[1], r[2]) for r in rows}
+    return Counter((r[0], r[1], r[2]) for r in rows)
+
+
+def _derivations(admin_engine: Engine, tenant: uuid.UUID) -> set[tuple[str, str, str]]:
+    return set(_edges(admin_engine, tenant))
+
+
+def _inputs(node: RaptorNode) -> set[tuple[str, str, str]]:
+    return ({(str(node.id), "sources.chunks", str(c)) for c in node.member_chunk_ids}
+            | {(str(node.id), "knowledge.fact_content", str(f)) for f in node.member_fact_ids}
+            | {(str(node.id), NODES, str(k)) for k in node.children})
 
 
 def _embed_queue(test_db: TestDatabase, embedder: Any, settings: Settings, tenant: uuid.UUID,
@@ -205,7 +216,7 @@ def test_tree_with_lineage_built_once(app_engine: Engine, admin_engine: Engine, 
 
 
 def test_new_document_touches_its_leaf_and_ancestors_only(
-        app_engine: Engine, team: TenantFixture, embedder: Any, settings: Settings,
+        app_engine: Engine, admin_engine: Engine, team: TenantFixture, embedder: Any, settings: Settings,
         test_db: TestDatabase) -> None:
     ident = team.identity(write=("team",))
     write_documents(app_engine, ident, embedder, _corpus(), settings)
@@ -214,6 +225,7 @@ def test_new_document_touches_its_leaf_and_ancestors_only(
         build(s, settings=cfg)
     _embed_queue(test_db, embedder, settings, team.id, (NODES,))  # the worker embeds every node
     before = _nodes(app_engine, ident)
+    edges_before = _edges(admin_engine, team.id)
     assert {n.embed_state for n in before.values()} == {"ready"}
 
     write_documents(app_engine, ident, embedder, [
@@ -232,7 +244,13 @@ def test_new_document_touches_its_leaf_and_ancestors_only(
     assert {chunks[c][0].split("-")[0] for c in after[leaf].member_chunk_ids} == {"kitchen"}
     assert (report.inserted, report.deleted) == (0, 0)
     assert set(report.changed_ids) == touched and report.updated == len(touched)
-    assert report.resummarised == len(touched) and report.unchanged == len(before) - len(touched)
+    assert 1 <= report.resummarised <= len(touched) and report.unchanged == len(before) - len(touched)
+    # a node made anew (members or summary changed) records edges to all its inputs; nothing else does
+    made = {n for n in touched if n == leaf or after[n].summary != before[n].summary}
+    assert leaf in made
+    new_edges = _edges(admin_engine, team.id) - edges_before
+    assert set(new_edges) == set().union(*(_inputs(after[n]) for n in made))
+    assert set(new_edges.values()) == {1}
     for nid, node in after.items():
         old = before[nid]
         if nid in touched:
@@ -271,6 +289,12 @@ def test_archived_and_deleted_content_leaves_the_tree(app_engine: Engine, team: 
     with bound_session(app_engine, ident) as s:
         again = build(s, settings=cfg)
     assert (again.inserted, again.updated, again.deleted) == (0, 0, 0)
+    # nothing left to summarise: the whole tree goes
+    with bound_session(app_engine, ident) as s:
+        s.execute(update(Document).values(archived_at=func.now()))
+        emptied = build(s, settings=cfg)
+    assert (emptied.deleted, emptied.inserted, emptied.updated) == (len(after), 0, 0)
+    assert _nodes(app_engine, ident) == {}
 
 
 def test_full_rebuild_replaces_the_tree(app_engine: Engine, team: TenantFixture, embedder: Any,
