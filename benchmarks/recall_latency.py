@@ -603,6 +603,7 @@ class Figures:
     one_ms: list[float] = field(default_factory=list)
     lane_ms: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     apart_ms: list[float] = field(default_factory=list)
+    lane_su_ms: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     apart_timeline_ms: list[float] = field(default_factory=list)
     reranker_notes: set[str] = field(default_factory=set)
     reranked: dict[str, list[tuple[int, int]]] = field(default_factory=lambda: defaultdict(list))
@@ -682,6 +683,11 @@ def measure(label: str, t: Tenant, recallers: dict[str, Recaller], embedder: Any
                 with superuser_session(admin, reader, role_settings) as s:
                     ms, got[who] = run_ms(s, full, params)
                 fig.su_ms.append(ms)
+        # The two source lanes alone as the superuser (their engram_app times are in lanes_apart).
+        with superuser_session(admin, reader, role_settings) as s:
+            for lane in ("dense", "lexical"):
+                ms, _ = run_ms(s, any_recaller.statement(shapes[lane]), params)
+                fig.lane_su_ms[lane].append(ms)
         a, b = Counter(map(row_key, got["app"])), Counter(map(row_key, got["su"]))
         if a == b:
             fig.same_rows += 1
@@ -740,6 +746,9 @@ def report(fig: Figures, dense_k: int) -> None:
                            statistics.median(x[1] for x in fig.explain[who])) for who in ("app", "su"))
     print(f"  EXPLAIN ANALYZE (3 questions x 3): engram_app planning {ap:.1f} ms + execution "
           f"{ae:.1f} ms; superuser planning {sp:.1f} ms + execution {se:.1f} ms")
+    print("  source lanes alone, p50 ms as engram_app vs superuser: " + ", ".join(
+        f"{lane} {statistics.median(fig.lane_ms[lane]):.1f} vs {statistics.median(v):.1f}"
+        for lane, v in fig.lane_su_ms.items()))
     diff = ", ".join(f"{lane} {n}" for lane, n in fig.row_diffs.most_common()) or "none"
     print(f"  same rows in {fig.same_rows}/{fig.queries} queries; rows only one side returned, "
           f"by lane: {diff}")

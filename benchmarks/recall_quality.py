@@ -287,6 +287,10 @@ def fanoutqa_main() -> None:
         rr = recaller.reranker
         print(f"reranker: {'available' if rr.available else 'unavailable'} "
               f"({getattr(rr, 'note', '') or getattr(rr, 'model_name', '')})")
+        print("recall settings: " + ", ".join(
+            f"{name} {getattr(settings, 'recall_' + name)}"
+            for name in ("rrf_k", "dense_weight", "lexical_weight", "dense_k", "lexical_k",
+                         "title_chunks") if hasattr(settings, "recall_" + name)))
         org = f"fanoutqa-wiki-{uuid.uuid4().hex[:6]}"
         make_tenant(admin, org, "wiki")
         t0 = time.perf_counter()
