@@ -281,9 +281,7 @@ def all_jobs(
     engine = make_app_engine(Database(settings).app_url(), pool_size=1)
 
     def show(r: JobResult) -> None:
-        if r.skipped:
-            out.print(f"{r.job}: skipped: {r.line}")
-        elif r.ok:
+        if r.ok:
             out.print(r.line if r.line.startswith(f"{r.job}:") else f"{r.job}: {r.line}")
         else:
             err.print(f"[red]{r.job}: failed:[/red] {r.line}")
@@ -295,8 +293,7 @@ def all_jobs(
     finally:
         engine.dispose()
     failed = [r for r in results if not r.ok]
-    skipped = [r for r in results if r.skipped]
     out.print(f"{len(results)} jobs in {sum(r.seconds for r in results):.1f}s: "
-              f"{len(results) - len(failed) - len(skipped)} ok, {len(skipped)} skipped, {len(failed)} failed")
+              f"{len(results) - len(failed)} ok, {len(failed)} failed")
     if failed:
         raise typer.Exit(1)

@@ -116,7 +116,7 @@ def _derive_scheduler(db: Database, worker_engine: Engine, settings: Settings,
 
     def on_result(r: JobResult) -> None:
         if verbose or not r.ok:
-            state = "skipped" if r.skipped else ("ok" if r.ok else "[red]failed[/red]")
+            state = "ok" if r.ok else "[red]failed[/red]"
             err.print(f"derive {r.tenant}: {r.job}: {state}: {r.line}", highlight=False, soft_wrap=True)
         for note in r.notes:
             err.print(f"derive {r.tenant}: {r.job}: [yellow]note:[/yellow] {note}", highlight=False,

@@ -34,16 +34,14 @@ token's identity.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
@@ -65,10 +63,6 @@ class Outcome:
     notes: tuple[str, ...] = ()
 
 
-class JobSkipped(Exception):
-    """A job that cannot run here (its module is not installed yet); not a failure."""
-
-
 @dataclass(frozen=True)
 class Job:
     name: str
@@ -83,18 +77,11 @@ class JobResult:
     ok: bool
     line: str
     seconds: float
-    skipped: bool = False
     notes: tuple[str, ...] = ()
 
     def render(self) -> str:
-        state = "skipped" if self.skipped else ("ok" if self.ok else "FAILED")
+        state = "ok" if self.ok else "FAILED"
         return f"{self.tenant}\t{self.job}\t{state}\t{self.seconds:.2f}s\t{self.line}"
-
-
-def _counts(report: Any) -> str:
-    """``name value`` for each integer field of a report dataclass (jobs this module does not own)."""
-    return ", ".join(f"{f.name} {getattr(report, f.name)}" for f in fields(report)
-                     if isinstance(getattr(report, f.name), int)) or "done"
 
 
 def _extract(session: Session, settings: Settings) -> Outcome:
@@ -148,7 +135,7 @@ def _decisions(session: Session, settings: Settings) -> Outcome:
 def _communities(session: Session, settings: Settings) -> Outcome:
     from orchestrator.derive.communities import rebuild
 
-    r = rebuild(session)
+    r = rebuild(session, settings=settings)
     return Outcome(f"{r.scope_sets} scope sets: {r.inserted} inserted, {r.updated} updated, "
                    f"{r.deleted} deleted, {r.unchanged} unchanged")
 
@@ -156,20 +143,18 @@ def _communities(session: Session, settings: Settings) -> Outcome:
 def _profiles(session: Session, settings: Settings) -> Outcome:
     from orchestrator.derive.profiles import refresh
 
-    r = refresh(session)
+    r = refresh(session, settings=settings)
     return Outcome(f"profiles: {r.inserted} inserted, {r.updated} updated, {r.deleted} deleted, "
                    f"{r.unchanged} unchanged")
 
 
 def _raptor(session: Session, settings: Settings) -> Outcome:
-    try:
-        raptor = importlib.import_module("orchestrator.derive.raptor")
-    except ModuleNotFoundError as exc:
-        raise JobSkipped(f"orchestrator.derive.raptor is not installed yet ({exc})") from exc
-    build: Any = getattr(raptor, "build", None)
-    if build is None:
-        raise JobSkipped("orchestrator.derive.raptor has no build() yet")
-    return Outcome(_counts(build(session, full=False, settings=settings)))
+    from orchestrator.derive.raptor import build
+
+    r = build(session, full=False, settings=settings)
+    return Outcome(f"raptor: {r.scope_sets} scope sets, {r.inserted} inserted, {r.updated} updated, "
+                   f"{r.deleted} deleted, {r.unchanged} unchanged, {r.resummarised} re-summarised, "
+                   f"{r.joined} joined a leaf")
 
 
 def _usage(session: Session, settings: Settings) -> Outcome:
@@ -206,9 +191,6 @@ def run_job(job: Job, sessions: SessionFactory, settings: Settings, tenant: str)
     try:
         with sessions() as session:
             outcome = job.run(session, settings)
-    except JobSkipped as exc:
-        log.info("derive %s: %s skipped: %s", tenant, job.name, exc)
-        return JobResult(job.name, tenant, True, str(exc), time.monotonic() - started, skipped=True)
     except Exception as exc:  # one failing job must not stop the others
         log.exception("derive %s: %s failed", tenant, job.name)
         return JobResult(job.name, tenant, False, f"{type(exc).__name__}: {exc}".split("\n")[0],
