@@ -23,7 +23,7 @@ from tests.support.derive import cli_env  # noqa: F401
 from tests.support.knowledge import define_shape
 
 Tenants = Callable[..., TenantFixture]
-# RAPTOR belongs to another module (and may not be installed); every other job is checked here.
+# RAPTOR is checked in tests/test_derive_raptor.py; every other job is checked here.
 OURS = tuple(j for j in JOBS if j.name != "raptor")
 
 
@@ -209,3 +209,32 @@ def test_cli_derive_all_and_worker_once(test_db: TestDatabase, app_engine: Engin
     with bound_session(app_engine, other.identity("alice", write=("team",))) as s:
         states = set(s.execute(select(Episode.embed_state)).scalars())
     assert states == {"ready"}  # the second drain embedded what the jobs wrote
+
+
+def test_each_tick_compacts_the_bm25_statistics(app_engine: Engine, admin_engine: Engine,
+                                                worker_engine: Engine, settings: Settings,
+                                                tenant_factory: Tenants) -> None:
+    t = tenant_factory("team")
+    ident = t.identity("alice", write=("team",))
+    for n in range(6):  # one statistic delta per written document
+        with bound_session(app_engine, ident) as s:
+            put_document(s, DocumentInput(collection="notes", path=f"{n}.md", title=f"N{n}",
+                                          body=f"Note number {n} about compaction.", scopes=("team",)))
+
+    def stats() -> tuple[int, int, int]:
+        with admin_engine.connect() as conn:
+            rows, chunks, tokens = conn.execute(text(
+                "select count(*), sum(chunks), sum(tokens) from recall.lexical_stats where tenant_id = :t"),
+                {"t": t.id}).one()
+        return int(rows), int(chunks), int(tokens)
+
+    rows, chunks, tokens = stats()
+    assert rows >= 6
+    scheduler = DeriveScheduler(worker_engine, app_engine,
+                                settings.model_copy(update={"derive_compact_min_deltas": 3}),
+                                jobs=[], tenants=[t.id])
+    scheduler.tick()
+    assert stats() == (1, chunks, tokens), "one row per scope set, the same N and total length"
+    # The worker role itself may neither read nor change the statistics.
+    with worker_engine.connect() as conn, pytest.raises(Exception, match="permission denied"):
+        conn.execute(text("select count(*) from recall.lexical_stats"))

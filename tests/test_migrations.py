@@ -121,3 +121,23 @@ def test_columns_added_to_chained_tables_are_rebaselined(scratch_url: str) -> No
     assert problems == [], f"rows written before 0010 no longer match their chain: {problems}"
     assert ("sources.documents", "BASELINE") in kinds and ("memory.decisions", "BASELINE") in kinds
     assert embed_text == "db: Which database? Reasoning: PostgreSQL owns the data."
+
+
+def test_recall_probes_stay_index_probes_under_rls(admin_engine) -> None:  # type: ignore[no-untyped-def]
+    """0014: the lexical match is leakproof (where the migrating role could make it so), the
+    title key is a stored column, and the app role plans every statement for its parameters."""
+    with admin_engine.connect() as conn:
+        superuser = conn.execute(text("select rolsuper from pg_roles where rolname = current_user")).scalar()
+        leakproof = conn.execute(text(
+            "select proleakproof from pg_proc where oid = 'ts_match_vq'::regproc")).scalar()
+        generated = conn.execute(text(
+            "select attgenerated from pg_attribute where attrelid = 'sources.documents'::regclass "
+            "and attname = 'title_key'")).scalar()
+        settings = set(conn.execute(text(
+            "select unnest(s.setconfig) from pg_db_role_setting s join pg_roles r on r.oid = s.setrole "
+            "where r.rolname = 'engram_app' and s.setdatabase = (select oid from pg_database "
+            "where datname = current_database())")).scalars())
+    assert generated == "s"
+    assert {"plan_cache_mode=force_custom_plan", "hnsw.ef_search=200"} <= settings
+    if superuser:
+        assert leakproof is True

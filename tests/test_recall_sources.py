@@ -62,13 +62,17 @@ def test_project_catalog_lists_only_active_and_waiting_with_state_beside_area(
         doc("p5.md", "Archived thing", "Gone.", kind="project", state="Active", area="Home"),
         doc("n1.md", "Active note", "A note, not a project.", kind="note", state="Active",
             area="Home"),
-    ], settings, **{"p5.md": {"archived_at": datetime.now(UTC)}})
+        doc("p6.md", "Old attic sort-out", "Done long ago.", kind="project", state="Active",
+            area="Attic"),
+    ], settings, **{"p5.md": {"archived_at": datetime.now(UTC)},
+                    "p6.md": {"archived_at": datetime.now(UTC)}})
     result, _trace = recaller.trace(ident, "what am I working on right now?")
     catalog = next(e for e in result.evidence if e.text.startswith("Current projects"))
     lines = catalog.text.splitlines()[1:]
     assert lines == ["- Visa renewal: Waiting | area Admin", "- Roof repair: Active | area Home"]
     areas = next(e for e in result.evidence if e.text.startswith("Areas:"))
-    assert "- Home (2 documents)" in areas.text  # p1 and the note; p5 is archived
+    # Every area of a current document, once; Attic's only document is archived.
+    assert areas.text.splitlines()[1:] == ["- Admin", "- Home", "- Music", "- Work"]
     assert [s.name for s in catalog.scopes] == ["team"]
     _, no_catalogs = recaller.study(ident, "what am I working on right now?",
                                     __import__("orchestrator.recall", fromlist=["x"])

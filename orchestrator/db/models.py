@@ -15,6 +15,7 @@ from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
     Boolean,
     CheckConstraint,
+    Computed,
     DateTime,
     ForeignKeyConstraint,
     Index,
@@ -124,7 +125,9 @@ class Document(Base):
         Index("ix_documents_tenant_id_kind_state", "tenant_id", "kind", "state"),
         Index("ix_documents_tenant_id_content_hash", "tenant_id", "content_hash"),
         # The title lane's probe (db/versions/0008_recall.py).
-        Index("ix_documents_tenant_id_title_key", "tenant_id", sql_text("recall.title_key(title)")),
+        Index("ix_documents_tenant_id_title_key", "tenant_id", "title_key"),
+        Index("ix_documents_tenant_id_area", "tenant_id", "area",
+              postgresql_where=sql_text("area is not null")),
         # The timeline lane's probe (db/versions/0010_memory_lanes.py).
         Index("ix_documents_tenant_id_collection_occurred_at", "tenant_id", "collection",
               "occurred_at", postgresql_where=sql_text("occurred_at is not null")),
@@ -153,6 +156,9 @@ class Document(Base):
     snoozed_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     embed_state: Mapped[str] = mapped_column(EmbedState, server_default=sql_text("'pending'"))
     occurred_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # recall.title_key(title), stored (db/versions/0014_recall_probes.py): the title lane's key.
+    title_key: Mapped[str | None] = mapped_column(Text, Computed("recall.title_key(title)",
+                                                                 persisted=True))
 
 
 class Chunk(Base):

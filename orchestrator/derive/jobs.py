@@ -263,12 +263,26 @@ class DeriveScheduler:
 
             report.results += run_jobs(sessions, self.settings, tenant.org_id, jobs=self.jobs,
                                        on_result=self.on_result)
+        self.compact_statistics()
         report.seconds = time.monotonic() - started
         log.info("derive tick: %d tenants, %d jobs, %d failed in %.1fs", report.tenants,
                  len(report.results), len(report.failed), report.seconds)
         if self.on_tick is not None:
             self.on_tick(report)
         return report
+
+    def compact_statistics(self) -> int:
+        """Fold the BM25 statistic deltas of tenants with many of them (all tenants at once)."""
+        try:
+            with self.worker_engine.begin() as conn:
+                done = int(conn.execute(select(func.recall.compact_all_lexical_stats(
+                    self.settings.derive_compact_min_deltas))).scalar_one())
+        except Exception:  # maintenance: a failure must not stop the derive jobs
+            log.exception("derive tick: compacting the BM25 statistics failed")
+            return 0
+        if done:
+            log.info("derive tick: compacted the BM25 statistics of %d tenants", done)
+        return done
 
     def run_forever(self, stop: threading.Event) -> None:
         """Tick, then wait ``derive_interval_s`` (or until ``stop``); a failed tick is retried."""

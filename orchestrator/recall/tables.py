@@ -1,9 +1,8 @@
-"""Mapped tables and indexes of ``db/versions/0008_recall.py``.
+"""Mapped tables of ``db/versions/0008_recall.py``.
 
 ``LexicalStat`` holds BM25's corpus statistics as append-only deltas (see the
 revision's docstring for why there is no per-term or per-tenant counter row).
-The title-key expression index belongs to ``sources.documents`` but is created
-by the recall revision, so it is declared here, next to the lane that uses it.
+The documents' title key (0014) is mapped on ``Document`` itself.
 """
 
 from __future__ import annotations
@@ -15,20 +14,13 @@ from sqlalchemy import (
     BigInteger,
     CheckConstraint,
     DateTime,
-    Index,
     PrimaryKeyConstraint,
-    func,
 )
 from sqlalchemy import text as sql_text
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from orchestrator.db.models import Base, Document
-
-
-def title_key(expr: object) -> object:
-    """``recall.title_key(expr)``: lowercase unaccented words joined by single spaces."""
-    return func.recall.title_key(expr)
+from orchestrator.db.models import Base
 
 
 class LexicalStat(Base):
@@ -48,9 +40,3 @@ class LexicalStat(Base):
     recorded_at: Mapped[datetime] = mapped_column(DateTime(timezone=True),
                                                   server_default=sql_text("now()"))
 
-
-ix_documents_tenant_id_title_key = Index(
-    "ix_documents_tenant_id_title_key",
-    Document.__table__.c.tenant_id,
-    func.recall.title_key(Document.__table__.c.title),
-)

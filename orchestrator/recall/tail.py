@@ -170,15 +170,12 @@ def candidates_from_rows(rows: Sequence[Mapping[Any, Any]], *, catalog_rrf: floa
     """Candidates, and what the statement said about the corpus and the seeds (for the trace)."""
     out: list[Candidate] = []
     corpus: dict[str, Any] = {"seeds": []}
-    areas: dict[str, tuple[int, tuple[ScopeRef, ...], datetime | None]] = {}
+    areas: dict[str, tuple[tuple[ScopeRef, ...], datetime | None]] = {}
     projects: list[Mapping[str, Any]] = []
     for row in rows:
         lane = row["lane"]
         if lane == "area":
-            count, scopes, updated = areas.get(row["area"], (0, (), None))
-            newest = max((t for t in (updated, row["updated_at"]) if t is not None), default=None)
-            areas[row["area"]] = (count + int(row["item_count"]),
-                                  _merge_scopes(scopes, _scopes(row["scope_objects"])), newest)
+            areas[row["area"]] = (_scopes(row["scope_objects"]), row["updated_at"])
         elif lane == "project":
             projects.append(row)
         elif lane == "lexical_stats":
@@ -192,13 +189,12 @@ def candidates_from_rows(rows: Sequence[Mapping[Any, Any]], *, catalog_rrf: floa
         scopes = tuple[ScopeRef, ...]()
         lines = []
         for name in sorted(areas):
-            count, s, _ = areas[name]
-            scopes = _merge_scopes(scopes, s)
-            lines.append(f"- {name} ({count} document{'s' if count != 1 else ''})")
+            scopes = _merge_scopes(scopes, areas[name][0])
+            lines.append(f"- {name}")
         out.append(Candidate(
             key="catalog:areas", kind="area_catalog", text="Areas:\n" + "\n".join(lines),
             scopes=scopes, provenance=Provenance.DERIVED_MEMORY,
-            updated_at=max((a[2] for a in areas.values() if a[2] is not None), default=None),
+            updated_at=max((a[1] for a in areas.values() if a[1] is not None), default=None),
             lanes={"areas": len(areas)}, rrf=catalog_rrf,
         ))
     if projects:
