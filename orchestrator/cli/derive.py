@@ -198,10 +198,14 @@ def raptor_job(
 # (orchestrator/derive/jobs.py); the worker runs the same jobs on a schedule.
 
 def _outcome(token: str | None, tenant: str | None, user: str, scopes: str | None,
-             job: Callable[[Session, Settings], object]) -> None:
+             job: Callable[[Session, Settings], object], **overrides: object) -> None:
+    """Run one registry job; ``overrides`` (not None) replace settings for this run."""
     from orchestrator.derive.jobs import Outcome
 
     settings = Settings()
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if given:
+        settings = Settings(**{**settings.model_dump(), **given})
     result = _run(token, tenant, user, scopes, lambda s: job(s, settings))
     assert isinstance(result, Outcome)
     out.print(result.line)
@@ -221,19 +225,16 @@ def conflicts_job(
 
 @derive_app.command("consolidate")
 def consolidate_job(
-    min_evidence: Annotated[int, typer.Option(help="sources a statement needs to become an observation")] = 2,
+    min_evidence: Annotated[int | None, typer.Option(
+        help="sources a statement needs to become an observation "
+             "(default ENGRAM_DERIVE_CONSOLIDATE_MIN_EVIDENCE)")] = None,
     token: Token = None, tenant: Tenant = None, user: User = "dev", scopes: Scopes = None,
 ) -> None:
     """Observations from corroborating claims, per scope set and perspective; only changes are written."""
-    from orchestrator.derive.consolidate import consolidate
-    from orchestrator.derive.jobs import Outcome
+    from orchestrator.derive.jobs import JOBS_BY_NAME
 
-    def job(s: Session, settings: Settings) -> Outcome:
-        r = consolidate(s, min_evidence=min_evidence, settings=settings)
-        return Outcome(f"observations: {r.inserted} inserted, {r.updated} updated, {r.deleted} deleted, "
-                       f"{r.unchanged} unchanged; {r.recallable} recallable (>= 0.65)")
-
-    _outcome(token, tenant, user, scopes, job)
+    _outcome(token, tenant, user, scopes, JOBS_BY_NAME["consolidate"].run,
+             derive_consolidate_min_evidence=min_evidence)
 
 
 @derive_app.command("episodes")
@@ -243,15 +244,10 @@ def episodes_job(
     token: Token = None, tenant: Tenant = None, user: User = "dev", scopes: Scopes = None,
 ) -> None:
     """Your working-memory sessions as private episodes; only sessions that grew are touched."""
-    from orchestrator.derive.episodes import build
-    from orchestrator.derive.jobs import Outcome
+    from orchestrator.derive.jobs import JOBS_BY_NAME
 
-    def job(s: Session, settings: Settings) -> Outcome:
-        r = build(s, max_items=max_items, settings=settings)
-        return Outcome(f"episodes: {r.inserted} inserted, {r.updated} updated from {r.items} new items "
-                       f"in {r.sessions} sessions")
-
-    _outcome(token, tenant, user, scopes, job)
+    _outcome(token, tenant, user, scopes, JOBS_BY_NAME["episodes"].run,
+             derive_episode_max_items=max_items)
 
 
 @derive_app.command("decisions")

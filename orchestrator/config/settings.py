@@ -141,6 +141,8 @@ class Settings(BaseSettings):
     derive_interval_s: float = 300.0
     derive_extract_limit: int = 1000
     derive_episode_max_items: int = 20
+    # Independent sources a statement needs before consolidation makes it an observation.
+    derive_consolidate_min_evidence: int = 2
     # Each tick also folds the BM25 statistic deltas of every tenant with more than this many.
     derive_compact_min_deltas: int = 1000
 

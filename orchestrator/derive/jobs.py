@@ -111,7 +111,7 @@ def _conflicts(session: Session, settings: Settings) -> Outcome:
 def _consolidate(session: Session, settings: Settings) -> Outcome:
     from orchestrator.derive.consolidate import consolidate
 
-    r = consolidate(session, settings=settings)
+    r = consolidate(session, min_evidence=settings.derive_consolidate_min_evidence, settings=settings)
     return Outcome(f"observations: {r.inserted} inserted, {r.updated} updated, {r.deleted} deleted, "
                    f"{r.unchanged} unchanged; {r.recallable} recallable (>= 0.65)")
 
