@@ -71,30 +71,47 @@ def _json(value: Any) -> str:
     return json.dumps(value)
 
 
+_DERIVATION = """
+    insert into provenance.derivations (relation, derived_table, derived_row_id, source_table,
+                                        source_row_id)
+    values (:r, :dt, cast(:di as jsonb), :st, cast(:si as jsonb))"""
+
+
+def record_derivations(session: Session, edges: list[tuple[RowRef, RowRef]], *,
+                       relation: str = "wasDerivedFrom", batch: int = 5000) -> int:
+    """``derived wasDerivedFrom source`` for many ``(derived, source)`` pairs, sent in batches
+    (a job that writes thousands of edges must not pay one round trip each). Returns the count."""
+    if relation not in RELATIONS:
+        raise BadInput(f"relation {relation!r} is not one of {', '.join(RELATIONS)}")
+    rows = [{"r": relation, "dt": d[0], "di": _json(d[1]), "st": s[0], "si": _json(s[1])}
+            for d, s in edges]
+    for start in range(0, len(rows), batch):
+        try:
+            session.execute(text(_DERIVATION), rows[start:start + batch])
+        except DBAPIError as exc:
+            raise translate(exc) from exc
+    return len(rows)
+
+
 def record_derivation(session: Session, derived: RowRef, sources: list[RowRef] | None = None, *,
                       agent: uuid.UUID | None = None,
-                      relation: str = "wasDerivedFrom") -> list[uuid.UUID]:
-    """Record that ``derived`` was derived from each source row (and/or from ``agent``)."""
+                      relation: str = "wasDerivedFrom") -> int:
+    """Record that ``derived`` was derived from each source row (and/or from ``agent``);
+    returns how many edges were written."""
     if relation not in RELATIONS:
         raise BadInput(f"relation {relation!r} is not one of {', '.join(RELATIONS)}")
     sources = sources or []
     if not sources and agent is None:
         raise BadInput("a derivation needs at least one source row or a source agent")
-    ids = []
-    table, row_id = derived
-    for src_table, src_row in sources:
-        ids.append(_exec(session, """
-            insert into provenance.derivations (relation, derived_table, derived_row_id, source_table,
-                                                source_row_id)
-            values (:r, :dt, cast(:di as jsonb), :st, cast(:si as jsonb)) returning id""",
-            {"r": relation, "dt": table, "di": _json(row_id), "st": src_table,
-             "si": _json(src_row)}).scalar_one())
+    written = record_derivations(session, [(derived, src) for src in sources], relation=relation)
     if agent is not None:
-        ids.append(_exec(session, """
+        table, row_id = derived
+        _exec(session, """
             insert into provenance.derivations (relation, derived_table, derived_row_id, source_agent_id)
-            values (:r, :dt, cast(:di as jsonb), :a) returning id""",
-            {"r": relation, "dt": table, "di": _json(row_id), "a": agent}).scalar_one())
-    return ids
+            values (:r, :dt, cast(:di as jsonb), :a)""",
+            {"r": relation, "dt": table, "di": _json(row_id), "a": agent})
+        written += 1
+    return written
 
 
 @dataclass(frozen=True)

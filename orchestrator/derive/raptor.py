@@ -50,7 +50,6 @@ runs from building the same tree twice.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 import uuid
@@ -63,16 +62,14 @@ from typing import Any, cast
 import numpy as np
 from numpy.typing import NDArray
 from pgvector.sqlalchemy import Vector
-from sqlalchemy import LargeBinary, Table, any_, bindparam, delete, func, insert, select, text, update
+from sqlalchemy import LargeBinary, Table, any_, bindparam, delete, func, insert, select, update
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from orchestrator.audit.lineage import begin_activity, end_activity
+from orchestrator.audit.lineage import begin_activity, end_activity, record_derivations
 from orchestrator.config import Settings, get_settings
 from orchestrator.db.knowledge_models import FactContent, RaptorNode, current_claims
 from orchestrator.db.models import EMBEDDING_DIMENSION, Chunk, Document
-from orchestrator.db.session import translate
 from orchestrator.derive.summarize import Summarizer, get_summarizer, split_sentences
 from orchestrator.errors import BadInput
 
@@ -646,13 +643,6 @@ def _write(session: Session, tree: _Tree, report: RaptorReport) -> list[_Node]:
     return written
 
 
-# record_derivation's insert, sent for many edges at once: a full build records one
-# edge per chunk, and one round trip each would cost more than the rest of the build.
-_DERIVATION = text(
-    "insert into provenance.derivations (relation, derived_table, derived_row_id, source_table, "
-    "source_row_id) values ('wasDerivedFrom', :dt, cast(:di as jsonb), :st, cast(:si as jsonb))")
-
-
 def _derivations(session: Session, tree: _Tree, written: list[_Node]) -> None:
     """``wasDerivedFrom`` edges from each node made anew to everything it summarises (pinned versions).
 
@@ -664,16 +654,12 @@ def _derivations(session: Session, tree: _Tree, written: list[_Node]) -> None:
     for n in written:
         if not (n.stored is None or n.members_changed or n.summary_changed):
             continue
-        derived = json.dumps({"id": str(n.id)})
+        derived = (NODES, {"id": str(n.id)})
         sources = [(CHUNKS, c) for c in sorted(n.chunks)] + [(FACTS, f) for f in sorted(n.facts)]
         sources += [(NODES, k.id) for k in tree.children(n) if k.id is not None]
-        edges += [{"dt": NODES, "di": derived, "st": table, "si": json.dumps({"id": str(i)})}
-                  for table, i in sources]
-    for start in range(0, len(edges), _BATCH):
-        try:
-            session.execute(_DERIVATION, edges[start:start + _BATCH])
-        except DBAPIError as exc:
-            raise translate(exc) from exc
+        edges += [(derived, (table, {"id": str(i)})) for table, i in sources]
+    # A full build records one edge per chunk: batched, not one round trip each.
+    record_derivations(session, edges)
 
 
 def build(session: Session, *, full: bool = False, settings: Settings | None = None,
