@@ -95,7 +95,15 @@ def test_snoozed_and_archived_hidden_pinned_boosted(
     result, trace = recaller.trace(ident, question)
     paths = [e.source.path for e in result.evidence if e.source]
     assert "a.md" not in paths and "b.md" not in paths
-    assert "a.md" not in trace.format() and "Sourdough B" not in trace.format()
+    # Never a candidate, yet the trace says a lane found them and hydration dropped them
+    # (the caller may see archived and snoozed documents; recall only never serves them).
+    served = [it.label for it in trace.fused + trace.ordered]
+    assert not [label for label in served if label.startswith(("Sourdough A", "Sourdough B"))]
+    dropped = {d.label.split(" #")[0]: d for d in trace.hydration_dropped}
+    assert set(dropped) == {"Sourdough A", "Sourdough B"}
+    assert dropped["Sourdough A"].reason == "snoozed" and dropped["Sourdough B"].reason == "archived"
+    assert all(d.rrf > 0 and d.lanes for d in dropped.values())
+    assert "dropped Sourdough B" in trace.format() and "document archived" in trace.format()
     before = next(it for it in trace.ordered if it.label.startswith("Bread pinned"))
     rank_before = trace.ordered.index(before)
     assert rank_before > 0

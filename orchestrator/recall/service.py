@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from sqlalchemy import Engine, event, func, select
+from sqlalchemy import Connection, Engine, event, func, select
 
 from orchestrator.auth import Identity
 from orchestrator.config import Settings, get_settings
@@ -43,6 +43,8 @@ from orchestrator.recall.tail import (
 from orchestrator.recall.trace import Trace, item
 
 MAX_ASKER_CHARS = 200
+# memory.working_memory.session_id's length check (0005).
+MAX_SESSION_CHARS = 200
 R = TypeVar("R", bound=Served)
 # The trace's pools, in the statement's order: lane -> the rank key its items carry.
 POOLS = {lane: f"{lane}_rank" for lane in (
@@ -67,10 +69,11 @@ class RecallRequest:
     asker: str | None
     budget_tokens: int
     mode: str | None
+    session: str | None = None
 
 
 def validate(question: Any, asker: Any, budget_tokens: Any, mode: Any,
-             settings: Settings) -> RecallRequest:
+             settings: Settings, session: Any = None) -> RecallRequest:
     """Refuse bad input with one message naming every problem."""
     problems = []
     if not isinstance(question, str):
@@ -93,25 +96,30 @@ def validate(question: Any, asker: Any, budget_tokens: Any, mode: Any,
                         f"{settings.recall_max_budget_tokens}")
     if mode is not None and mode not in MODES:
         problems.append(f"unknown mode {mode!r}; use one of {', '.join(MODES)} or none")
+    if session is not None and (not isinstance(session, str) or not session.strip()
+                                or len(session) > MAX_SESSION_CHARS):
+        problems.append(f"session must be non-empty text of at most {MAX_SESSION_CHARS} characters")
     if problems:
         raise BadInput("invalid recall: " + "; ".join(problems))
     assert isinstance(question, str)
-    return RecallRequest(question.strip(), (asker or "").strip() or None, budget_tokens, mode)
+    return RecallRequest(question.strip(), (asker or "").strip() or None, budget_tokens, mode,
+                         session.strip() if isinstance(session, str) else None)
 
 
 @contextmanager
-def count_statements(engine: Engine) -> Iterator[list[str]]:
-    """Collect every statement the engine sends while the block runs."""
+def count_statements(target: Engine | Connection) -> Iterator[list[str]]:
+    """Collect every statement sent while the block runs: by the whole engine, or by one
+    connection only (what a recall counts, so concurrent recalls never add to its count)."""
     seen: list[str] = []
 
     def listener(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         seen.append(statement)
 
-    event.listen(engine, "before_cursor_execute", listener)
+    event.listen(target, "before_cursor_execute", listener)
     try:
         yield seen
     finally:
-        event.remove(engine, "before_cursor_execute", listener)
+        event.remove(target, "before_cursor_execute", listener)
 
 
 class Recaller:
@@ -162,17 +170,22 @@ class Recaller:
         return stmt
 
     def recall(self, identity: Identity, question: str, asker: str | None = None,
-               budget_tokens: int | None = None, mode: str | None = None) -> RecallResult:
-        return self._run(identity, question, asker, budget_tokens, mode, FULL_PLAN, self._cut)[0]
+               budget_tokens: int | None = None, mode: str | None = None,
+               session: str | None = None) -> RecallResult:
+        """``session`` names the asker's current working-memory session: the working-memory
+        lane reads that session only (every unexpired item of the user when it is None)."""
+        return self._run(identity, question, asker, budget_tokens, mode, FULL_PLAN, self._cut,
+                         session)[0]
 
     def trace(self, identity: Identity, question: str, asker: str | None = None,
-              budget_tokens: int | None = None, mode: str | None = None
-              ) -> tuple[RecallResult, Trace]:
-        return self._run(identity, question, asker, budget_tokens, mode, FULL_PLAN, self._cut)
+              budget_tokens: int | None = None, mode: str | None = None,
+              session: str | None = None) -> tuple[RecallResult, Trace]:
+        return self._run(identity, question, asker, budget_tokens, mode, FULL_PLAN, self._cut,
+                         session)
 
     def prepare(self, identity: Identity, question: str, asker: str | None = None,
-                budget_tokens: int | None = None, mode: str | None = None
-                ) -> tuple[PreparedMemory, Trace]:
+                budget_tokens: int | None = None, mode: str | None = None,
+                session: str | None = None) -> tuple[PreparedMemory, Trace]:
         """``memory_prepare``: the same statement and tail, cut into one bundle under one budget."""
         settings = self.settings
 
@@ -180,7 +193,7 @@ class Recaller:
             return build_bundle(req.question, req.asker, req.budget_tokens, ordered, trace,
                                 settings.recall_chars_per_token)
 
-        return self._run(identity, question, asker, budget_tokens, mode, FULL_PLAN, finish)
+        return self._run(identity, question, asker, budget_tokens, mode, FULL_PLAN, finish, session)
 
     def study(self, identity: Identity, question: str, shape: PlanShape, asker: str | None = None,
               budget_tokens: int | None = None) -> tuple[RecallResult, Trace]:
@@ -198,11 +211,14 @@ class Recaller:
 
     def _run(self, identity: Identity, question: str, asker: str | None,
              budget_tokens: int | None, mode: str | None, shape: PlanShape,
-             finish: Callable[[RecallRequest, list[Candidate], Trace], R]) -> tuple[R, Trace]:
+             finish: Callable[[RecallRequest, list[Candidate], Trace], R],
+             session_id: str | None = None) -> tuple[R, Trace]:
         s = self.settings
         req = validate(question, asker,
-                       s.recall_budget_tokens if budget_tokens is None else budget_tokens, mode, s)
-        trace = Trace(req.question, req.asker, shape.name, req.mode, req.budget_tokens)
+                       s.recall_budget_tokens if budget_tokens is None else budget_tokens, mode, s,
+                       session_id)
+        trace = Trace(req.question, req.asker, shape.name, req.mode, req.budget_tokens,
+                      session=req.session)
         clock = time.perf_counter()
 
         def lap(stage: str) -> None:
@@ -215,14 +231,17 @@ class Recaller:
         lap("embed")
         stmt = self.statement(shape)
         with bound_session(self.engine, identity) as session:
-            with count_statements(self.engine) as sent:
+            connection = session.connection()
+            with count_statements(connection) as sent:
                 rows = session.execute(stmt, {"question": req.question, "query_embedding": vector,
-                                              "mode": req.mode}).mappings().all()
+                                              "mode": req.mode, "session": req.session}
+                                       ).mappings().all()
             trace.statements = len(sent)
             lap("statement")
 
             catalog_rrf = 1.0 / (s.recall_rrf_k + s.recall_catalog_rank)
             candidates, trace.corpus = candidates_from_rows(rows, catalog_rrf=catalog_rrf)
+            trace.hydration_dropped = trace.corpus.pop("hydration_dropped", [])
             for lane, rank_key in POOLS.items():
                 pool = sorted((c for c in candidates if rank_key in c.lanes),
                               key=lambda c, k=rank_key: (c.lanes[k], c.key))  # type: ignore[misc]
@@ -244,7 +263,7 @@ class Recaller:
 
             result = finish(req, ordered, trace)
             lap("budget_render")
-            with count_statements(self.engine) as sent:
+            with count_statements(connection) as sent:
                 self._side_effects(session, result, trace)
             trace.side_effect_statements = len(sent)
             lap("side_effects")
@@ -324,15 +343,17 @@ def default_recaller() -> Recaller:
 
 def recall(identity: Identity, question: str, asker: str | None = None,
            budget_tokens: int | None = None, mode: str | None = None, *,
-           recaller: Recaller | None = None) -> RecallResult:
+           session: str | None = None, recaller: Recaller | None = None) -> RecallResult:
     """Recall evidence for ``question`` as ``identity``, cut to ``budget_tokens``."""
-    return (recaller or default_recaller()).recall(identity, question, asker, budget_tokens, mode)
+    return (recaller or default_recaller()).recall(identity, question, asker, budget_tokens, mode,
+                                                   session)
 
 
 def memory_prepare(identity: Identity, question: str, asker: str | None = None,
                    budget_tokens: int | None = None, mode: str | None = None, *,
-                   recaller: Recaller | None = None) -> PreparedMemory:
+                   session: str | None = None, recaller: Recaller | None = None
+                   ) -> PreparedMemory:
     """One bundle for a prompt under one budget: evidence, keyed facts about the entities
     in play, lessons, recent episodes and top documents."""
     return (recaller or default_recaller()).prepare(identity, question, asker, budget_tokens,
-                                                    mode)[0]
+                                                    mode, session)[0]

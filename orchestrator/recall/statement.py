@@ -309,6 +309,7 @@ class _Builder:
         self.query_embedding: BindParameter[Any] = bindparam(
             "query_embedding", type_=Vector(EMBEDDING_DIMENSION))
         self.mode: BindParameter[str | None] = bindparam("mode", None, type_=Text())
+        self.session: BindParameter[str | None] = bindparam("session", None, type_=Text())
         self.rrf_k = bindparam("rrf_k", lim.rrf_k, type_=Double)
         # RLS already limits every scan to the bound tenant; saying so in the
         # statement lets the planner use the tenant-leading indexes the same way
@@ -527,6 +528,14 @@ class _Builder:
             beaten_by=beaten.c.beaten if beaten is not None else None,
         )).select_from(joined).where(_current(doc.c))
         self.source_rows = hydrated.cte("source_rows")
+        # What hydration dropped (visible to the caller, but archived or snoozed), so the
+        # trace can tell "never found" from "found, then hidden by its document's state".
+        self.extra_rows.append(select(*_row(
+            lane=literal("hydration_dropped"), item_table=literal("sources.chunks"),
+            item_id=fused.c.chunk_id, chunk_id=fused.c.chunk_id, document_id=fused.c.document_id,
+            title=doc.c.title, lane_ranks=ranks, rrf=fused.c.rrf,
+            relation=case((doc.c.archived_at.is_not(None), "archived"), else_="snoozed"),
+        )).select_from(joined).where(~_current(doc.c)))
         self.lane_rows.append(select(self.source_rows))
         return self.source_rows
 
@@ -816,7 +825,9 @@ class _Builder:
             wm = WorkingMemoryItem.__table__.c
             live = wm.expires_at > func.now()
             # RLS shows each user only their own items; the predicate says so for the planner.
-            mine = wm.user_id == func.auth.user_id()
+            # With a session named, the lane is that session's working memory only.
+            mine = and_(wm.user_id == func.auth.user_id(),
+                        or_(self.session.is_(None), wm.session_id == self.session))
             pool = self.merge(
                 "working_memory", self.ann(WorkingMemoryItem, "working_memory_ann", lim.memory_k,
                                            live, mine),

@@ -182,6 +182,10 @@ def candidates_from_rows(rows: Sequence[Mapping[Any, Any]], *, catalog_rrf: floa
             corpus.update(chunks=int(row["item_count"] or 0), avg_length=row["bm25"])
         elif lane == "seed":
             corpus["seeds"].append(row["subject"])
+        elif lane == "hydration_dropped":
+            corpus.setdefault("hydration_dropped", []).append(Dropped(
+                f"{row['title']} #{row['chunk_id']}", str(row["relation"]),
+                _lane_facts(row["lane_ranks"]), float(row["rrf"] or 0.0)))
         else:
             out.append(_item(row))
     corpus["seeds"].sort()
@@ -211,6 +215,17 @@ def candidates_from_rows(rows: Sequence[Mapping[Any, Any]], *, catalog_rrf: floa
             lanes={"projects": len(projects)}, rrf=catalog_rrf,
         ))
     return out, corpus
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """A source candidate a lane found whose document hydration left out (archived or
+    snoozed): visible to the caller, never served."""
+
+    label: str
+    reason: str
+    lanes: dict[str, Any]
+    rrf: float
 
 
 @dataclass

@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.recall.tail import Candidate, Precedence
+from orchestrator.recall.tail import Candidate, Dropped, Precedence
 
 
 @dataclass(frozen=True)
@@ -48,10 +48,12 @@ class Trace:
     plan: str
     mode: str | None
     budget_tokens: int
+    session: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
     corpus: dict[str, Any] = field(default_factory=dict)
     pools: dict[str, list[TraceItem]] = field(default_factory=dict)
     fused: list[TraceItem] = field(default_factory=list)
+    hydration_dropped: list[Dropped] = field(default_factory=list)
     reranker: str = ""
     ordered: list[TraceItem] = field(default_factory=list)
     suppressed: list[tuple[str, str, float]] = field(default_factory=list)
@@ -67,7 +69,8 @@ class Trace:
         lines = [f"recall trace: {self.question!r}" + (f" asked by {self.asker}" if self.asker
                                                         else ""),
                  f"plan {self.plan}; mode {self.mode or 'none'}; budget {self.budget_tokens} "
-                 f"tokens; {self.statements} statement(s) after binding the identity"]
+                 f"tokens; {self.statements} statement(s) after binding the identity"
+                 + (f"; working memory of session {self.session!r}" if self.session else "")]
         if "chunks" in self.corpus:
             lines.append(f"lexical corpus (visible): {self.corpus.get('chunks')} chunks, average "
                          f"length {self._num(self.corpus.get('avg_length'))}")
@@ -88,7 +91,12 @@ class Trace:
                 if lane == "title":
                     parts.append("direct subject" if it.direct else "contained in a longer title")
                 lines.append(f"     {it.label}: " + ", ".join(parts))
-        lines.append(f"2. fusion (RRF) and hydration: {len(self.fused)} candidates")
+        lines.append(f"2. fusion (RRF) and hydration: {len(self.fused)} candidates, "
+                     f"{len(self.hydration_dropped)} dropped at hydration")
+        for d in self.hydration_dropped:
+            ranks = ", ".join(f"{k} {v}" for k, v in d.lanes.items() if k.endswith("_rank"))
+            lines.append(f"     dropped {d.label}: document {d.reason} ({ranks or 'no rank'}, "
+                         f"rrf {self._num(d.rrf)})")
         for it in self.fused:
             lines.append(f"     {it.label}: rrf {self._num(it.rrf)}" +
                          (" [direct]" if it.direct else "") + (" [pinned]" if it.pinned else ""))
