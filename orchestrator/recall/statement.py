@@ -545,7 +545,10 @@ class _Builder:
         ``<&>`` is the negative BM25 score (lower is better) with the index's own
         statistics, which span the whole index rather than the caller's visible corpus;
         the pool is still filtered by RLS and the tenant predicate, and its rank is what
-        fusion uses. The chunk's ``bm25`` column exists on that tier only.
+        fusion uses. Because those statistics include rows the caller cannot see, the raw
+        score never leaves the statement (the lane row carries its rank only, so neither
+        the prompt nor the trace can show a number computed from hidden rows). The
+        chunk's ``bm25`` column exists on that tier only.
         """
         vc = CHUNKS_BM25
         query = func.bm25_catalog.to_bm25query(
@@ -558,7 +561,7 @@ class _Builder:
             .order_by(negative, vc.c.id).limit(self.lim.lexical_k),
             "lexical", ("-bm25", "chunk_id"))
         return select(lexical.c.chunk_id, lexical.c.document_id, literal("lexical").label("lane"),
-                      lexical.c.rank, cast(lexical.c.bm25, Double).label("score"))
+                      lexical.c.rank, cast(null(), Double).label("score"))
 
     def contradiction(self, fused: Any) -> Any:
         """Per fused chunk, the keyed fact that outranks a claim extracted from it, if any."""
