@@ -68,7 +68,7 @@ ratios, which are measured side by side in the same run.
 
     .venv/bin/python benchmarks/recall_latency.py [--chunks 3000] [--tenants 20]
         [--largest 0.30] [--smallest 0.001] [--queries 20] [--no-reranker]
-        [--embed lead|full] [--vector-cache PATH.npy] [--vectors-only]
+        [--embed lead|full] [--vector-cache PATH.npy] [--vectors-only] [--no-compact]
 """
 
 from __future__ import annotations
@@ -779,6 +779,9 @@ def main() -> None:
     ap.add_argument("--vectors-only", action="store_true",
                     help="embed the stream into --vector-cache and stop")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--no-compact", action="store_true",
+                    help="leave the BM25 statistic deltas uncompacted (production compacts them "
+                         "every derive tick)")
     args = ap.parse_args()
 
     from orchestrator.worker.embedder import Embedder, Reranker
@@ -857,8 +860,24 @@ def main() -> None:
                   f"shared_buffers {shared}, jit {jit}; engram_app's role settings "
                   f"{', '.join('='.join(s) for s in role_settings)} (also set for the superuser's "
                   "transactions)")
-            print(f"recall.lexical_stats: {stats_rows} delta rows (one per chunk-inserting statement; "
-                  "nothing compacts them)")
+            if args.no_compact:
+                print(f"recall.lexical_stats: {stats_rows} delta rows (one per chunk-inserting "
+                      "statement; --no-compact: left as the load wrote them)")
+            else:
+                # What the derive scheduler does every tick (DeriveScheduler.compact_statistics,
+                # as engram_worker), so the statistics are read as production reads them.
+                worker = make_app_engine(db.role_url("engram_worker"), pool_size=1)
+                try:
+                    with worker.begin() as conn:
+                        compacted = conn.execute(select(func.recall.compact_all_lexical_stats(
+                            settings.derive_compact_min_deltas))).scalar_one()
+                finally:
+                    worker.dispose()
+                with admin.connect() as conn:
+                    after = conn.execute(text("select count(*) from recall.lexical_stats")).scalar()
+                print(f"recall.lexical_stats: {stats_rows} delta rows after the load (one per "
+                      f"chunk-inserting statement), compacted as the derive scheduler does "
+                      f"({compacted} tenants): {after} rows")
             print(f"corpus ready in {time.perf_counter() - started:.0f}s")
 
             recallers = {"no reranker": Recaller(app, settings, embedder=embedder,

@@ -722,9 +722,18 @@ class _Builder:
         # claim) instead of letting the planner evaluate the view for every claim.
         hydrate = (select(ec).where(ec.c.tenant_id == tenant, ec.c.id == pool.c.claim_id)
                    .limit(1).lateral("claim_hydrated"))
-        contents = FactContent.__table__
-        subject = Entity.__table__.alias("claim_subject")
-        obj = Entity.__table__.alias("claim_object")
+        # The content and both entities are probed by primary key per hydrated claim, each
+        # in a LIMIT 1 lateral: under RLS the planner estimates every scan at one row and
+        # would otherwise put the entities outside and re-run the claim probes per entity.
+        ct, et = FactContent.__table__.c, Entity.__table__
+        contents = (select(ct.embedding).where(ct.tenant_id == tenant, ct.id == hydrate.c.content_id)
+                    .limit(1).lateral("claim_content"))
+        subject = (select(et.c.canonical_name)
+                   .where(et.c.tenant_id == tenant, et.c.id == hydrate.c.subject_id)
+                   .limit(1).lateral("claim_subject"))
+        obj = (select(et.c.canonical_name)
+               .where(et.c.tenant_id == tenant, et.c.id == hydrate.c.object_id)
+               .limit(1).lateral("claim_object"))
         self.lane_rows.append(select(*_row(
             lane=pool.c.lane, item_table=literal("knowledge.fact_claim"), item_id=hydrate.c.id,
             text=hydrate.c.text, embedding=contents.c.embedding,
@@ -745,10 +754,8 @@ class _Builder:
             fact_key=hydrate.c.fact_key, as_of=hydrate.c.as_of, depth=pool.c.depth,
             beaten_by=hydrate.c.beaten_by,
         )).select_from(
-            pool.join(hydrate, true())
-            .join(contents, and_(contents.c.tenant_id == tenant, contents.c.id == hydrate.c.content_id))
-            .join(subject, and_(subject.c.tenant_id == tenant, subject.c.id == hydrate.c.subject_id))
-            .outerjoin(obj, and_(obj.c.tenant_id == tenant, obj.c.id == hydrate.c.object_id))
+            pool.join(hydrate, true()).join(contents, true()).join(subject, true())
+            .outerjoin(obj, true())
         ))
 
     # -- 6. derived memory lanes -----------------------------------------------------------
