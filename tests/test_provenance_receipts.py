@@ -91,3 +91,45 @@ def test_receipt_bad_input_writes_nothing(app_engine: Engine, auditor_engine: En
     rid = _receipt(app_engine, t, [a])
     with pytest.raises(Forbidden), bound_session(app_engine, ident) as s:
         s.execute(text("delete from provenance.receipts where id = :r"), {"r": rid})
+
+
+def test_row_versions_equal_row_version_and_hide_what_the_caller_cannot_see(
+        app_engine: Engine, tenant_factory: TenantMaker) -> None:
+    """The batched probe recall's receipt uses (0016) gives exactly the per-row versions."""
+    from orchestrator.audit.receipts import append_served
+
+    t = tenant_factory("team", "exec")
+    a, b = put(app_engine, t, "a.md"), put(app_engine, t, "b.md")
+    from orchestrator.ingest.documents import DocumentInput, put_document
+
+    with bound_session(app_engine, t.identity("boss", write=("exec",))) as s:
+        secret = put_document(s, DocumentInput(collection="notes", path="secret.md", title="Secret",
+                                               body="Only exec.", scopes=("exec",))).document_id
+    reader = t.identity("asker", read=("team",))
+    with bound_session(app_engine, reader) as s:
+        batch = dict(s.execute(text("select id, version from provenance.row_versions("
+                                    "'sources.documents', cast(:ids as uuid[]))"),
+                               {"ids": [a, b, secret, uuid.uuid4()]}).all())
+        assert set(batch) == {a, b}
+        for d in (a, b):
+            assert batch[d] == version_of(s, DOCS, {"id": str(d)})
+        rid = append_served(s, "q", [(DOCS, b), (DOCS, a)], "r")
+        evidence = s.execute(text("select evidence from provenance.receipts where id = :r"),
+                             {"r": rid}).scalar_one()
+        assert [e["row_id"]["id"] for e in evidence] == [str(b), str(a)]
+        assert [e["version"] for e in evidence] == [batch[b].hex(), batch[a].hex()]
+    with pytest.raises(BadInput, match="not a chained memory table"), \
+            bound_session(app_engine, reader) as s:
+        s.execute(text("select * from provenance.row_versions('auth.scopes', cast(:ids as uuid[]))"),
+                  {"ids": [a]})
+
+
+def test_the_seal_still_names_a_malformed_row_id(app_engine: Engine, tenant_factory: TenantMaker) -> None:
+    """Items the per-table probe cannot take go through row_version and its message."""
+    t = tenant_factory("team")
+    a = put(app_engine, t, "a.md")
+    ident = t.identity("asker", read=("team",))
+    with bound_session(app_engine, ident) as s:
+        version = version_of(s, DOCS, {"id": str(a)})
+    with pytest.raises(BadInput, match="exactly the keys id"), bound_session(app_engine, ident) as s:
+        append_receipt(s, "q", [(DOCS, {"id": str(a), "path": "a.md"}, version)], "r")

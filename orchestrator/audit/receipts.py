@@ -76,18 +76,24 @@ def append_receipt(session: Session, question: str, evidence: list[Evidence], re
 def append_served(session: Session, question: str, served: list[tuple[str, uuid.UUID]],
                   rendered: str) -> uuid.UUID:
     """Recall's receipt in one statement: each served row's version is read as it is now,
-    inside the insert, in the transaction that served it."""
+    inside the insert, in the transaction that served it (one ``provenance.row_versions``
+    probe per table served from, not one query per row)."""
     tables = [t for t, _ in served]
     ids = [i for _, i in served]
     try:
         rid: uuid.UUID = session.execute(text(
+            "with served as ("
+            "    select * from unnest(cast(:tables as text[]), cast(:ids as uuid[]))"
+            "        with ordinality as x(t, id, n)),"
+            "versions as ("
+            "    select s.t, v.id, v.version"
+            "      from (select t, array_agg(id) as ids from served group by t) s,"
+            "           lateral provenance.row_versions(cast(s.t as regclass), s.ids) v) "
             "insert into provenance.receipts (question_hash, evidence, rendered_hash) "
             "select :q, coalesce(jsonb_agg(jsonb_build_object("
             "    'table', x.t, 'row_id', jsonb_build_object('id', x.id),"
-            "    'version', encode(provenance.row_version(cast(x.t as regclass),"
-            "                                             jsonb_build_object('id', x.id)), 'hex'))"
-            "  order by x.n), '[]'::jsonb), :r "
-            "from unnest(cast(:tables as text[]), cast(:ids as uuid[])) with ordinality as x(t, id, n) "
+            "    'version', encode(v.version, 'hex')) order by x.n), '[]'::jsonb), :r "
+            "from served x left join versions v on v.t = x.t and v.id = x.id "
             "returning id"),
             {"q": _sha(question), "r": _sha(rendered), "tables": tables, "ids": ids}).scalar_one()
     except DBAPIError as exc:
