@@ -68,8 +68,7 @@ class ApiServer:
 def api_settings(base: Settings, home: Path, **overrides: Any) -> Settings:
     values = base.model_dump()
     values.update(auth_dev_key_path=home / "auth" / "dev-signing-key.pem", auth_trust_dev_key=True,
-                  api_max_body_bytes=256 * 1024, api_max_depth=6, api_max_cost=800,
-                  max_document_chars=100_000)
+                  api_max_body_bytes=256 * 1024, api_max_depth=6, max_document_chars=100_000)
     values.update(overrides)
     return Settings(**values)
 
