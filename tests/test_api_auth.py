@@ -240,3 +240,59 @@ def test_an_issuer_outage_over_http_serves_cached_keys_then_refuses(
         response = server.post(token, ME)
         assert response.status_code == 401 and "could not be read" in response.json()["errors"][0]["message"]
         assert keys.fetches == 2, "past the grace period, still no fetch per request"
+
+
+def _timed(server: ApiServer, org: str, *, exp: int, nbf: int) -> str:
+    now = int(time.time())
+    return dev_sign(server, claims(server, org, iat=min(now, nbf), nbf=nbf, exp=exp))
+
+
+def test_exp_and_nbf_leeway(api_server: ApiServer,  # noqa: F811
+                            tenant_factory: Callable[..., TenantFixture], admin_engine: Engine) -> None:
+    leeway = int(api_server.settings.auth_leeway_s)
+    assert leeway >= 20, "the cases below sit 10 s inside and outside the leeway"
+    t = tenant_factory("team")
+    now = int(time.time())
+    # Within the leeway: expired a little ago, valid a little from now: accepted.
+    for i, token in enumerate((_timed(api_server, t.org_id, exp=now - leeway + 10, nbf=now - 60),
+                               _timed(api_server, t.org_id, exp=now + 600, nbf=now + leeway - 10))):
+        assert api_server.gql(token, UPSERT, {"p": f"in{i}.md"}) == {"upsertDocument": {"created": True}}
+    # Beyond it: refused, nothing written.
+    for token, message in ((_timed(api_server, t.org_id, exp=now - leeway - 10, nbf=now - 600), "expired"),
+                           (_timed(api_server, t.org_id, exp=now + 600, nbf=now + leeway + 10),
+                            "not valid yet")):
+        response = api_server.post(token, UPSERT, {"p": "out.md"})
+        assert response.status_code == 401 and message in response.json()["errors"][0]["message"]
+    assert doc_count(admin_engine, t) == 2
+
+
+def test_a_token_over_the_length_cap_is_refused(api_server: ApiServer,  # noqa: F811
+                                                tenant_factory: Callable[..., TenantFixture],
+                                                admin_engine: Engine, app_engine: Engine) -> None:
+    from orchestrator.auth.tokens import MAX_TOKEN_CHARS
+    from orchestrator.client import Engram
+    from orchestrator.errors import Unauthenticated
+
+    t = tenant_factory("team")
+    # A genuine token padded with a claim until it is just over the cap; the one before it,
+    # at most the cap, is the control.
+    base = dev_sign(api_server, claims(api_server, t.org_id))
+    pad = "x" * ((MAX_TOKEN_CHARS - len(base)) * 3 // 4 - 60)
+    under = token = dev_sign(api_server, claims(api_server, t.org_id, pad=pad))
+    while len(token) <= MAX_TOKEN_CHARS:
+        under, pad = token, pad + "x"
+        token = dev_sign(api_server, claims(api_server, t.org_id, pad=pad))
+    assert len(under) <= MAX_TOKEN_CHARS < len(token) <= MAX_TOKEN_CHARS + 2
+    verifier = TokenVerifier.from_settings(api_server.settings)
+    assert verifier.verify(under).org_id == t.org_id
+    with pytest.raises(Unauthenticated, match="empty or too long"):
+        verifier.verify(token)
+    with pytest.raises(Unauthenticated, match="empty or too long"):
+        Engram(app_engine, token, api_server.settings, verifier=verifier)
+    # Over HTTP the header is refused too, whichever layer says so first (uvicorn's header
+    # limit is about this size), and nothing is written.
+    response = api_server.post(token, UPSERT, {"p": "long.md"})
+    assert response.status_code in (400, 401, 431)
+    if response.status_code == 401:
+        assert "empty or too long" in response.json()["errors"][0]["message"]
+    assert doc_count(admin_engine, t) == 0
