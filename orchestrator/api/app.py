@@ -1,8 +1,9 @@
 """The HTTP face of the API: a Starlette app that uvicorn serves.
 
-One request is one transaction: the bearer token is verified, the identity is
-bound with ``bound_session``, the GraphQL operation runs in a worker thread
-(SQLAlchemy is synchronous; the event loop stays free), and the transaction
+One request is one transaction: the bearer token is verified (in a thread of its
+own pool: a JWKS fetch blocks), the identity is bound with ``bound_session``, the
+GraphQL operation runs in a thread of the operations pool (``api_threads``;
+SQLAlchemy is synchronous, the event loop stays free), and the transaction
 commits only when the operation produced no error. A mutation that fails in any
 field therefore writes nothing, and its response carries ``data: null``.
 

@@ -319,7 +319,7 @@ def depth_limit(max_depth: int) -> type[ValidationRule]:
 # costs 1, every mutation MUTATION_COST). A multiplier scales the field and everything
 # selected under it: page sizes, the depth of a lineage walk, the items of a list argument.
 # The default limit (ENGRAM_API_MAX_COST 5000) then admits a full page of 100 documents,
-# about 40 recalls, 4 chain verifications or 200 small writes in one request, and refuses
+# under 50 recalls, 4 chain verifications or 200 small writes in one request, and refuses
 # floods of aliased heavy fields.
 PAGED = {"complexity": 1, "multipliers": ["first"]}
 FIELD_COSTS: dict[str, dict[str, dict[str, Any]]] = {
