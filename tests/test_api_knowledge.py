@@ -251,3 +251,18 @@ def test_entities_connection_and_entity_by_id(api_server: ApiServer, tenant_fact
         assert error["extensions"]["code"] == "BAD_USER_INPUT" and message in error["message"]
     response = api_server.post(token, "{ entities(first: 500) { edges { cursor } } }")
     assert "first must be between 1 and 100" in error_of(response)["message"]
+
+
+def test_a_database_refusal_inside_a_resolver_keeps_its_code(api_server: ApiServer,  # noqa: F811
+                                                             tenant_factory: Tenants) -> None:
+    from orchestrator.api.documents import encode_cursor
+
+    t = tenant_factory("team")
+    token = writer(api_server, t)
+    api_server.gql(token, ENTITY, {"n": "Ann"})
+    # A cursor that decodes, with a key the database cannot read as a UUID (22P02).
+    forged = encode_cursor("person", "ann", "not-a-uuid")
+    response = api_server.post(token, ENTITIES, {"after": forged})
+    error = error_of(response)
+    assert error["extensions"]["code"] == "BAD_USER_INPUT", error
+    assert "internal error" not in error["message"]
