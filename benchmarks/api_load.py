@@ -1,17 +1,28 @@
 """API load benchmark: concurrent GraphQL clients issuing recall and writes over real HTTP.
 
 Starts its own embedded PostgreSQL in a temporary home, migrates it, makes a
-tenant with a seeded corpus, a development key, and serves the real app under
-uvicorn on a free port. Then, for each client count (``--clients 1,4,16,64``),
-that many threads each loop for ``--seconds`` (60) issuing, in turn, a
-``recall`` and an ``upsertDocument`` of a new document (``--write-every``
-sets the mix), each with its own verified token. Reported per client count:
-requests/s, p50/p95/p99 latency per operation, and errors (must be zero).
+tenant and a development key, then runs the real processes a deployment runs:
+``engram serve`` (the API, its operation thread pool sized to the largest client
+count) and ``engram worker run`` (the embedding worker, so written chunks get
+vectors and recall's dense lane has something to find). The clients run in this
+process on one asyncio loop (httpx.AsyncClient, one connection each), so client
+and server never share a GIL and no thread limiter caps the concurrency.
+
+A seeded corpus is written through GraphQL and embedded before the first run.
+Then, for each client count (``--clients 1,4,16,64``), that many clients each
+loop for ``--seconds`` (60) issuing, in turn, a ``recall`` and an
+``upsertDocument`` of a new document (``--write-every`` sets the mix), each
+client with its own token for its own user. Reported per client count:
+requests/s, p50/p95/p99 latency per operation, and failures of every kind
+(non-200 answers, bodies that are not JSON, GraphQL errors, transport errors and
+timeouts), which must be zero; and how many written chunks still wait for their
+embedding when the run ends.
 
 Afterwards every write is counted back (documents in the database must equal
-the seed plus the acknowledged upserts: no write lost) and the tenant's
-provenance chain is verified as ``engram_auditor``. The exit status is 1 when
-any error occurred, a write is missing, or the chain does not verify. Usage::
+the seed plus the acknowledged upserts: no write lost or doubled) and the
+tenant's provenance chain is verified as ``engram_auditor``. The exit status is
+1 when any request failed, a write is missing, or the chain does not verify.
+Usage::
 
     .venv/bin/python benchmarks/api_load.py [--clients 1,4,16,64] [--seconds 60] [--seed-docs 200]
 """
@@ -19,27 +30,32 @@ any error occurred, a write is missing, or the chain does not verify. Usage::
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
+import platform
+import subprocess
 import sys
-import threading
 import time
 import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import httpx
-import uvicorn
 from sqlalchemy import create_engine, pool, text
 
 from orchestrator.admin import create_scope, create_tenant
-from orchestrator.api.app import create_app
 from orchestrator.audit import chain
-from orchestrator.auth.devkey import create_dev_key, mint_token
-from orchestrator.db.engine import make_app_engine
+from orchestrator.auth.devkey import create_dev_key, key_path, mint_token
+from orchestrator.config import Settings
 from orchestrator.db.scratch import scratch_database
 from orchestrator.db.server import free_port
 
-RECALL = "query($q: String!) { recall(question: $q, budgetTokens: 800) { usedTokens } }"
+RECALL = "query($q: String!) { recall(question: $q, budgetTokens: 800) { usedTokens evidence { kind } } }"
 UPSERT = """mutation($p: String!, $b: String!) { upsertDocument(input: {collection: "load",
   path: $p, title: $p, body: $b, scopes: ["team"]}) { created } }"""
 TOPICS = ("rivers", "bridges", "orchards", "glaciers", "harbours", "libraries", "comets", "mills")
+ENGRAM = str(Path(sys.executable).with_name("engram"))
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -49,14 +65,102 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+@dataclass
+class Run:
+    latency: dict[str, list[float]] = field(default_factory=lambda: {"recall": [], "write": []})
+    failures: dict[str, int] = field(default_factory=dict)
+    examples: list[str] = field(default_factory=list)
+    acknowledged: int = 0
+
+    def fail(self, kind: str, detail: str) -> None:
+        self.failures[kind] = self.failures.get(kind, 0) + 1
+        if len(self.examples) < 3:
+            self.examples.append(f"{kind}: {detail[:300]}")
+
+    @property
+    def errors(self) -> int:
+        return sum(self.failures.values())
+
+
+def check(run: Run, op: str, response: httpx.Response) -> bool:
+    """Whether the answer is a success; any other answer is counted as a failure of its kind."""
+    if response.status_code != 200:
+        run.fail(f"HTTP {response.status_code}", response.text)
+        return False
+    try:
+        body: Any = response.json()
+    except ValueError:
+        run.fail("not JSON", response.text)
+        return False
+    if not isinstance(body, dict) or body.get("errors") or not isinstance(body.get("data"), dict):
+        run.fail("GraphQL error", str(body))
+        return False
+    if op == "write" and body["data"].get("upsertDocument", {}).get("created") is not True:
+        run.fail("write not created", str(body))
+        return False
+    return True
+
+
+async def client(k: int, n: int, url: str, token: str, run: Run, stop_at: float,
+                 write_every: int) -> None:
+    i = 0
+    async with httpx.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=120,
+                                 limits=httpx.Limits(max_connections=1)) as http:
+        while time.monotonic() < stop_at:
+            op = "write" if i % write_every == 0 else "recall"
+            body = ({"query": UPSERT, "variables": {"p": f"run{n}/{k}/{i}.md",
+                                                    "b": f"Client {k} wrote note {i} about "
+                                                         f"{TOPICS[i % len(TOPICS)]}. " * 10}}
+                    if op == "write" else
+                    {"query": RECALL, "variables": {
+                        "q": f"What do the notes say about {TOPICS[(i + k) % len(TOPICS)]}?"}})
+            t0 = time.perf_counter()
+            try:
+                response = await http.post(url, json=body)
+                ok = check(run, op, response)
+            except Exception as exc:  # every failure is counted; none ends a client
+                run.fail(type(exc).__name__, str(exc))
+                ok = False
+            run.latency[op].append((time.perf_counter() - t0) * 1000)
+            if ok and op == "write":
+                run.acknowledged += 1
+            i += 1
+
+
+async def load(n: int, url: str, tokens: list[str], seconds: float, write_every: int) -> tuple[Run, float]:
+    run = Run()
+    stop_at = time.monotonic() + seconds
+    t0 = time.monotonic()
+    await asyncio.gather(*(client(k, n, url, tokens[k], run, stop_at, write_every) for k in range(n)))
+    return run, time.monotonic() - t0
+
+
+def env_for(settings: Settings, threads: int) -> dict[str, str]:
+    env = {**os.environ, "ENGRAM_HOME": str(settings.home), "ENGRAM_DB_PORT": str(settings.db_port),
+           "ENGRAM_DB_NAME": settings.db_name, "ENGRAM_AUTH_DEV_KEY_PATH": str(key_path(settings)),
+           "ENGRAM_AUTH_TRUST_DEV_KEY": "true", "ENGRAM_API_THREADS": str(threads),
+           "ENGRAM_DERIVE_INTERVAL_S": "0"}
+    env.pop("ENGRAM_WORKER_URL", None)
+    return env
+
+
+def pending_chunks(admin_url: str, tenant: uuid.UUID) -> tuple[int, int]:
+    with create_engine(admin_url, poolclass=pool.NullPool).connect() as conn:
+        row = conn.execute(text("select count(*) filter (where embed_state = 'pending'), count(*) "
+                                "from sources.chunks where tenant_id = :t"), {"t": tenant}).one()
+    return int(row[0]), int(row[1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", default="1,4,16,64", help="client counts, comma separated")
-    ap.add_argument("--seconds", type=float, default=60.0, help="duration per client count")
+    ap.add_argument("--seconds", "--duration", type=float, default=60.0, help="duration per client count")
     ap.add_argument("--seed-docs", type=int, default=200, help="documents written before the run")
     ap.add_argument("--write-every", type=int, default=2, help="every n-th request is a write")
     args = ap.parse_args()
     counts = [int(c) for c in args.clients.split(",") if c.strip()]
+    if not counts or min(counts) < 1 or args.write_every < 1:
+        ap.error("--clients takes positive counts and --write-every a positive number")
 
     failed = False
     with scratch_database(auth_trust_dev_key=True) as db:
@@ -65,75 +169,68 @@ def main() -> None:
         tenant = create_tenant(db, org, org)
         create_scope(db, org, "team", "Load test scope")
         create_dev_key(settings)
-        engine = make_app_engine(db.app_url(), pool_size=max(counts) + 4)
+        env = env_for(settings, max(counts))
         port = free_port()
-        server = uvicorn.Server(uvicorn.Config(create_app(settings, engine), host="127.0.0.1",
-                                               port=port, log_level="warning", lifespan="off"))
-        threading.Thread(target=server.run, daemon=True).start()
-        while not server.started:
-            time.sleep(0.05)
         url = f"http://127.0.0.1:{port}/graphql"
-        token = mint_token(settings, tenant=org, user="bench", scopes=["write:team"], ttl_s=86_400)
-        with httpx.Client(headers={"authorization": f"Bearer {token}"}, timeout=120) as c:
-            for i in range(args.seed_docs):
-                topic = TOPICS[i % len(TOPICS)]
-                r = c.post(url, json={"query": UPSERT, "variables": {
-                    "p": f"seed/{i}.md", "b": f"Notes on {topic} number {i}. " * 20}})
-                assert r.status_code == 200 and "errors" not in r.json(), r.text
-            c.post(url, json={"query": RECALL, "variables": {"q": "warm up the models"}})
-        acknowledged = 0
-        lock = threading.Lock()
-        print(f"{'clients':>7} {'req/s':>8} {'recall p50/p95/p99 ms':>24} "
-              f"{'write p50/p95/p99 ms':>24} {'errors':>6}")
-        for n in counts:
-            lat: dict[str, list[float]] = {"recall": [], "write": []}
-            errors: list[str] = []
-            acked = [0]
-            stop_at = time.monotonic() + args.seconds
-
-            def client(k: int, lat: dict[str, list[float]] = lat, errors: list[str] = errors,
-                       acked: list[int] = acked, stop_at: float = stop_at, n: int = n) -> None:
-                i = 0
-                with httpx.Client(headers={"authorization": f"Bearer {token}"}, timeout=120) as c:
-                    while time.monotonic() < stop_at:
-                        write = i % args.write_every == 0
-                        body = ({"query": UPSERT, "variables": {
-                                    "p": f"run{n}/{k}/{i}.md", "b": f"Client {k} wrote {i}. " * 10}}
-                                if write else {"query": RECALL, "variables": {
-                                    "q": f"What do the notes say about {TOPICS[i % len(TOPICS)]}?"}})
-                        t0 = time.perf_counter()
-                        try:
-                            r = c.post(url, json=body)
-                            ok = r.status_code == 200 and "errors" not in r.json()
-                        except httpx.HTTPError as exc:
-                            ok, r = False, None
-                            with lock:
-                                errors.append(str(exc))
-                        elapsed = (time.perf_counter() - t0) * 1000
-                        with lock:
-                            lat["write" if write else "recall"].append(elapsed)
-                            if ok and write:
-                                acked[0] += 1
-                            elif not ok and r is not None:
-                                errors.append(r.text[:200])
-                        i += 1
-
-            threads = [threading.Thread(target=client, args=(k,)) for k in range(n)]
-            t_start = time.monotonic()
-            for th in threads:
-                th.start()
-            for th in threads:
-                th.join()
-            wall = time.monotonic() - t_start
-            total = len(lat["recall"]) + len(lat["write"])
-            acknowledged += acked[0]
-            fmt = lambda v: "/".join(f"{percentile(v, q):.0f}" for q in (0.5, 0.95, 0.99))  # noqa: E731
-            print(f"{n:>7} {total / wall:>8.1f} {fmt(lat['recall']):>24} {fmt(lat['write']):>24} "
-                  f"{len(errors):>6}")
-            if errors:
-                failed = True
-                print(f"  first error: {errors[0]}")
-        server.should_exit = True
+        worker = subprocess.Popen([ENGRAM, "worker", "run", "--no-derive"], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        server = subprocess.Popen([ENGRAM, "serve", "--port", str(port)], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if server.poll() is not None or time.monotonic() > deadline:
+                    sys.exit(f"engram serve did not start: {server.stderr.read() if server.stderr else ''}")
+                time.sleep(0.2)
+            seeder = mint_token(settings, tenant=org, user="seeder", scopes=["write:team"], ttl_s=86_400)
+            with httpx.Client(headers={"authorization": f"Bearer {seeder}"}, timeout=120) as c:
+                for i in range(args.seed_docs):
+                    topic = TOPICS[i % len(TOPICS)]
+                    r = c.post(url, json={"query": UPSERT, "variables": {
+                        "p": f"seed/{i}.md", "b": f"Notes on {topic} number {i}. " * 20}})
+                    assert r.status_code == 200 and "errors" not in r.json(), r.text
+                # The first recall loads the query embedder in the server.
+                c.post(url, json={"query": RECALL, "variables": {"q": "warm up the models"}})
+            t0 = time.monotonic()
+            while (waiting := pending_chunks(db.admin_url(), tenant))[0] and time.monotonic() - t0 < 600:
+                time.sleep(0.5)
+            print(f"seed: {args.seed_docs} documents, {waiting[1]} chunks, embedded by the worker in "
+                  f"{time.monotonic() - t0:.1f} s ({waiting[0]} still pending)")
+            print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs visible; "
+                  f"server, worker, PostgreSQL and clients share them")
+            tokens = [mint_token(settings, tenant=org, user=f"bench-{k}", scopes=["write:team"],
+                                 ttl_s=86_400) for k in range(max(counts))]
+            acknowledged = 0
+            print(f"{'clients':>7} {'req/s':>7} {'recalls':>7} {'writes':>6} "
+                  f"{'recall p50/p95/p99 ms':>22} {'write p50/p95/p99 ms':>21} {'errors':>6} "
+                  f"{'unembedded':>10}")
+            for n in counts:
+                run, wall = asyncio.run(load(n, url, tokens, args.seconds, args.write_every))
+                acknowledged += run.acknowledged
+                total = len(run.latency["recall"]) + len(run.latency["write"])
+                fmt = lambda v: "/".join(f"{percentile(v, q):.0f}" for q in (0.5, 0.95, 0.99))  # noqa: E731
+                pending, _ = pending_chunks(db.admin_url(), tenant)
+                print(f"{n:>7} {total / wall:>7.1f} {len(run.latency['recall']):>7} "
+                      f"{len(run.latency['write']):>6} {fmt(run.latency['recall']):>22} "
+                      f"{fmt(run.latency['write']):>21} {run.errors:>6} {pending:>10}", flush=True)
+                if run.errors:
+                    failed = True
+                    print(f"  failures: {run.failures}")
+                    for example in run.examples:
+                        print(f"    {example}")
+        finally:
+            for proc in (server, worker):
+                proc.terminate()
+            for proc in (server, worker):
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
         with create_engine(db.admin_url(), poolclass=pool.NullPool).connect() as conn:
             stored = int(conn.execute(text("select count(*) from sources.documents where tenant_id = :t"),
                                       {"t": tenant}).scalar_one())
@@ -148,8 +245,8 @@ def main() -> None:
         ok = bool(reports) and all(r.ok for r in reports)
         print(f"provenance chain: {'verifies' if ok else 'BROKEN'} "
               f"({sum(r.checked for r in reports)} events)")
+        auditor.dispose()
         failed = failed or not ok
-        engine.dispose()
     sys.exit(1 if failed else 0)
 
 

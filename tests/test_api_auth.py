@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -16,8 +19,10 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from sqlalchemy import Engine, text
 
 from orchestrator.auth.devkey import _private_key, jwks_path
+from orchestrator.auth.tokens import TokenVerifier
 from tests.conftest import TenantFixture
-from tests.support.api import ApiServer, api_home, api_server, b64, forge  # noqa: F401
+from tests.support.api import ApiServer, api_home, api_server, b64, forge, serve  # noqa: F401
+from tests.support.issuer import Issuer
 
 UPSERT = """mutation($p: String!) { upsertDocument(input: {collection: "notes", path: $p,
   title: "T", body: "Some body text.", scopes: ["team"]}) { created } }"""
@@ -162,3 +167,132 @@ def test_dev_key_is_not_trusted_unless_configured(api_server: ApiServer) -> None
     with pytest.raises(Unauthenticated, match="not trusted"):
         verifier.verify(api_server.token("any-org"))
     assert jwks_path(api_server.settings).exists()
+
+
+@pytest.fixture
+def issuer() -> Iterator[Issuer]:
+    iss = Issuer()
+    iss.start()
+    try:
+        yield iss
+    finally:
+        iss.stop()
+
+
+ME = "{ me { userId orgId } }"
+
+
+def issuer_server(api_server: ApiServer, app_engine: Engine, issuer: Issuer,  # noqa: F811
+                  **over: Any) -> tuple[TokenVerifier, Any]:
+    values = api_server.settings.model_dump()
+    values.update(auth_issuer=issuer.issuer, auth_jwks_url=issuer.jwks_url, **over)
+    s = type(api_server.settings)(**values)
+    verifier = TokenVerifier.from_settings(s)
+    return verifier, serve(s, app_engine, verifier)
+
+
+def test_a_hanging_jwks_fetch_does_not_block_the_event_loop(
+        api_server: ApiServer, app_engine: Engine, issuer: Issuer,  # noqa: F811
+        tenant_factory: Callable[..., TenantFixture]) -> None:
+    t = tenant_factory("team")
+    issuer.add("k1", "ES256")
+    token = issuer.sign("k1", organization_id=t.org_id, scope="read:team",
+                        aud=api_server.settings.auth_audience)
+    issuer.answering.clear()
+    _, serving = issuer_server(api_server, app_engine, issuer)
+    with serving as server:
+        answer: dict[str, httpx.Response] = {}
+        pending = threading.Thread(target=lambda: answer.setdefault("me", server.post(token, ME)))
+        pending.start()
+        try:
+            assert issuer.waiting.wait(20), "the token check never asked the issuer"
+            # The server still answers while a token check waits on the issuer's JWKS.
+            assert httpx.get(f"{server.url}/healthz", timeout=10).json() == {"status": "ok"}
+            assert pending.is_alive()
+        finally:
+            issuer.answering.set()
+            pending.join(timeout=30)
+    assert answer["me"].json() == {"data": {"me": {"userId": "user-1", "orgId": t.org_id}}}
+
+
+def test_an_issuer_outage_over_http_serves_cached_keys_then_refuses(
+        api_server: ApiServer, app_engine: Engine, issuer: Issuer,  # noqa: F811
+        tenant_factory: Callable[..., TenantFixture], caplog: pytest.LogCaptureFixture) -> None:
+    t = tenant_factory("team")
+    issuer.add("k1", "ES256")
+    token = issuer.sign("k1", organization_id=t.org_id, scope="read:team",
+                        aud=api_server.settings.auth_audience)
+    ttl, grace = 0.5, 2.5
+    verifier, serving = issuer_server(api_server, app_engine, issuer, auth_jwks_ttl_s=ttl,
+                                      auth_jwks_grace_s=grace, auth_jwks_min_refresh_s=60.0)
+    keys = verifier.issuers[issuer.issuer]
+    caplog.set_level(logging.WARNING, logger="engram.auth.jwks")
+    with serving as server:
+        assert server.gql(token, ME)["me"]["orgId"] == t.org_id
+        loaded = time.monotonic()
+        issuer.stop()
+        time.sleep(ttl + 0.2)
+        for _ in range(10):
+            assert server.gql(token, ME)["me"]["orgId"] == t.org_id
+        assert keys.fetches == 2, "one failed refresh during the outage, then back-off"
+        assert any("serving the 1 cached key" in r.getMessage() for r in caplog.records)
+        time.sleep(max(0.0, loaded + ttl + grace + 0.3 - time.monotonic()))
+        response = server.post(token, ME)
+        assert response.status_code == 401 and "could not be read" in response.json()["errors"][0]["message"]
+        assert keys.fetches == 2, "past the grace period, still no fetch per request"
+
+
+def _timed(server: ApiServer, org: str, *, exp: int, nbf: int) -> str:
+    now = int(time.time())
+    return dev_sign(server, claims(server, org, iat=min(now, nbf), nbf=nbf, exp=exp))
+
+
+def test_exp_and_nbf_leeway(api_server: ApiServer,  # noqa: F811
+                            tenant_factory: Callable[..., TenantFixture], admin_engine: Engine) -> None:
+    leeway = int(api_server.settings.auth_leeway_s)
+    assert leeway >= 20, "the cases below sit 10 s inside and outside the leeway"
+    t = tenant_factory("team")
+    now = int(time.time())
+    # Within the leeway: expired a little ago, valid a little from now: accepted.
+    for i, token in enumerate((_timed(api_server, t.org_id, exp=now - leeway + 10, nbf=now - 60),
+                               _timed(api_server, t.org_id, exp=now + 600, nbf=now + leeway - 10))):
+        assert api_server.gql(token, UPSERT, {"p": f"in{i}.md"}) == {"upsertDocument": {"created": True}}
+    # Beyond it: refused, nothing written.
+    for token, message in ((_timed(api_server, t.org_id, exp=now - leeway - 10, nbf=now - 600), "expired"),
+                           (_timed(api_server, t.org_id, exp=now + 600, nbf=now + leeway + 10),
+                            "not valid yet")):
+        response = api_server.post(token, UPSERT, {"p": "out.md"})
+        assert response.status_code == 401 and message in response.json()["errors"][0]["message"]
+    assert doc_count(admin_engine, t) == 2
+
+
+def test_a_token_over_the_length_cap_is_refused(api_server: ApiServer,  # noqa: F811
+                                                tenant_factory: Callable[..., TenantFixture],
+                                                admin_engine: Engine, app_engine: Engine) -> None:
+    from orchestrator.auth.tokens import MAX_TOKEN_CHARS
+    from orchestrator.client import Engram
+    from orchestrator.errors import Unauthenticated
+
+    t = tenant_factory("team")
+    # A genuine token padded with a claim until it is just over the cap; the one before it,
+    # at most the cap, is the control.
+    base = dev_sign(api_server, claims(api_server, t.org_id))
+    pad = "x" * ((MAX_TOKEN_CHARS - len(base)) * 3 // 4 - 60)
+    under = token = dev_sign(api_server, claims(api_server, t.org_id, pad=pad))
+    while len(token) <= MAX_TOKEN_CHARS:
+        under, pad = token, pad + "x"
+        token = dev_sign(api_server, claims(api_server, t.org_id, pad=pad))
+    assert len(under) <= MAX_TOKEN_CHARS < len(token) <= MAX_TOKEN_CHARS + 2
+    verifier = TokenVerifier.from_settings(api_server.settings)
+    assert verifier.verify(under).org_id == t.org_id
+    with pytest.raises(Unauthenticated, match="empty or too long"):
+        verifier.verify(token)
+    with pytest.raises(Unauthenticated, match="empty or too long"):
+        Engram(app_engine, token, api_server.settings, verifier=verifier)
+    # Over HTTP the header is refused too, whichever layer says so first (uvicorn's header
+    # limit is about this size), and nothing is written.
+    response = api_server.post(token, UPSERT, {"p": "long.md"})
+    assert response.status_code in (400, 401, 431)
+    if response.status_code == 401:
+        assert "empty or too long" in response.json()["errors"][0]["message"]
+    assert doc_count(admin_engine, t) == 0

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -16,7 +17,7 @@ from sqlalchemy import Engine
 from orchestrator.auth.tokens import TokenVerifier
 from orchestrator.client import Engram
 from orchestrator.db.server import free_port
-from orchestrator.errors import BadInput, Forbidden, NotFound, Unauthenticated
+from orchestrator.errors import BadInput, Conflict, Forbidden, NotFound, Unauthenticated
 from tests.conftest import TenantFixture
 from tests.support.api import ApiServer, api_home, api_server  # noqa: F401
 
@@ -43,7 +44,8 @@ def test_client_calls_match_the_api(api_server: ApiServer, app_engine: Engine,  
     with pytest.raises(BadInput, match="not a UUID"):
         engram.pin("nope")
     intruder = client(api_server, app_engine, api_server.token(other.org_id, "x", ("write:team",)))
-    assert intruder.document_by_id(view.id) is None
+    with pytest.raises(NotFound, match="that you can read"):
+        intruder.document_by_id(view.id)
     with pytest.raises(NotFound):
         intruder.archive(view.id)
     reader = client(api_server, app_engine, api_server.token(t.org_id, "r", ("read:team",)))
@@ -52,6 +54,86 @@ def test_client_calls_match_the_api(api_server: ApiServer, app_engine: Engine,  
     assert engram.delete_document("notes", "c.md") == view.id
     with pytest.raises(Unauthenticated):
         client(api_server, app_engine, "not.a.token")
+
+
+def test_client_knowledge_memory_and_audit(api_server: ApiServer, app_engine: Engine,  # noqa: F811
+                                           tenant_factory: Tenants, admin_engine: Engine) -> None:
+    from tests.support.knowledge import counts, define_shape
+
+    t, other = tenant_factory("team"), tenant_factory("team")
+    define_shape(admin_engine, t.id, "lives_in", max_count=1)
+    define_shape(admin_engine, t.id, "level", allowed_values=["junior", "senior"])
+    alice = client(api_server, app_engine, api_server.token(t.org_id, "alice", ("write:team",)))
+    bruno = client(api_server, app_engine, api_server.token(t.org_id, "bruno", ("write:team",)))
+    ann = alice.resolve_entity("person", "Ann", ["team"])
+    assert alice.entity("person", "ann") == ann and alice.entity("person", "nobody") is None
+    acme = alice.resolve_entity("org", "Acme", ["team"])
+    page = alice.entities(entity_type="person")
+    assert [v.name for _, v in page.items] == ["Ann"] and not page.has_next_page
+    first = alice.entities(first=1)
+    assert [v.name for _, v in first.items] == ["Acme"] and first.has_next_page
+    second = alice.entities(first=1, after=first.end_cursor)
+    assert [v.name for _, v in second.items] == ["Ann"] and second.has_previous_page
+    assert alice.entity_by_id(str(ann)).scopes[0].name == "team"
+
+    old = alice.assert_fact(ann, "lives_in", "Ann lives in Porto", ["team"], value="Porto")
+    new = bruno.assert_fact(ann, "lives_in", "Ann lives in Braga", ["team"], value="Braga")
+    keyed = [alice.assert_fact(acme, "headcount", f"Acme has {n}", ["team"], value=n,
+                               fact_key="acme.headcount", as_of=as_of, authority=5)
+             for as_of, n in (("2025-01-01T00:00:00+00:00", 40), ("2026-01-01T00:00:00+00:00", 55))]
+    assert old.claim_id and new.claim_id and all(k.claim_id for k in keyed)
+    assert [(f.object_value, f.fact_key) for f in alice.facts(acme)] == [("55", "acme.headcount")]
+    held = alice.assert_fact(ann, "level", "Ann is a wizard", ["team"], value="wizard")
+    [quarantined] = alice.quarantine()
+    assert held.quarantined and quarantined.id == held.quarantine_id and quarantined.reasons
+    [conflict] = bruno.conflicts(status="open")
+    assert {conflict.claim_a, conflict.claim_b} == {old.claim_id, new.claim_id}
+    assert bruno.resolve_conflict(str(conflict.id), "newest_wins") == new.claim_id
+    with pytest.raises(Conflict, match="already"):
+        bruno.resolve_conflict(conflict.id, "keep_both")
+    assert [f.object_value for f in alice.facts(ann)] == ["Braga"]
+    with pytest.raises(BadInput, match="first must be between 1 and 100"):
+        alice.facts(ann, first=0)
+
+    note = alice.remember("s1", "User prefers tea.", ["team"], ttl_seconds=600)
+    assert alice.working_memory("s1") == ["User prefers tea."] and bruno.working_memory("s1") == []
+    with pytest.raises(BadInput, match="ttl must be a positive duration"):
+        alice.remember("s1", "x", ["team"], ttl_seconds=0)
+    decision = alice.record_decision("infra", "Pick a database", "RLS and one owner", 0.8, ["team"],
+                                     outcome="PostgreSQL")
+    now = datetime.now(UTC)
+    episode = alice.record_episode("s1", "Talked about tea.", now - timedelta(hours=1), now, ["team"],
+                                   turn_count=3)
+    assert note and decision and episode
+    assert alice.mark_used([("memory.working_memory", note)], claim_ids=[str(new.claim_id)]) == 2
+    with pytest.raises(BadInput, match="give the items"):
+        alice.mark_used()
+
+    intruder = client(api_server, app_engine, api_server.token(other.org_id, "m", ("write:team",)))
+    before = counts(admin_engine, t.id)
+    for call in (lambda: intruder.facts(ann), lambda: intruder.entity_by_id(ann),
+                 lambda: intruder.resolve_conflict(conflict.id, "keep_both"),
+                 lambda: intruder.mark_used(claim_ids=[new.claim_id]),
+                 lambda: intruder.assert_fact(ann, "nickname", "x", ["team"], value="x")):
+        with pytest.raises(NotFound):
+            call()
+    assert counts(admin_engine, t.id) == before
+
+    with pytest.raises(Forbidden, match="engram:auditor"):
+        alice.verify_chain()
+    auditor = client(api_server, app_engine,
+                     api_server.token(t.org_id, "audrey", ("read:team", "engram:auditor")))
+    try:
+        report = auditor.verify_chain()
+        assert report.ok and report.checked > 5 and report.row_problems == []
+        lineage = auditor.provenance("knowledge.fact_claim", {"id": str(new.claim_id)})
+        assert lineage.nodes[0].event_seqs and lineage.proven
+        stranger = client(api_server, app_engine,
+                          api_server.token(other.org_id, "audrey", ("read:team", "engram:auditor")))
+        with pytest.raises(NotFound):
+            stranger.provenance("knowledge.fact_claim", {"id": str(new.claim_id)})
+    finally:
+        auditor.close()
 
 
 def test_engram_serve_runs_the_api(api_server: ApiServer, tenant_factory: Tenants,  # noqa: F811

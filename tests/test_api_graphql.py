@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -91,16 +92,25 @@ def test_documents_connection_pages_with_cursors(api_server: ApiServer, tenant_f
     for name in ("c.md", "a.md", "b.md", "d.md", "e.md"):
         upsert(api_server, token, name)
     q = """query($after: String) { documents(first: 2, after: $after) {
-             edges { cursor node { path } } pageInfo { hasNextPage endCursor } } }"""
-    seen, after, pages = [], None, 0
+             edges { cursor node { path } }
+             pageInfo { hasNextPage hasPreviousPage startCursor endCursor } } }"""
+    seen, after, infos = [], None, []
     while True:
         page = api_server.gql(token, q, {"after": after})["documents"]
         seen += [e["node"]["path"] for e in page["edges"]]
-        pages += 1
-        if not page["pageInfo"]["hasNextPage"]:
+        info = page["pageInfo"]
+        infos.append(info)
+        assert (info["startCursor"], info["endCursor"]) == \
+            (page["edges"][0]["cursor"], page["edges"][-1]["cursor"])
+        if not info["hasNextPage"]:
             break
-        after = page["pageInfo"]["endCursor"]
-    assert seen == ["a.md", "b.md", "c.md", "d.md", "e.md"] and pages == 3
+        after = info["endCursor"]
+    assert seen == ["a.md", "b.md", "c.md", "d.md", "e.md"]
+    assert [(i["hasPreviousPage"], i["hasNextPage"]) for i in infos] == \
+        [(False, True), (True, True), (True, False)]
+    empty = api_server.gql(token, q, {"after": infos[-1]["endCursor"]})["documents"]
+    assert empty["edges"] == [] and empty["pageInfo"] == {
+        "hasNextPage": False, "hasPreviousPage": True, "startCursor": None, "endCursor": None}
     response = api_server.post(token, '{ documents(after: "!!garbage") { edges { cursor } } }')
     assert error_of(response)["extensions"]["code"] == "BAD_USER_INPUT"
     response = api_server.post(token, "{ documents(first: 200) { edges { cursor } } }")
@@ -146,8 +156,15 @@ def test_cross_tenant_ids_are_not_found_never_the_row(api_server: ApiServer,  # 
     written = upsert(api_server, writer(api_server, a), "secret.md", body="Tenant A's secret.")
     doc_id = written["document"]["id"]
     intruder = writer(api_server, b, "mallory")
-    assert api_server.gql(intruder, "query($id: ID!) { documentById(id: $id) { body } }",
-                          {"id": doc_id}) == {"documentById": None}
+    by_id = "query($id: ID!) { documentById(id: $id) { body } }"
+    response = api_server.post(intruder, by_id, {"id": doc_id})
+    error = error_of(response)
+    assert error["extensions"]["code"] == "NOT_FOUND" and response.json()["data"] == {"documentById": None}
+    assert "Tenant A" not in response.text
+    # The same answer as for an id that exists nowhere.
+    nowhere = str(uuid.uuid4())
+    missing = error_of(api_server.post(intruder, by_id, {"id": nowhere}))
+    assert missing["message"].replace(nowhere, doc_id) == error["message"]
     for op in ("pin(id: $id) { body }", "archive(id: $id) { body }", "snooze(id: $id) { body }"):
         response = api_server.post(intruder, f"mutation($id: ID!) {{ {op} }}", {"id": doc_id})
         error = error_of(response)
@@ -354,6 +371,105 @@ def test_provenance_lineage_for_auditors_of_their_own_tenant(api_server: ApiServ
         [("wasDerivedFrom", {"id": source})]
     assert all(n["eventSeqs"] for n in found["nodes"]) and found["edges"][0]["eventSeq"]
     stranger = api_server.token(other.org_id, "audrey", ("read:team", "engram:auditor"))
-    assert api_server.gql(stranger, q, {"r": {"id": summary}})["provenance"]["edges"] == []
+    # Another tenant's row is not found: the same answer as a row that exists nowhere.
+    foreign = api_server.post(stranger, q, {"r": {"id": summary}})
+    error = error_of(foreign)
+    assert error["extensions"]["code"] == "NOT_FOUND" and foreign.json()["data"] is None
+    nowhere = str(uuid.uuid4())
+    missing = error_of(api_server.post(auditor, q, {"r": {"id": nowhere}}))
+    assert missing["extensions"]["code"] == "NOT_FOUND"
+    assert missing["message"].replace(nowhere, summary) == error["message"]
+    assert source not in foreign.text
     response = api_server.post(auditor, q, {"r": [1]})
     assert error_of(response)["extensions"]["code"] == "BAD_USER_INPUT"
+
+
+def _aliased(n: int, field: str, operation: str = "") -> str:
+    """One request asking for ``field`` n times under aliases."""
+    fields = " ".join(f"f{i}: {field}" for i in range(n))
+    return f"{operation} {{ {fields} }}"
+
+
+@pytest.mark.parametrize(("operation", "table"), [
+    (_aliased(500, "verifyChain { ok }"), None),
+    (_aliased(100, 'recall(question: "zebra?") { usedTokens }'), None),
+    (_aliased(100, 'memoryPrepare(question: "zebra?") { usedTokens }'), None),
+    (_aliased(300, 'remember(sessionId: "s", text: "t", scopes: ["team"])', "mutation"),
+     "memory.working_memory"),
+    (_aliased(60, 'upsertDocument(input: {collection: "c", path: "p", title: "t", body: "b", '
+                  'scopes: ["team"]}) { created }', "mutation"), "sources.documents"),
+    ("{ provenance(table: \"sources.documents\", rowId: {id: \"x\"}, maxDepth: 1000) { proven } }", None),
+    (_aliased(30, 'facts(entityId: "00000000-0000-0000-0000-000000000000") { id text predicate } '
+                  "documents(first: 100) { edges { node { id title body scopes { name } } } }"), None),
+], ids=["verifyChain", "recall", "memoryPrepare", "remember", "upsertDocument", "provenance-depth",
+        "lists"])
+def test_aliased_floods_are_refused_by_cost_before_running(
+        operation: str, table: str | None, api_server: ApiServer,  # noqa: F811
+        tenant_factory: Tenants, admin_engine: Engine) -> None:
+    # api_server runs the default ENGRAM_API_MAX_COST.
+    t = tenant_factory("team")
+    token = api_server.token(t.org_id, "flood", ("write:team", "engram:auditor"))
+    response = api_server.post(token, operation)
+    error = error_of(response)
+    assert response.status_code == 400 and error["extensions"]["code"] == "BAD_USER_INPUT", error
+    assert "exceeds the maximum cost of 5000" in error["message"]
+    assert response.json().get("data") is None
+    if table:
+        assert count(admin_engine, t, table) == 0
+    assert count(admin_engine, t, "provenance.events") == 0
+
+
+def test_a_long_list_argument_costs_per_item(api_server: ApiServer, tenant_factory: Tenants) -> None:  # noqa: F811
+    t = tenant_factory("team")
+    ids = [str(uuid.uuid4()) for _ in range(1001)]
+    response = api_server.post(writer(api_server, t), "mutation($c: [ID!]) { markUsed(claimIds: $c) }",
+                               {"c": ids})
+    assert response.status_code == 400 and "maximum cost" in error_of(response)["message"]
+    # A handful is priced low and runs (to NOT_FOUND: no such claims).
+    response = api_server.post(writer(api_server, t), "mutation($c: [ID!]) { markUsed(claimIds: $c) }",
+                               {"c": ids[:3]})
+    assert error_of(response)["extensions"]["code"] == "NOT_FOUND"
+
+
+def test_ordinary_requests_fit_the_default_cost(api_server: ApiServer, tenant_factory: Tenants,  # noqa: F811
+                                                admin_engine: Engine) -> None:
+    t = tenant_factory("team")
+    token = api_server.token(t.org_id, "alice", ("write:team", "engram:auditor"))
+    upsert(api_server, token, "a.md")
+    full_page = f"{{ documents(first: 100) {{ edges {{ cursor node {{ {DOC_FIELDS} }} }} " \
+                "pageInfo { hasNextPage hasPreviousPage startCursor endCursor } } }"
+    assert len(api_server.gql(token, full_page)["documents"]["edges"]) == 1
+    bundle = api_server.gql(token, """{ memoryPrepare(question: "What is in a.md?") { rendered
+        usedTokens keyedFacts { text kind } evidence { text provenance kind scopes { name description }
+        source { collection path title } fact { subject predicate object } itemTable itemId }
+        lessons { text } episodes { text } documents { id title path } } }""")["memoryPrepare"]
+    assert bundle["evidence"]
+    several = api_server.gql(token, _aliased(10, 'recall(question: "body?") { usedTokens }'))
+    assert len(several) == 10
+    writes = api_server.gql(token, _aliased(50, 'remember(sessionId: "s", text: "noted", '
+                                                'scopes: ["team"])', "mutation"))
+    assert len(writes) == 50 and count(admin_engine, t, "memory.working_memory") == 50
+    report = api_server.gql(token, "{ verifyChain { ok checked } }")["verifyChain"]
+    assert report["ok"] and report["checked"] > 50
+
+
+def test_recall_mode_reaches_the_recall(api_server: ApiServer, tenant_factory: Tenants,  # noqa: F811
+                                        app_engine: Engine) -> None:
+    from orchestrator.recall import Recaller
+
+    t = tenant_factory("team")
+    token = writer(api_server, t)
+    upsert(api_server, token, "d1.md", title="Decision log", body="We chose PostgreSQL because of RLS.")
+    upsert(api_server, token, "d2.md", title="Follow-up", body="Because of that choice, we dropped MySQL.")
+    q = """query($q: String!, $m: String) { recall(question: $q, mode: $m, budgetTokens: 400) {
+             evidence { text } } }"""
+    question = "Why did we choose PostgreSQL?"
+    local = Recaller(app_engine, api_server.settings)
+    for mode in ("causal", "timeline"):
+        served = api_server.gql(token, q, {"q": question, "m": mode})["recall"]["evidence"]
+        expected = local.recall(t.identity("alice", write=("team",)), question, budget_tokens=400,
+                                mode=mode)
+        assert served and [e["text"] for e in served] == [e.text for e in expected.evidence]
+    response = api_server.post(token, q, {"q": question, "m": "sideways"})
+    error = error_of(response)
+    assert error["extensions"]["code"] == "BAD_USER_INPUT" and "unknown mode 'sideways'" in error["message"]

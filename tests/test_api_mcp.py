@@ -7,7 +7,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,8 @@ import httpx2
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
+from sqlalchemy.orm import Session
 
 from orchestrator.db.server import free_port
 from tests.conftest import TenantFixture
@@ -55,6 +57,8 @@ def test_tools_over_stdio(api_server: ApiServer, tenant_factory: Tenants,  # noq
     writer = api_server.token(t.org_id, "agent", ("write:team",))
     api_server.gql(writer, """mutation { upsertDocument(input: {collection: "notes", path: "a.md",
         title: "Alpha", body: "Alpha body.", scopes: ["team"]}) { created } }""")
+    acme = api_server.gql(writer, 'mutation { resolveEntity(type: "org", name: "Acme", '
+                                  'scopes: ["team"]) }')["resolveEntity"]
     params = StdioServerParameters(command=ENGRAM, args=["mcp"], env=server_env(api_server, writer))
 
     async def session() -> dict[str, Any]:
@@ -76,7 +80,24 @@ def test_tools_over_stdio(api_server: ApiServer, tenant_factory: Tenants,  # noq
                 "scopes": ["team"]})
             seen["foreign"] = await client.call_tool("remember", {
                 "session_id": "s1", "text": "x", "scopes": ["nosuch"]})
+            seen["fact"] = payload(await client.call_tool("assert_fact", {
+                "subject_id": acme, "predicate": "headcount", "text": "Acme has 40 people",
+                "scopes": ["team"], "value": "40"}))
+            for as_of, value in (("2025-01-01T00:00:00+00:00", "50"), ("2026-01-01T00:00:00+00:00", "55")):
+                seen[f"keyed {value}"] = payload(await client.call_tool("assert_fact", {
+                    "subject_id": acme, "predicate": "headcount", "text": f"Acme has {value} people",
+                    "scopes": ["team"], "value": value, "fact_key": "acme.headcount", "as_of": as_of,
+                    "authority": 10}))
+            seen["half keyed"] = await client.call_tool("assert_fact", {
+                "subject_id": acme, "predicate": "headcount", "text": "x", "scopes": ["team"],
+                "value": "1", "fact_key": "acme.headcount"})
             seen["recall"] = payload(await client.call_tool("recall", {"question": "alpha body"}))
+            seen["used"] = payload(await client.call_tool("mark_used", {
+                "items": [{"table": e["item_table"], "id": e["item_id"]}
+                          for e in seen["recall"]["evidence"][:1]],
+                "claim_ids": [seen["keyed 55"]["claim_id"]]}))
+            seen["unused"] = await client.call_tool("mark_used", {
+                "claim_ids": ["00000000-0000-4000-8000-000000000000"]})
             seen["prepare"] = await client.call_tool("memory_prepare", {"question": "alpha body",
                                                                         "budget_tokens": 400})
         return seen
@@ -93,8 +114,86 @@ def test_tools_over_stdio(api_server: ApiServer, tenant_factory: Tenants,  # noq
     assert seen["recall"]["evidence"][0]["kind"] == "excerpt"
     prepared = seen["prepare"].content[0].text
     assert not seen["prepare"].is_error and "## Relevant evidence" in prepared and "Alpha body." in prepared
+    assert seen["fact"]["claim_id"] and not seen["fact"]["quarantined"]
+    assert seen["keyed 50"]["claim_id"] and seen["keyed 55"]["claim_id"]
+    half = seen["half keyed"]
+    assert half.is_error and "needs both fact_key and as_of" in half.content[0].text
+    assert seen["used"] == 2
+    unused = seen["unused"]
+    assert unused.is_error and ": NOT_FOUND: no knowledge.fact_claim" in unused.content[0].text
     c = counts(admin_engine, t.id)
-    assert (c["memory.working_memory"], c["memory.decisions"]) == (1, 1)
+    assert (c["memory.working_memory"], c["memory.decisions"], c["knowledge.fact_claim"]) == (1, 1, 3)
+    # The keyed fact with the newest as_of is current, and beats the prose claim.
+    facts = api_server.gql(writer, "query($e: ID!) { facts(entityId: $e) { objectValue factKey } }",
+                           {"e": acme})["facts"]
+    assert facts == [{"objectValue": "55", "factKey": "acme.headcount"}]
+    with admin_engine.connect() as conn:
+        ledger = conn.execute(text("select channel, item_table from memory.usage_ledger "
+                                   "where tenant_id = :t and operation = 'mark_used' order by 2"),
+                              {"t": t.id}).all()
+    assert [tuple(r) for r in ledger] == [("mcp", "knowledge.fact_claim"), ("mcp", "sources.documents")]
+
+
+def test_stdio_refuses_a_token_once_it_expires(api_server: ApiServer,  # noqa: F811
+                                               tenant_factory: Tenants, admin_engine: Engine) -> None:
+    t = tenant_factory("team")
+    ttl = 6
+    token = api_server.token(t.org_id, "agent", ("write:team",), ttl_s=ttl)
+    expires = time.time() + ttl
+    env = {**server_env(api_server, token), "ENGRAM_AUTH_LEEWAY_S": "0"}
+    params = StdioServerParameters(command=ENGRAM, args=["mcp"], env=env)
+    remember = {"session_id": "s1", "text": "Prefers tea.", "scopes": ["team"]}
+
+    async def session() -> tuple[Any, Any]:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
+            await client.initialize()
+            before = await client.call_tool("remember", remember)
+            # The same process, later: the token has expired since the server started.
+            await anyio.sleep(max(0.0, expires - time.time()) + 1.5)
+            return before, await client.call_tool("remember", remember)
+
+    before, after = anyio.run(session)
+    assert not before.is_error, before.content
+    message = after.content[0].text
+    # The SDK puts "Error executing tool remember: " before the tool's own text.
+    assert after.is_error and ": UNAUTHENTICATED: " in message and "expired" in message
+    assert "restart `engram mcp` with a fresh token" in message
+    assert counts(admin_engine, t.id)["memory.working_memory"] == 1
+
+
+def test_a_database_error_at_commit_is_a_coded_tool_error(api_server: ApiServer,  # noqa: F811
+                                                          tenant_factory: Tenants, app_engine: Engine,
+                                                          admin_engine: Engine) -> None:
+    from mcp import Client
+    from sqlalchemy import text as sql
+
+    from orchestrator.api.mcp import build_server
+    from orchestrator.auth.tokens import TokenVerifier
+    from orchestrator.client import Engram
+
+    class AtCommit(Engram):
+        """Names an activity that does not exist: the chain's deferred trigger refuses at COMMIT."""
+
+        @contextmanager
+        def session(self) -> Iterator[Session]:
+            with super().session() as s:
+                s.execute(sql("select set_config('engram.activity_id', :a, true)"),
+                          {"a": "00000000-0000-4000-8000-000000000001"})
+                yield s
+
+    t = tenant_factory("team")
+    token = api_server.token(t.org_id, "agent", ("write:team",))
+    verifier = TokenVerifier.from_settings(api_server.settings)
+    server = build_server(lambda: AtCommit(app_engine, token, api_server.settings, verifier=verifier))
+
+    async def call() -> Any:
+        async with Client(server) as client:
+            return await client.call_tool("remember", {"session_id": "s", "text": "t", "scopes": ["team"]})
+
+    result = anyio.run(call)
+    assert result.is_error
+    assert ": BAD_USER_INPUT: engram.activity_id" in result.content[0].text, result.content
+    assert counts(admin_engine, t.id)["memory.working_memory"] == 0
 
 
 def test_a_bad_token_stops_the_server_before_it_answers(api_server: ApiServer) -> None:  # noqa: F811
@@ -104,7 +203,8 @@ def test_a_bad_token_stops_the_server_before_it_answers(api_server: ApiServer) -
 
 
 def test_streamable_http_needs_a_bearer_token_per_request(api_server: ApiServer,  # noqa: F811
-                                                          tenant_factory: Tenants) -> None:
+                                                          tenant_factory: Tenants,
+                                                          admin_engine: Engine) -> None:
     t, other = tenant_factory("team"), tenant_factory("team")
     writer = api_server.token(t.org_id, "agent", ("write:team",))
     api_server.gql(writer, """mutation { upsertDocument(input: {collection: "notes", path: "h.md",
@@ -129,17 +229,34 @@ def test_streamable_http_needs_a_bearer_token_per_request(api_server: ApiServer,
                             headers={"authorization": f"Bearer {writer[:-4]}AAAA"})
         assert forged.status_code == 401
 
-        async def fetch(token: str) -> Any:
-            async with httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}) as http, \
+        async def call(token: str, tool: str, arguments: dict[str, Any]) -> Any:
+            # Long: the first recall loads the embedding model in the server.
+            async with httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"},
+                                          timeout=180) as http, \
                     streamable_http_client(url, http_client=http) as (read, write), \
                     ClientSession(read, write) as client:
                 await client.initialize()
-                return payload(await client.call_tool("get_document",
-                                                      {"collection": "notes", "path": "h.md"}))
+                return await client.call_tool(tool, arguments)
 
-        assert anyio.run(fetch, writer)["title"] == "Over HTTP"
+        def fetch(token: str) -> Any:
+            return payload(anyio.run(call, token, "get_document", {"collection": "notes", "path": "h.md"}))
+
+        assert fetch(writer)["title"] == "Over HTTP"
         # Another tenant's token over the same server sees nothing of it.
-        assert anyio.run(fetch, api_server.token(other.org_id, "m", ("read:team",))) is None
+        stranger = api_server.token(other.org_id, "m", ("write:team",))
+        assert fetch(stranger) is None
+        remembered = payload(anyio.run(call, writer, "remember", {
+            "session_id": "h1", "text": "Prefers streamable HTTP.", "scopes": ["team"]}))
+        found = payload(anyio.run(call, writer, "recall", {"question": "What about streamable HTTP?",
+                                                            "mode": "timeline"}))
+        assert remembered in {e["item_id"] for e in found["evidence"]}
+        assert "Served by streamable HTTP." in found["rendered"]
+        theirs = payload(anyio.run(call, stranger, "recall", {"question": "What about streamable HTTP?"}))
+        assert "streamable" not in str(theirs).lower()
+        refused = anyio.run(call, writer, "recall", {"question": "x", "mode": "sideways"})
+        assert refused.is_error
+        assert ": BAD_USER_INPUT: invalid recall: unknown mode" in refused.content[0].text
+        assert counts(admin_engine, t.id)["memory.working_memory"] == 1
     finally:
         proc.terminate()
         proc.wait(timeout=20)

@@ -5,6 +5,7 @@ key rotation (refresh on unknown kid), the refresh rate limit, the scope mapping
 from __future__ import annotations
 
 import json
+import logging
 import stat
 import threading
 import time
@@ -14,85 +15,27 @@ from typing import Any
 
 import jwt
 import pytest
-import uvicorn
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
-from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
+from cryptography.hazmat.primitives.asymmetric import ec
 from typer.testing import CliRunner
 
 from orchestrator.auth.devkey import jwks_path, key_path
-from orchestrator.auth.jwks import KeySet
+from orchestrator.auth.jwks import KeySet, url_fetcher
 from orchestrator.auth.tokens import TokenVerifier, identity_from_claims
 from orchestrator.cli.main import app
 from orchestrator.config import Settings
 from orchestrator.db.server import free_port
 from orchestrator.errors import Forbidden, Unauthenticated
-
-AUDIENCE = "https://engram.test/api"
-
-
-class Issuer:
-    """A tiny OIDC-like issuer: its JWKS at /oidc/jwks, keys it can add (rotation)."""
-
-    def __init__(self) -> None:
-        self.keys: dict[str, tuple[Any, str]] = {}
-        self.public: list[dict[str, Any]] = []
-        self.requests = 0
-        self.url = ""
-
-    def add(self, kid: str, alg: str) -> None:
-        private: Any
-        if alg == "RS256":
-            private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-            jwk = RSAAlgorithm.to_jwk(private.public_key(), as_dict=True)
-        elif alg == "ES256":
-            private = ec.generate_private_key(ec.SECP256R1())
-            jwk = ECAlgorithm.to_jwk(private.public_key(), as_dict=True)
-        else:
-            private = ed25519.Ed25519PrivateKey.generate()
-            jwk = OKPAlgorithm.to_jwk(private.public_key(), as_dict=True)
-        jwk.update(kid=kid, alg=alg, use="sig")
-        self.keys[kid] = (private, alg)
-        self.public.append(jwk)
-
-    @property
-    def issuer(self) -> str:
-        return f"{self.url}/oidc"
-
-    def sign(self, kid: str, **claims: Any) -> str:
-        private, alg = self.keys[kid]
-        now = int(time.time())
-        body = {"iss": self.issuer, "aud": AUDIENCE, "sub": "user-1", "organization_id": "org-1",
-                "scope": "openid read:team write:notes", "iat": now, "exp": now + 300}
-        body.update(claims)
-        return jwt.encode(body, private, algorithm=alg, headers={"kid": kid})
+from tests.support.issuer import AUDIENCE, Issuer
 
 
 @pytest.fixture
 def issuer() -> Iterator[Issuer]:
     iss = Issuer()
-
-    async def jwks(_: Request) -> JSONResponse:
-        iss.requests += 1
-        return JSONResponse({"keys": iss.public})
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(Starlette(routes=[Route("/oidc/jwks", jwks)]),
-                                           host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="off"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
-    iss.url = f"http://127.0.0.1:{port}"
+    iss.start()
     try:
         yield iss
     finally:
-        server.should_exit = True
-        thread.join(timeout=5)
+        iss.stop()
 
 
 def verifier_for(issuer: Issuer, tmp_path: Path, **over: Any) -> TokenVerifier:
@@ -204,3 +147,83 @@ def test_auth_cli_dev_key_token_and_whoami(tmp_path: Path) -> None:
     result = runner.invoke(app, ["auth", "whoami", "--token", token],
                            env={**env, "ENGRAM_AUTH_TRUST_DEV_KEY": "false"})
     assert result.exit_code == 1 and "not trusted" in result.output
+
+
+def _outage_verifier(issuer: Issuer, now: list[float]) -> tuple[TokenVerifier, KeySet]:
+    """The issuer's key set over real HTTP with a clock the test moves: ttl 600 s, grace 3600 s,
+    back-off 10 s doubling to 80 s."""
+    keys = KeySet(url_fetcher(issuer.jwks_url, timeout_s=2.0), ttl_s=600, min_refresh_s=10,
+                  grace_s=3600, retry_max_s=80, name=f"issuer {issuer.issuer}", clock=lambda: now[0])
+    return TokenVerifier(AUDIENCE, 30.0, {issuer.issuer: keys}), keys
+
+
+def test_an_issuer_outage_keeps_cached_keys_for_the_grace_period_and_backs_off(
+        issuer: Issuer, caplog: pytest.LogCaptureFixture) -> None:
+    issuer.add("k1", "ES256")
+    now = [0.0]
+    verifier, keys = _outage_verifier(issuer, now)
+    token = issuer.sign("k1")
+    assert verifier.verify(token).user_id == "user-1" and keys.fetches == 1
+    issuer.stop()
+    caplog.set_level(logging.INFO, logger="engram.auth.jwks")
+    now[0] = 601.0  # the cache is stale; the refresh fails
+    for _ in range(20):
+        assert verifier.verify(token).user_id == "user-1"
+    assert keys.fetches == 2, "one failed fetch, then back-off: not one per request"
+    warning = next(r for r in caplog.records if r.levelno == logging.WARNING)
+    assert "could not be read" in warning.getMessage() and "cached key" in warning.getMessage()
+    # One request a second for 399 s: retries 10, 20 and 40 s apart, then every 80 s (at 611,
+    # 631, 671, 751, 831, 911 and 991), seven fetches where a naive cache would make 399.
+    for step in range(1, 400):
+        now[0] = 601.0 + step
+        verifier.verify(token)
+    assert keys.fetches == 2 + 7, keys.fetches
+    # Past the grace period the cached keys are refused, still without a fetch per request.
+    now[0] = 600 + 3600 + 1
+    fetches = keys.fetches
+    for _ in range(5):
+        with pytest.raises(Unauthenticated, match=r"could not be read.*next try in"):
+            verifier.verify(token)
+    assert keys.fetches == fetches + 1
+    assert any(r.levelno == logging.ERROR and "grace period" in r.getMessage() for r in caplog.records)
+    # The issuer is back: the next try after the back-off reads the keys again.
+    issuer.start()
+    now[0] += 81
+    assert verifier.verify(token).user_id == "user-1"
+    assert any("readable again" in r.getMessage() for r in caplog.records)
+    fetches = keys.fetches
+    verifier.verify(token)
+    assert keys.fetches == fetches, "fresh again: served from the cache"
+
+
+def test_an_unknown_kid_during_an_outage_is_refused_without_refetching(issuer: Issuer) -> None:
+    issuer.add("k1", "ES256")
+    now = [0.0]
+    verifier, keys = _outage_verifier(issuer, now)
+    verifier.verify(issuer.sign("k1"))
+    issuer.stop()
+    now[0] = 601.0
+    verifier.verify(issuer.sign("k1"))
+    issuer.add("k2", "ES256")  # rotated while the issuer is unreachable
+    for _ in range(5):
+        with pytest.raises(Unauthenticated, match="'k2' is not in the issuer's key set"):
+            verifier.verify(issuer.sign("k2"))
+    assert keys.fetches == 2
+
+
+def test_concurrent_lookups_during_a_slow_refresh_answer_from_the_cache(issuer: Issuer) -> None:
+    issuer.add("k1", "ES256")
+    now = [0.0]
+    verifier, keys = _outage_verifier(issuer, now)
+    token = issuer.sign("k1")
+    verifier.verify(token)
+    issuer.answering.clear()  # the issuer hangs
+    now[0] = 601.0
+    slow = threading.Thread(target=verifier.verify, args=(token,))
+    slow.start()
+    assert issuer.waiting.wait(10), "the refresh did not reach the issuer"
+    # While one thread waits on the issuer, the others are not queued behind it.
+    assert [verifier.verify(token).user_id for _ in range(5)] == ["user-1"] * 5
+    issuer.answering.set()
+    slow.join(timeout=10)
+    assert not slow.is_alive() and keys.fetches == 2

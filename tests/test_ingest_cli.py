@@ -182,3 +182,43 @@ def test_remember_cli(cli_env: dict[str, str], tenant_factory: Tenants, admin_en
         rows = conn.execute(text("select text, session_id, user_id from memory.working_memory "
                                  "where tenant_id = :t"), {"t": t.id}).all()
     assert [tuple(r) for r in rows] == [("User prefers tea.", "s9", "ann")]
+
+
+def test_the_rate_column_shows_files_and_chunks_per_second() -> None:
+    from rich.progress import Progress
+
+    from orchestrator.cli.ingest import _Rate
+
+    now = [100.0]
+    rate = _Rate()
+    progress = Progress(rate, get_time=lambda: now[0])
+    task_id = progress.add_task("files", total=10, chunks=0)
+    task = progress.tasks[0]
+    assert rate.render(task).plain == "", "not started: no rate to show"
+    progress.start_task(task_id)
+    now[0] = 104.0
+    progress.update(task_id, advance=6, chunks=30)
+    assert rate.render(task).plain == "1.5 files/s  7.5 chunks/s"
+
+
+def test_the_progress_bar_is_drawn_on_a_terminal(cli_env: dict[str, str], tmp_path: Path,
+                                                 tenant_factory: Tenants,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import re
+
+    from rich.console import Console
+
+    from orchestrator.cli import ingest as ingest_cli
+
+    t = tenant_factory("team")
+    root = tmp_path / "bar"
+    make_tree(root, 12)
+    screen = io.StringIO()
+    monkeypatch.setattr(ingest_cli, "err", Console(file=screen, force_terminal=True, width=160,
+                                                   color_system=None))
+    code, output = run(cli_env, "ingest", str(root), "--tenant", t.org_id, "--scopes", "write:team")
+    assert code == 0, output
+    drawn = screen.getvalue()
+    assert "ingesting" in drawn and "12/12" in drawn
+    assert re.search(r"\d+\.\d files/s  \d+\.\d chunks/s", drawn), drawn[-500:]

@@ -1,8 +1,9 @@
 """The HTTP face of the API: a Starlette app that uvicorn serves.
 
-One request is one transaction: the bearer token is verified, the identity is
-bound with ``bound_session``, the GraphQL operation runs in a worker thread
-(SQLAlchemy is synchronous; the event loop stays free), and the transaction
+One request is one transaction: the bearer token is verified (in a thread of its
+own pool: a JWKS fetch blocks), the identity is bound with ``bound_session``, the
+GraphQL operation runs in a thread of the operations pool (``api_threads``;
+SQLAlchemy is synchronous, the event loop stays free), and the transaction
 commits only when the operation produced no error. A mutation that fails in any
 field therefore writes nothing, and its response carries ``data: null``.
 
@@ -17,10 +18,10 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from anyio import to_thread
+from anyio import CapacityLimiter, to_thread
 from ariadne import graphql_sync
 from ariadne.explorer import ExplorerGraphiQL
 from sqlalchemy import Engine
@@ -29,12 +30,13 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from orchestrator.api.audit import AuditorEngine
 from orchestrator.api.schema import RequestContext, build_schema, format_error, validation_rules
 from orchestrator.auth import Identity
 from orchestrator.auth.tokens import TokenVerifier, bearer_token
 from orchestrator.config import Settings
 from orchestrator.db.session import bound_session
-from orchestrator.errors import EngramError, Forbidden, Unauthenticated
+from orchestrator.errors import EngramError, Forbidden, Unauthenticated, internal_message, is_public
 from orchestrator.recall import Recaller
 
 STATUS_BY_CODE = {"UNAUTHENTICATED": 401, "FORBIDDEN": 403, "BAD_USER_INPUT": 400,
@@ -81,18 +83,10 @@ class ApiConfig:
     engine: Engine
     verifier: TokenVerifier
     recaller: Recaller
-    _auditor: Engine | None = None
+    auditor_engine: AuditorEngine = field(init=False)
 
-    def auditor_engine(self) -> Engine:
-        """engram_auditor's engine, made on first use (only verifyChain needs it)."""
-        if self._auditor is None:
-            from sqlalchemy import create_engine
-
-            from orchestrator.db.engine import Database
-
-            self._auditor = create_engine(Database(self.settings).role_url("engram_auditor"),
-                                          pool_size=2, max_overflow=2, pool_pre_ping=True)
-        return self._auditor
+    def __post_init__(self) -> None:
+        self.auditor_engine = AuditorEngine(self.settings)
 
     @property
     def introspection(self) -> bool:
@@ -152,6 +146,10 @@ def create_app(settings: Settings, engine: Engine, verifier: TokenVerifier | Non
     config = ApiConfig(settings, engine, verifier or TokenVerifier.from_settings(settings),
                        recaller or Recaller(engine, settings))
     explorer = ExplorerGraphiQL(title="Engram")
+    # Operations and token checks wait in their own thread pools: an issuer whose JWKS
+    # hangs holds up token checks, never operations already admitted (nor the event loop).
+    operations = CapacityLimiter(settings.api_threads)
+    verifications = CapacityLimiter(max(4, settings.api_threads // 4))
 
     async def read_body(request: Request) -> bytes | Response:
         limit = settings.api_max_body_bytes
@@ -170,7 +168,9 @@ def create_app(settings: Settings, engine: Engine, verifier: TokenVerifier | Non
 
     async def graphql_post(request: Request) -> Response:
         try:
-            identity = config.verifier.verify(bearer_token(request.headers.get("authorization")))
+            token = bearer_token(request.headers.get("authorization"))
+            # A JWKS fetch blocks: never on the event loop.
+            identity = await to_thread.run_sync(config.verifier.verify, token, limiter=verifications)
         except EngramError as exc:
             return error_response(STATUS_BY_CODE.get(exc.code, 401), exc.code, exc.message)
         if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
@@ -190,11 +190,16 @@ def create_app(settings: Settings, engine: Engine, verifier: TokenVerifier | Non
                                   f"the query is {len(data['query'])} characters; "
                                   f"the limit is {settings.api_max_query_chars}")
         try:
-            success, result = await to_thread.run_sync(execute, config, identity, data)
+            success, result = await to_thread.run_sync(execute, config, identity, data,
+                                                        limiter=operations)
         except _Refused as refused:
             return error_response(STATUS_BY_CODE[refused.error.code], refused.error.code,
                                   refused.error.message)
         except EngramError as exc:
+            # Raised at commit (the chain's deferred trigger, a serialization failure): the
+            # request wrote nothing.
+            if not is_public(exc):
+                return error_response(500, exc.code, internal_message(exc))
             return error_response(STATUS_BY_CODE.get(exc.code, 500), exc.code, exc.message)
         status = 200 if success or result.get("data") is not None or _executed(result) else 400
         return JSONResponse(result, status_code=status)

@@ -5,6 +5,10 @@ caller may see or change is decided by row level security. Two refusals are
 told apart on purpose: a row the caller cannot read is ``NotFound`` (whether it
 exists in another tenant or nowhere is not revealed), a row the caller can read
 but not write is ``Forbidden``.
+
+Lists are Relay-style forward pages (``keyset_page``): ``first`` items after an
+opaque ``after`` cursor, ordered by a unique key, with ``has_next_page`` and
+``has_previous_page`` (true when rows lie at or before ``after``).
 """
 
 from __future__ import annotations
@@ -13,12 +17,13 @@ import base64
 import binascii
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from sqlalchemy import ColumnElement, and_, func, or_, select, tuple_, update
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, Select, and_, func, literal, or_, select, tuple_, update
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from orchestrator.auth import Identity
 from orchestrator.config import Settings
@@ -57,14 +62,27 @@ class DocumentView:
     chunk_count: int
 
 
+T = TypeVar("T")
+
+
 @dataclass(frozen=True)
-class DocumentPage:
-    items: list[tuple[str, DocumentView]]
+class Page(Generic[T]):
+    """One forward page of a connection: ``(cursor, item)`` pairs in order."""
+
+    items: list[tuple[str, T]]
     has_next_page: bool
+    has_previous_page: bool = False
+
+    @property
+    def start_cursor(self) -> str | None:
+        return self.items[0][0] if self.items else None
 
     @property
     def end_cursor(self) -> str | None:
         return self.items[-1][0] if self.items else None
+
+
+DocumentPage = Page[DocumentView]
 
 
 def parse_id(value: str, what: str = "document") -> uuid.UUID:
@@ -80,36 +98,69 @@ def list_scopes(session: Session, identity: Identity) -> list[ScopeView]:
             for name, desc in rows]
 
 
+def scope_views(session: Session, identity: Identity) -> dict[uuid.UUID, ScopeView]:
+    """The tenant's scopes by id, with what ``identity`` may do in each."""
+    return {sid: ScopeView(name, desc, name in identity.readable, name in identity.write_scopes)
+            for sid, name, desc in session.execute(select(Scope.id, Scope.name, Scope.description))}
+
+
+def scopes_of(scopes: dict[uuid.UUID, ScopeView], ids: Sequence[uuid.UUID]) -> list[ScopeView]:
+    return sorted((scopes[s] for s in ids if s in scopes), key=lambda v: v.name)
+
+
 def _views(session: Session, identity: Identity, docs: list[Document]) -> list[DocumentView]:
     if not docs:
         return []
-    scopes = {sid: ScopeView(name, desc, name in identity.readable, name in identity.write_scopes)
-              for sid, name, desc in session.execute(select(Scope.id, Scope.name, Scope.description))}
+    scopes = scope_views(session, identity)
     counts: dict[uuid.UUID, int] = dict(session.execute(
         select(Chunk.document_id, func.count()).where(Chunk.document_id.in_([d.id for d in docs]))
         .group_by(Chunk.document_id)).all())
     return [DocumentView(
         id=d.id, collection=d.collection, path=d.path, title=d.title, kind=d.kind, state=d.state,
         area=d.area, body=d.body, content_hash=d.content_hash.hex(),
-        scopes=sorted((scopes[s] for s in d.scopes if s in scopes), key=lambda v: v.name),
+        scopes=scopes_of(scopes, d.scopes),
         author=d.author, metadata=d.metadata_, pinned=d.pinned, snoozed_until=d.snoozed_until,
         archived_at=d.archived_at, created_at=d.created_at, updated_at=d.updated_at,
         chunk_count=int(counts.get(d.id, 0)),
     ) for d in docs]
 
 
-def encode_cursor(collection: str, path: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps([collection, path]).encode()).decode()
+def encode_cursor(*key: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps(list(key)).encode()).decode()
 
 
-def decode_cursor(cursor: str) -> tuple[str, str]:
+def decode_cursor(cursor: str, parts: int = 2) -> tuple[str, ...]:
     try:
         value = json.loads(base64.urlsafe_b64decode(cursor.encode()))
     except (binascii.Error, ValueError, UnicodeDecodeError) as exc:
         raise BadInput("the cursor is not one this API handed out") from exc
-    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)):
+    if not (isinstance(value, list) and len(value) == parts and all(isinstance(v, str) for v in value)):
         raise BadInput("the cursor is not one this API handed out")
-    return value[0], value[1]
+    return tuple(value)
+
+
+def check_first(first: int, max_page: int) -> int:
+    """A page size the API accepts: 1 to ``max_page`` (``ENGRAM_API_MAX_PAGE_SIZE``)."""
+    if isinstance(first, bool) or not isinstance(first, int) or not 1 <= first <= max_page:
+        raise BadInput(f"first must be between 1 and {max_page}, not {first}")
+    return first
+
+
+def keyset_page(session: Session, stmt: Select[Any], keys: Sequence[InstrumentedAttribute[Any]], *,
+                first: int, after: str | None, max_page: int) -> tuple[list[Any], bool, bool]:
+    """Up to ``first`` rows of ``stmt`` after the cursor in ``keys`` order (a unique key), whether
+    more follow and whether any lie at or before the cursor."""
+    check_first(first, max_page)
+    page = stmt
+    earlier = None
+    if after is not None:
+        cursor = tuple_(*(literal(v, type_=k.type) for k, v in
+                          zip(keys, decode_cursor(after, len(keys)), strict=True)))
+        page = stmt.where(tuple_(*keys) > cursor)
+        earlier = stmt.where(tuple_(*keys) <= cursor)
+    rows = list(session.execute(page.order_by(*keys).limit(first + 1)).scalars())
+    before = earlier is not None and bool(session.execute(select(earlier.exists())).scalar())
+    return rows[:first], len(rows) > first, before
 
 
 def _visible_now() -> ColumnElement[bool]:
@@ -120,11 +171,7 @@ def _visible_now() -> ColumnElement[bool]:
 def list_documents(session: Session, identity: Identity, settings: Settings, *, first: int = 20,
                    after: str | None = None, collection: str | None = None, kind: str | None = None,
                    state: str | None = None, include_hidden: bool = False) -> DocumentPage:
-    if not 1 <= first <= settings.api_max_page_size:
-        raise BadInput(f"first must be between 1 and {settings.api_max_page_size}, not {first}")
     stmt = select(Document)
-    if after is not None:
-        stmt = stmt.where(tuple_(Document.collection, Document.path) > tuple_(*decode_cursor(after)))
     if collection is not None:
         stmt = stmt.where(Document.collection == collection)
     if kind is not None:
@@ -133,11 +180,10 @@ def list_documents(session: Session, identity: Identity, settings: Settings, *, 
         stmt = stmt.where(Document.state == state)
     if not include_hidden:
         stmt = stmt.where(_visible_now())
-    docs = list(session.execute(
-        stmt.order_by(Document.collection, Document.path).limit(first + 1)).scalars())
-    more = len(docs) > first
-    views = _views(session, identity, docs[:first])
-    return DocumentPage([(encode_cursor(v.collection, v.path), v) for v in views], more)
+    docs, more, before = keyset_page(session, stmt, (Document.collection, Document.path), first=first,
+                                     after=after, max_page=settings.api_max_page_size)
+    views = _views(session, identity, docs)
+    return Page([(encode_cursor(v.collection, v.path), v) for v in views], more, before)
 
 
 def get_document(session: Session, identity: Identity, collection: str, path: str
@@ -151,6 +197,15 @@ def get_document_by_id(session: Session, identity: Identity, doc_id: uuid.UUID
                        ) -> DocumentView | None:
     doc = session.execute(select(Document).where(Document.id == doc_id)).scalar_one_or_none()
     return _views(session, identity, [doc])[0] if doc is not None else None
+
+
+def document_by_id(session: Session, identity: Identity, doc_id: uuid.UUID) -> DocumentView:
+    """The document with this id; ``NotFound`` when the caller cannot read one (another tenant's
+    id gets the same answer as an id that exists nowhere)."""
+    view = get_document_by_id(session, identity, doc_id)
+    if view is None:
+        raise NotFound(f"no document {doc_id} that you can read")
+    return view
 
 
 def upsert_document(session: Session, identity: Identity, doc: DocumentInput, settings: Settings

@@ -1,32 +1,37 @@
-"""Resolvers for knowledge and memory: thin wrappers over ``orchestrator.ingest.knowledge``
-and ``orchestrator.ingest.memory``, which own validation; the database owns the rules."""
+"""Resolvers for entities, knowledge and memory: thin wrappers over ``orchestrator.api.entities``,
+``orchestrator.ingest.knowledge`` and ``orchestrator.ingest.memory``, which own validation (the
+Python client calls the same functions); the database owns the rules."""
 
 from __future__ import annotations
 
-import uuid
-from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
 
 from ariadne import MutationType, QueryType
 
-from orchestrator.api.documents import parse_id
+from orchestrator.api import entities as ents
+from orchestrator.api.documents import check_first, parse_id
+from orchestrator.api.schema import as_graphql, connection
 from orchestrator.errors import BadInput
 from orchestrator.ingest import knowledge as kn
 from orchestrator.ingest import memory as mem
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(p.title() for p in rest)
-
-
-def _out(row: Any) -> dict[str, Any]:
-    return {_camel(k): (str(v) if isinstance(v, uuid.UUID) else v) for k, v in asdict(row).items()}
-
-
-def _ids(values: list[str], what: str) -> list[uuid.UUID]:
-    return [parse_id(v, what) for v in values]
+def fact_input(input: dict[str, Any]) -> kn.FactInput:
+    """A GraphQL ``FactInput`` as the service's ``FactInput``."""
+    value = input.get("value")
+    if value is not None and not isinstance(value, (str, int, float, bool)):
+        raise BadInput("value must be a string, number or boolean")
+    object_id = input.get("objectId")
+    return kn.FactInput(
+        subject_id=parse_id(input["subjectId"], "subject"), predicate=input["predicate"],
+        text=input["text"], scopes=tuple(input["scopes"]), value=value,
+        object_id=parse_id(object_id, "object") if object_id else None,
+        datatype=input.get("datatype"), kind=input.get("kind") or "world_fact",
+        author_role=input.get("authorRole") or "user",
+        confidence=input.get("confidence", 1.0), authority=input.get("authority", 0),
+        valid_from=input.get("validFrom"), valid_to=input.get("validTo"),
+        fact_key=input.get("factKey"), as_of=input.get("asOf"))
 
 
 def bind(query: QueryType, mutation: MutationType) -> None:
@@ -35,25 +40,44 @@ def bind(query: QueryType, mutation: MutationType) -> None:
         found = kn.resolve_entity(info.context.session, type, name, create=False)
         return str(found) if found else None
 
+    @query.field("entities")
+    def resolve_entities(_: None, info: Any, query: str | None = None, type: str | None = None,
+                         first: int = 20, after: str | None = None) -> dict[str, Any]:
+        ctx = info.context
+        return connection(ents.list_entities(ctx.session, ctx.identity, ctx.settings, query=query,
+                                             entity_type=type, first=first, after=after))
+
+    @query.field("entityById")
+    def resolve_entity_by_id(_: None, info: Any, id: str) -> Any:
+        ctx = info.context
+        return as_graphql(ents.entity_by_id(ctx.session, ctx.identity, parse_id(id, "entity")))
+
     @query.field("facts")
     def resolve_facts(_: None, info: Any, entityId: str,  # noqa: N803
-                      includeBeaten: bool = False) -> list[dict[str, Any]]:  # noqa: N803
-        facts = kn.current_facts(info.context.session, parse_id(entityId, "entity"),
-                                 include_beaten=includeBeaten)
-        return [_out(f) for f in facts]
+                      includeBeaten: bool = False, first: int = 100) -> Any:  # noqa: N803
+        ctx = info.context
+        return as_graphql(kn.current_facts(
+            ctx.session, parse_id(entityId, "entity"), include_beaten=includeBeaten,
+            limit=check_first(first, ctx.settings.api_max_page_size)))
 
     @query.field("conflicts")
-    def resolve_conflicts(_: None, info: Any, status: str | None = None) -> list[dict[str, Any]]:
-        return [_out(c) for c in kn.conflicts(info.context.session, status=status)]
+    def resolve_conflicts(_: None, info: Any, status: str | None = None, first: int = 100) -> Any:
+        ctx = info.context
+        return as_graphql(kn.conflicts(ctx.session, status=status,
+                                       limit=check_first(first, ctx.settings.api_max_page_size)))
 
     @query.field("quarantine")
-    def resolve_quarantine(_: None, info: Any, status: str | None = "held") -> list[dict[str, Any]]:
-        return [_out(q) for q in kn.quarantine(info.context.session, status=status)]
+    def resolve_quarantine(_: None, info: Any, status: str | None = "held", first: int = 100) -> Any:
+        ctx = info.context
+        return as_graphql(kn.quarantine(ctx.session, status=status,
+                                        limit=check_first(first, ctx.settings.api_max_page_size)))
 
     @query.field("workingMemory")
-    def resolve_working_memory(_: None, info: Any, sessionId: str | None = None  # noqa: N803
-                               ) -> list[str]:
-        return mem.working_memory(info.context.session, sessionId)
+    def resolve_working_memory(_: None, info: Any, sessionId: str | None = None,  # noqa: N803
+                               first: int = 100) -> list[str]:
+        ctx = info.context
+        return mem.working_memory(ctx.session, sessionId,
+                                  limit=check_first(first, ctx.settings.api_max_page_size))
 
     @mutation.field("resolveEntity")
     def resolve_resolve_entity(_: None, info: Any, type: str, name: str,
@@ -62,20 +86,7 @@ def bind(query: QueryType, mutation: MutationType) -> None:
 
     @mutation.field("assertFact")
     def resolve_assert_fact(_: None, info: Any, input: dict[str, Any]) -> dict[str, Any]:
-        value = input.get("value")
-        if value is not None and not isinstance(value, (str, int, float, bool)):
-            raise BadInput("value must be a string, number or boolean")
-        object_id = input.get("objectId")
-        fact = kn.FactInput(
-            subject_id=parse_id(input["subjectId"], "subject"), predicate=input["predicate"],
-            text=input["text"], scopes=tuple(input["scopes"]), value=value,
-            object_id=parse_id(object_id, "object") if object_id else None,
-            datatype=input.get("datatype"), kind=input.get("kind") or "world_fact",
-            author_role=input.get("authorRole") or "user",
-            confidence=input.get("confidence", 1.0), authority=input.get("authority", 0),
-            valid_from=input.get("validFrom"), valid_to=input.get("validTo"),
-            fact_key=input.get("factKey"), as_of=input.get("asOf"))
-        result = kn.assert_fact(info.context.session, fact)
+        result = kn.assert_fact(info.context.session, fact_input(input))
         return {"claimId": str(result.claim_id) if result.claim_id else None,
                 "quarantineId": str(result.quarantine_id) if result.quarantine_id else None,
                 "quarantined": result.quarantined, "reasons": list(result.reasons)}
@@ -90,8 +101,6 @@ def bind(query: QueryType, mutation: MutationType) -> None:
     @mutation.field("remember")
     def resolve_remember(_: None, info: Any, sessionId: str, text: str,  # noqa: N803
                          scopes: list[str], ttlSeconds: int = 86400) -> str:  # noqa: N803
-        if ttlSeconds <= 0:
-            raise BadInput("ttlSeconds must be positive")
         return str(mem.add_working_memory(info.context.session, sessionId, text, scopes,
                                           ttl=timedelta(seconds=ttlSeconds)))
 
@@ -115,8 +124,6 @@ def bind(query: QueryType, mutation: MutationType) -> None:
                           claimIds: list[str] | None = None) -> int:  # noqa: N803
         from orchestrator.derive.lifecycle import mark_evidence_used
 
-        used = [(i["table"], parse_id(i["id"], "item")) for i in items or []]
-        used += [("knowledge.fact_claim", c) for c in _ids(claimIds or [], "claim")]
-        if not used:
-            raise BadInput("give the items (or claimIds) that were used")
-        return mark_evidence_used(info.context.session, used, channel="graphql")
+        return mark_evidence_used(
+            info.context.session, [(i["table"], parse_id(i["id"], "item")) for i in items or []],
+            claim_ids=[parse_id(c, "claim") for c in claimIds or []], channel="graphql")

@@ -8,24 +8,25 @@ anything unexpected.
 
 Limits are validation rules, so a refused query runs nothing: ``DepthLimit``
 counts nested selections (introspection fields aside, which have their own
-switch), Ariadne's cost validator multiplies list fields by their page size.
+switch); the cost limit gives every field a cost (``cost_map``: heavy
+resolvers and mutations priced high, lists multiplied by their page size).
 """
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from ariadne import MutationType, QueryType, ScalarType, load_schema_from_path, make_executable_schema
-from ariadne.validation import cost_validator
+from ariadne.validation.query_cost import CostValidator
 from graphql.validation import ASTValidationRule
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from graphql import (
@@ -39,16 +40,18 @@ from graphql import (
     ValidationContext,
     ValidationRule,
 )
+from orchestrator.api import audit
 from orchestrator.api import documents as ops
 from orchestrator.auth import Identity
 from orchestrator.config import Settings
-from orchestrator.errors import BadInput, EngramError, Forbidden
+from orchestrator.db.session import translate
+from orchestrator.errors import BadInput, EngramError, internal_message, is_public
 from orchestrator.ingest.documents import DocumentInput
 from orchestrator.recall import Evidence, Recaller
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "graphql"
 PRINTED_SCHEMA = SCHEMA_DIR / "schema.printed.graphql"
-log = logging.getLogger("engram.api")
+
 
 
 @dataclass
@@ -88,20 +91,28 @@ query = QueryType()
 mutation = MutationType()
 
 
-def _document(view: ops.DocumentView) -> dict[str, Any]:
-    return {
-        "id": str(view.id), "collection": view.collection, "path": view.path, "title": view.title,
-        "kind": view.kind, "state": view.state, "area": view.area, "body": view.body,
-        "contentHash": view.content_hash, "author": view.author, "metadata": view.metadata,
-        "pinned": view.pinned, "snoozedUntil": view.snoozed_until, "archivedAt": view.archived_at,
-        "createdAt": view.created_at, "updatedAt": view.updated_at, "chunkCount": view.chunk_count,
-        "scopes": [_scope(s) for s in view.scopes],
-    }
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
 
 
-def _scope(view: ops.ScopeView) -> dict[str, Any]:
-    return {"name": view.name, "description": view.description, "canRead": view.can_read,
-            "canWrite": view.can_write}
+def as_graphql(value: Any) -> Any:
+    """A service dataclass as GraphQL field values: camelCase keys, ids as strings. Dicts
+    (JSON values such as metadata and row ids) pass through untouched."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {_camel(f.name): as_graphql(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [as_graphql(v) for v in value]
+    return value
+
+
+def connection(page: ops.Page[Any]) -> dict[str, Any]:
+    return {"edges": [{"cursor": c, "node": as_graphql(v)} for c, v in page.items],
+            "pageInfo": {"hasNextPage": page.has_next_page,
+                         "hasPreviousPage": page.has_previous_page,
+                         "startCursor": page.start_cursor, "endCursor": page.end_cursor}}
 
 
 @query.field("me")
@@ -112,9 +123,9 @@ def resolve_me(_: None, info: Any) -> dict[str, Any]:
 
 
 @query.field("scopes")
-def resolve_scopes(_: None, info: Any) -> list[dict[str, Any]]:
+def resolve_scopes(_: None, info: Any) -> Any:
     ctx = _ctx(info)
-    return [_scope(s) for s in ops.list_scopes(ctx.session, ctx.identity)]
+    return as_graphql(ops.list_scopes(ctx.session, ctx.identity))
 
 
 @query.field("documents")
@@ -123,25 +134,21 @@ def resolve_documents(_: None, info: Any, first: int = 20, after: str | None = N
                       state: str | None = None, includeHidden: bool = False  # noqa: N803
                       ) -> dict[str, Any]:
     ctx = _ctx(info)
-    page = ops.list_documents(ctx.session, ctx.identity, ctx.settings, first=first, after=after,
-                              collection=collection, kind=kind, state=state,
-                              include_hidden=includeHidden)
-    return {"edges": [{"cursor": c, "node": _document(v)} for c, v in page.items],
-            "pageInfo": {"hasNextPage": page.has_next_page, "endCursor": page.end_cursor}}
+    return connection(ops.list_documents(ctx.session, ctx.identity, ctx.settings, first=first,
+                                         after=after, collection=collection, kind=kind, state=state,
+                                         include_hidden=includeHidden))
 
 
 @query.field("document")
-def resolve_document(_: None, info: Any, collection: str, path: str) -> dict[str, Any] | None:
+def resolve_document(_: None, info: Any, collection: str, path: str) -> Any:
     ctx = _ctx(info)
-    view = ops.get_document(ctx.session, ctx.identity, collection, path)
-    return _document(view) if view else None
+    return as_graphql(ops.get_document(ctx.session, ctx.identity, collection, path))
 
 
 @query.field("documentById")
-def resolve_document_by_id(_: None, info: Any, id: str) -> dict[str, Any] | None:
+def resolve_document_by_id(_: None, info: Any, id: str) -> Any:
     ctx = _ctx(info)
-    view = ops.get_document_by_id(ctx.session, ctx.identity, ops.parse_id(id))
-    return _document(view) if view else None
+    return as_graphql(ops.document_by_id(ctx.session, ctx.identity, ops.parse_id(id)))
 
 
 def _evidence(ev: Evidence) -> dict[str, Any]:
@@ -199,58 +206,26 @@ def resolve_recall(_: None, info: Any, question: str, asker: str | None = None,
             "rendered": result.rendered, "evidence": [_evidence(e) for e in result.evidence]}
 
 
-def _auditor(ctx: RequestContext, what: str) -> tuple[Engine, Any]:
+def _auditor(ctx: RequestContext, what: str) -> tuple[Engine, uuid.UUID]:
     """The auditor engine and the caller's tenant id, for auditor-only fields."""
-    if "auditor" not in ctx.identity.roles:
-        raise Forbidden(f"{what} is for auditors: the token needs the engram:auditor scope")
+    tenant = audit.auditor_tenant(ctx.session, ctx.identity, what)
     if ctx.auditor_engine is None:
         raise EngramError("no auditor connection is configured on this server")
-    return ctx.auditor_engine(), ctx.session.execute(select(func.auth.tenant_id())).scalar_one()
+    return ctx.auditor_engine(), tenant
 
 
 @query.field("provenance")
 def resolve_provenance(_: None, info: Any, table: str, rowId: Any,  # noqa: N803
-                       direction: str = "back", maxDepth: int = 10) -> dict[str, Any]:  # noqa: N803
-    from orchestrator.audit.lineage import lineage
-
-    if not isinstance(rowId, dict):
-        raise BadInput('rowId is the row\'s key as a JSON object, e.g. {"id": "..."}')
+                       direction: str = "back", maxDepth: int = 10) -> Any:  # noqa: N803
     engine, tenant = _auditor(_ctx(info), "provenance")
-    # Read as engram_auditor, always for the caller's own tenant: keys and hashes, no content.
-    with engine.connect() as conn:
-        found = lineage(conn, tenant, table, rowId, direction=direction,  # type: ignore[arg-type]
-                        max_depth=maxDepth)
-    return {
-        "proven": found.proven(),
-        "nodes": [{"table": n.table, "rowId": n.row_id, "eventSeqs": [e.seq for e in n.events]}
-                  for n in found.nodes.values()],
-        "edges": [{"relation": e.relation, "derivedTable": e.derived[0],
-                   "derivedRowId": found.nodes[e.derived].row_id,
-                   "sourceTable": e.source[0] if e.source else None,
-                   "sourceRowId": found.nodes[e.source].row_id if e.source else None,
-                   "sourceAgentId": str(e.source_agent_id) if e.source_agent_id else None,
-                   "depth": e.depth, "eventSeq": e.event.seq if e.event else None}
-                  for e in found.edges],
-    }
+    return as_graphql(audit.provenance(engine, tenant, table, rowId,
+                                       direction=direction, max_depth=maxDepth))  # type: ignore[arg-type]
 
 
 @query.field("verifyChain")
-def resolve_verify_chain(_: None, info: Any, rows: bool = True) -> dict[str, Any]:
-    from orchestrator.audit import chain
-
+def resolve_verify_chain(_: None, info: Any, rows: bool = True) -> Any:
     engine, tenant = _auditor(_ctx(info), "verifyChain")
-    # The chain is read as engram_auditor, and only the caller's own tenant's.
-    with engine.connect() as conn:
-        reports = chain.verify(conn, tenant, rows=rows)
-    if not reports:
-        return {"ok": True, "checked": 0, "headSeq": None, "headHash": None, "brokenAt": None,
-                "problem": None, "rowProblems": []}
-    r = reports[0]
-    return {"ok": r.ok, "checked": r.checked, "headSeq": r.head_seq,
-            "headHash": r.head_hash.hex() if r.head_hash else None,
-            "brokenAt": r.chain_break.seq if r.chain_break else None,
-            "problem": r.chain_break.problem if r.chain_break else None,
-            "rowProblems": [f"{p.table_name} {p.row_id}: {p.problem}" for p in r.row_problems]}
+    return as_graphql(audit.verify_chain(engine, tenant, rows=rows))
 
 
 @mutation.field("upsertDocument")
@@ -264,7 +239,7 @@ def resolve_upsert(_: None, info: Any, input: dict[str, Any]) -> dict[str, Any]:
         body=input["body"], scopes=tuple(input["scopes"]), kind=input.get("kind") or "note",
         state=input.get("state"), area=input.get("area"), metadata=metadata)
     result, view = ops.upsert_document(ctx.session, ctx.identity, doc, ctx.settings)
-    return {"document": _document(view), "created": result.created, "changed": result.changed,
+    return {"document": as_graphql(view), "created": result.created, "changed": result.changed,
             "chunks": result.chunks}
 
 
@@ -274,23 +249,21 @@ def resolve_delete(_: None, info: Any, collection: str, path: str) -> dict[str, 
 
 
 @mutation.field("pin")
-def resolve_pin(_: None, info: Any, id: str, pinned: bool = True) -> dict[str, Any]:
+def resolve_pin(_: None, info: Any, id: str, pinned: bool = True) -> Any:
     ctx = _ctx(info)
-    return _document(ops.pin(ctx.session, ctx.identity, ops.parse_id(id), pinned))
+    return as_graphql(ops.pin(ctx.session, ctx.identity, ops.parse_id(id), pinned))
 
 
 @mutation.field("snooze")
-def resolve_snooze(_: None, info: Any, id: str, until: datetime | None = None
-                   ) -> dict[str, Any]:
+def resolve_snooze(_: None, info: Any, id: str, until: datetime | None = None) -> Any:
     ctx = _ctx(info)
-    return _document(ops.snooze(ctx.session, ctx.identity, ops.parse_id(id), until))
+    return as_graphql(ops.snooze(ctx.session, ctx.identity, ops.parse_id(id), until))
 
 
 @mutation.field("archive")
-def resolve_archive(_: None, info: Any, id: str, archived: bool = True
-                    ) -> dict[str, Any]:
+def resolve_archive(_: None, info: Any, id: str, archived: bool = True) -> Any:
     ctx = _ctx(info)
-    return _document(ops.archive(ctx.session, ctx.identity, ops.parse_id(id), archived))
+    return as_graphql(ops.archive(ctx.session, ctx.identity, ops.parse_id(id), archived))
 
 
 @lru_cache(maxsize=1)
@@ -342,30 +315,95 @@ def depth_limit(max_depth: int) -> type[ValidationRule]:
     return DepthLimit
 
 
-COST_MAP: dict[str, dict[str, Any]] = {
-    "Query": {"documents": {"complexity": 1, "multipliers": ["first"]},
-              # One recall is a statement over every lane, an embedding and a rerank.
-              "recall": {"complexity": 50}, "memoryPrepare": {"complexity": 50}},
+# What one call of a field costs, relative to reading one value (every field not named here
+# costs 1, every mutation MUTATION_COST). A multiplier scales the field and everything
+# selected under it: page sizes, the depth of a lineage walk, the items of a list argument.
+# The default limit (ENGRAM_API_MAX_COST 5000) then admits a full page of 100 documents,
+# under 50 recalls, 4 chain verifications or 200 small writes in one request, and refuses
+# floods of aliased heavy fields.
+PAGED = {"complexity": 1, "multipliers": ["first"]}
+FIELD_COSTS: dict[str, dict[str, dict[str, Any]]] = {
+    "Query": {
+        "documents": PAGED, "entities": PAGED, "facts": PAGED, "conflicts": PAGED,
+        "quarantine": PAGED, "workingMemory": PAGED,
+        # A statement over every lane, a query embedding and a cross-encoder pass.
+        "recall": {"complexity": 100}, "memoryPrepare": {"complexity": 100},
+        # A recursive walk plus one chain probe per node, per level.
+        "provenance": {"complexity": 20, "multipliers": ["maxDepth"]},
+        # Recomputes every event hash of the tenant (and every row's, by default).
+        "verifyChain": {"complexity": 1000},
+    },
+    "Mutation": {
+        # Chunking, lexical vectors, queued embeddings and chain events per chunk.
+        "upsertDocument": {"complexity": 100},
+        "markUsed": {"complexity": 5, "multipliers": ["items", "claimIds"]},
+    },
 }
+MUTATION_COST = 25
+
+
+@lru_cache(maxsize=1)
+def cost_map() -> dict[str, dict[str, Any]]:
+    """A cost for every field of every object type of the schema (introspection aside)."""
+    from graphql import GraphQLObjectType
+
+    schema = build_schema()
+    costs: dict[str, dict[str, Any]] = {}
+    for name, type_ in schema.type_map.items():
+        if name.startswith("__") or not isinstance(type_, GraphQLObjectType):
+            continue
+        default = {"complexity": MUTATION_COST if type_ is schema.mutation_type else 1}
+        given = FIELD_COSTS.get(name, {})
+        costs[name] = {f: given.get(f, default) for f in type_.fields}
+    return costs
+
+
+class _ListAwareCost(CostValidator):
+    """Ariadne's validator, with a list argument multiplying by its length (Ariadne's own
+    parsing drops lists) and only positive integers counted."""
+
+    def get_multipliers_from_string(self, multipliers: list[str], field_args: dict[str, Any]
+                                    ) -> list[int]:
+        found = []
+        for name in multipliers:
+            value = field_args.get(name)
+            if isinstance(value, (list, tuple)):
+                value = len(value)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                found.append(value)
+        return found
+
+
+def cost_limit(max_cost: int, variables: dict[str, Any] | None) -> type[ASTValidationRule]:
+    costs = cost_map()
+
+    class CostLimit(_ListAwareCost):
+        def __init__(self, context: ValidationContext) -> None:
+            super().__init__(context, max_cost, default_cost=1, variables=variables,
+                             cost_map=costs)
+
+    return CostLimit
 
 
 def validation_rules(settings: Settings, variables: dict[str, Any] | None
                      ) -> list[type[ASTValidationRule]]:
-    return [depth_limit(settings.api_max_depth),
-            cost_validator(settings.api_max_cost, variables=variables, cost_map=COST_MAP)]
+    return [depth_limit(settings.api_max_depth), cost_limit(settings.api_max_cost, variables)]
 
 
 def format_error(error: GraphQLError, debug: bool = False) -> dict[str, Any]:
     formatted: dict[str, Any] = dict(error.formatted)
-    original = error.original_error
-    if isinstance(original, EngramError):
+    original: BaseException | None = error.original_error
+    if isinstance(original, DBAPIError):
+        # A refusal the database worded for the caller keeps its code; anything else stays hidden.
+        mapped = translate(original)
+        if mapped.code != EngramError.code:
+            original = mapped
+    if isinstance(original, EngramError) and is_public(original):
         formatted["message"] = original.message
         formatted["extensions"] = {"code": original.code}
     elif original is not None:
         # Never show an unexpected exception's text: it may carry SQL or data.
-        error_id = uuid.uuid4().hex[:12]
-        log.error("unexpected error %s in %s", error_id, error.path, exc_info=original)
-        formatted["message"] = f"internal error (reference {error_id})"
+        formatted["message"] = internal_message(original, error.path)
         formatted["extensions"] = {"code": "INTERNAL"}
     else:
         # Parse and validation errors, the depth and cost limits among them.

@@ -6,11 +6,20 @@ with httpx) or a local file (the development key's JWKS). Keys are cached for
 because issuers rotate keys by publishing the new one before signing with it.
 Refreshes caused by unknown kids are rate limited (``min_refresh_s``) so that a
 stream of forged kids cannot turn every request into a fetch.
+
+When a refresh fails (the issuer is down), the set keeps answering from the
+keys it holds for ``grace_s`` past their expiry, and logs it; the next fetch
+waits ``min_refresh_s``, doubling after each failure up to ``retry_max_s``, so
+an outage costs one fetch per back-off step, never one per request. Past the
+grace period the cached keys are refused. Only one thread fetches at a time;
+the others answer from the cache meanwhile, or wait when it cannot answer.
+Fetches run in the caller's thread: the API calls ``verify`` off its event loop.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +33,7 @@ from jwt.exceptions import PyJWKError
 from orchestrator.errors import Unauthenticated
 
 Fetch = Callable[[], dict[str, Any]]
+log = logging.getLogger("engram.auth.jwks")
 
 
 def url_fetcher(url: str, timeout_s: float = 5.0) -> Fetch:
@@ -52,37 +62,106 @@ def file_fetcher(path: Path) -> Fetch:
 
 class KeySet:
     def __init__(self, fetch: Fetch, *, ttl_s: float = 600.0, min_refresh_s: float = 10.0,
+                 grace_s: float = 3600.0, retry_max_s: float = 300.0, name: str = "the issuer",
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._fetch = fetch
         self._ttl_s = ttl_s
         self._min_refresh_s = min_refresh_s
+        self._grace_s = grace_s
+        self._retry_max_s = max(retry_max_s, min_refresh_s)
+        self._name = name
         self._clock = clock
         self._keys: dict[str, dict[str, Any]] = {}
         self._loaded_at: float | None = None
-        self._lock = threading.Lock()
+        self._failures = 0
+        self._retry_at = 0.0
+        self._last_error: Unauthenticated | None = None
+        self._fetching = False
+        self._cond = threading.Condition()
         self.fetches = 0
 
+    def _wanted(self, kid: str, now: float) -> bool:
+        """Whether this lookup should fetch now (called holding the lock)."""
+        if now < self._retry_at:
+            return False
+        if self._loaded_at is None or now - self._loaded_at > self._ttl_s:
+            return True
+        return kid not in self._keys and now - self._loaded_at >= self._min_refresh_s
+
+    def _usable(self, kid: str, now: float) -> bool:
+        """Whether the cache may answer for ``kid`` without a fetch (called holding the lock)."""
+        return (kid in self._keys and self._loaded_at is not None
+                and now - self._loaded_at <= self._ttl_s + self._grace_s)
+
     def _refresh(self) -> None:
-        data = self._fetch()
-        self.fetches += 1
-        keys = data.get("keys") if isinstance(data, dict) else None
-        if not isinstance(keys, list):
-            raise Unauthenticated("the issuer's key set has no 'keys' list")
-        self._keys = {str(k["kid"]): k for k in keys if isinstance(k, dict) and "kid" in k}
-        self._loaded_at = self._clock()
+        """One fetch, outside the lock; records the keys or the failure and its back-off."""
+        try:
+            data = self._fetch()
+            keys = data.get("keys") if isinstance(data, dict) else None
+            if not isinstance(keys, list):
+                raise Unauthenticated(f"{self._name}'s key set has no 'keys' list")
+            fresh = {str(k["kid"]): k for k in keys if isinstance(k, dict) and "kid" in k}
+        except Unauthenticated as exc:
+            with self._cond:
+                self.fetches += 1
+                self._failures += 1
+                wait = min(self._retry_max_s, self._min_refresh_s * 2 ** (self._failures - 1))
+                now = self._clock()
+                self._retry_at = now + wait
+                self._last_error = exc
+                if self._loaded_at is not None:
+                    left = self._loaded_at + self._ttl_s + self._grace_s - now
+                    if left > 0:
+                        log.warning("%s; serving the %d cached key(s) for up to %.0f s more; "
+                                    "next try in %.0f s", exc.message, len(self._keys), left, wait)
+                    else:
+                        log.error("%s; the cached keys are past their grace period and refused; "
+                                  "next try in %.0f s", exc.message, wait)
+                else:
+                    log.error("%s; next try in %.0f s", exc.message, wait)
+            return
+        with self._cond:
+            self.fetches += 1
+            if self._failures:
+                log.info("%s's key set is readable again after %d failed fetch(es)",
+                         self._name, self._failures)
+            self._keys = fresh
+            self._loaded_at = self._clock()
+            self._failures = 0
+            self._retry_at = 0.0
+            self._last_error = None
 
     def jwk(self, kid: str) -> dict[str, Any]:
         """The JSON Web Key with this kid, refreshing the cache when it is stale or lacks it."""
-        with self._lock:
-            now = self._clock()
-            stale = self._loaded_at is None or now - self._loaded_at > self._ttl_s
-            may_refresh = self._loaded_at is None or now - self._loaded_at >= self._min_refresh_s
-            if stale or (kid not in self._keys and may_refresh):
-                self._refresh()
-            found = self._keys.get(kid)
-        if found is None:
-            raise Unauthenticated(f"the token's signing key {kid!r} is not in the issuer's key set")
-        return found
+        with self._cond:
+            while True:
+                now = self._clock()
+                if self._wanted(kid, now) and not self._fetching:
+                    self._fetching = True
+                    break
+                if self._fetching and not self._usable(kid, now):
+                    # Another thread is fetching what this lookup needs: wait for its result.
+                    self._cond.wait()
+                    continue
+                return self._answer(kid, now)
+        try:
+            self._refresh()
+        finally:
+            with self._cond:
+                self._fetching = False
+                self._cond.notify_all()
+        with self._cond:
+            return self._answer(kid, self._clock())
+
+    def _answer(self, kid: str, now: float) -> dict[str, Any]:
+        """The cached key for ``kid``, or the refusal that says why not (holding the lock)."""
+        if self._usable(kid, now):
+            return self._keys[kid]
+        if self._last_error is not None and (self._loaded_at is None or kid in self._keys):
+            # The keys could not be (re)read and the cache cannot answer: say so.
+            raise Unauthenticated(f"{self._last_error.message} (next try in "
+                                  f"{max(0.0, self._retry_at - now):.0f} s)")
+        raise Unauthenticated(f"the token's signing key {kid!r} is not in the issuer's key set")
 
     def key(self, kid: str, algorithm: str) -> PyJWK:
         jwk = self.jwk(kid)

@@ -103,7 +103,8 @@ class TokenVerifier:
             url = settings.auth_jwks_url or settings.auth_issuer.rstrip("/") + "/jwks"
             verifier.issuers[settings.auth_issuer] = KeySet(
                 url_fetcher(url), ttl_s=settings.auth_jwks_ttl_s,
-                min_refresh_s=settings.auth_jwks_min_refresh_s)
+                min_refresh_s=settings.auth_jwks_min_refresh_s, grace_s=settings.auth_jwks_grace_s,
+                retry_max_s=settings.auth_jwks_retry_max_s, name=f"issuer {settings.auth_issuer}")
         if dev_key_trusted(settings):
             # Re-read the file on an unknown kid, so a new dev key needs no restart.
             verifier.issuers[settings.auth_dev_issuer] = KeySet(

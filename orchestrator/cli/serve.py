@@ -25,7 +25,7 @@ def serve_api(settings: Settings, host: str | None = None, port: int | None = No
     from orchestrator.api.app import create_app
     from orchestrator.db.engine import Database, make_app_engine
 
-    engine = make_app_engine(Database(settings).app_url())
+    engine = make_app_engine(Database(settings).app_url(), pool_size=settings.api_threads)
     app = create_app(settings, engine)
     host = host or settings.api_host
     port = port or settings.api_port
@@ -113,14 +113,12 @@ def mcp(
     port: Annotated[int, typer.Option(help="port for --http")] = 8701,
 ) -> None:
     """Serve Engram's MCP tools: stdio for the identity of ENGRAM_TOKEN, or --http."""
-    from orchestrator.api.mcp import build_server, http_server
-    from orchestrator.client import Engram
+    from orchestrator.api.mcp import http_server, stdio_server
+    from orchestrator.db.engine import Database, make_app_engine
     from orchestrator.errors import EngramError
 
     settings = Settings()
     if http:
-        from orchestrator.db.engine import Database, make_app_engine
-
         engine = make_app_engine(Database(settings).app_url())
         host = host or settings.api_host
         try:
@@ -131,12 +129,13 @@ def mcp(
     if not token:
         typer.echo("error: set ENGRAM_TOKEN (or --token) to the agent's bearer token", err=True)
         raise typer.Exit(2)
+    engine = make_app_engine(Database(settings).app_url(), pool_size=2)
     try:
-        engram = Engram.connect(token, settings)
-    except EngramError as exc:
-        typer.echo(f"error: {exc} ({exc.code})", err=True)
-        raise typer.Exit(2) from exc
-    try:
-        build_server(lambda: engram).run("stdio")
+        try:
+            server = stdio_server(settings, engine, token)
+        except EngramError as exc:
+            typer.echo(f"error: {exc} ({exc.code})", err=True)
+            raise typer.Exit(2) from exc
+        server.run("stdio")
     finally:
-        engram.close()
+        engine.dispose()

@@ -156,6 +156,11 @@ class Settings(BaseSettings):
     # An unknown kid refreshes the JWKS at most this often, so forged kids cannot
     # turn every request into a fetch.
     auth_jwks_min_refresh_s: float = 10.0
+    # When the JWKS cannot be refreshed (an issuer outage), tokens signed by keys already
+    # cached keep verifying for this long past the cache's expiry; refetches back off from
+    # auth_jwks_min_refresh_s, doubling up to auth_jwks_retry_max_s, never one per request.
+    auth_jwks_grace_s: float = 3600.0
+    auth_jwks_retry_max_s: float = 300.0
     auth_leeway_s: float = 30.0
     # Local development key (``engram auth dev-key``); trusted when this is true, or,
     # unset, when the database is the embedded one.
@@ -173,6 +178,9 @@ class Settings(BaseSettings):
     api_max_depth: int = 10
     api_max_cost: int = 5_000
     api_max_page_size: int = 100
+    # GraphQL operations running at once, each in a thread; `engram serve` sizes the app
+    # engine's pool to twice this (a recall holds the request's connection and its own).
+    api_threads: int = 64
 
     # Summaries and RAPTOR (orchestrator/derive/summarize.py, raptor.py). Summaries are
     # extractive unless both endpoint fields are set: then abstractive through that

@@ -11,6 +11,7 @@ scope they only read; a dry run and ``apply`` therefore list the same rows.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
@@ -148,18 +149,22 @@ def mark_used(session: Session, doc_id: uuid.UUID, *, channel: str = "python") -
                                               item_table="sources.documents", item_id=doc_id))
 
 
-def mark_evidence_used(session: Session, items: list[tuple[str, uuid.UUID]], *,
-                       channel: str = "python") -> int:
+def mark_evidence_used(session: Session, items: Sequence[tuple[str, uuid.UUID]] = (), *,
+                       claim_ids: Sequence[uuid.UUID] = (), channel: str = "python") -> int:
     """Feedback that served evidence helped: one usage-ledger row per item.
 
     ``items`` are the ``(item_table, item_id)`` handles recall returns with each
-    evidence. A source excerpt counts as a use of its document (which resets the
-    document's lifecycle clock); a fact also counts one access on its claim. Items
-    the caller cannot read are not found, and nothing is recorded for any of them.
-    Returns how many items were recorded.
+    evidence; ``claim_ids`` is the short form for facts. A source excerpt counts as
+    a use of its document (which resets the document's lifecycle clock); a fact
+    also counts one access on its claim. Items the caller cannot read are not
+    found, and nothing is recorded for any of them. Returns how many items were
+    recorded.
     """
     from orchestrator.recall.tail import CLAIMS, ITEM_KINDS
 
+    items = [*items, *((CLAIMS, c) for c in claim_ids)]
+    if not items:
+        raise BadInput("give the items (or claim ids) that were used")
     if channel not in CHANNELS:
         raise BadInput(f"unknown channel {channel!r}; one of {', '.join(CHANNELS)}")
     known = {*ITEM_KINDS, "sources.documents"}

@@ -324,15 +324,17 @@ def canonical_entity(session: Session, entity_id: uuid.UUID) -> uuid.UUID | None
 # --- reads ---------------------------------------------------------------------------
 
 
-def current_facts(session: Session, entity_id: uuid.UUID, *, include_beaten: bool = False
-                  ) -> list[Fact]:
-    """Current claims about an entity (merges followed), keyed facts applied."""
+def current_facts(session: Session, entity_id: uuid.UUID, *, include_beaten: bool = False,
+                  limit: int | None = None) -> list[Fact]:
+    """Current claims about an entity (merges followed), keyed facts applied; at most ``limit``.
+
+    An entity the caller cannot see is ``NotFound``, whether it exists elsewhere or nowhere."""
     subject = canonical_entity(session, entity_id)
     if subject is None:
-        return []
+        raise NotFound(f"entity {entity_id} does not exist in this tenant or is not visible")
     c = effective_claims.c
     stmt = select(effective_claims).where(c.subject_id == subject).order_by(
-        c.predicate, c.recorded_at, c.id)
+        c.predicate, c.recorded_at, c.id).limit(limit)
     if not include_beaten:
         stmt = stmt.where(c.beaten_by.is_(None))
     return [Fact(id=r.id, text=r.text, subject_id=r.subject_id, predicate=r.predicate,
@@ -345,8 +347,10 @@ def current_facts(session: Session, entity_id: uuid.UUID, *, include_beaten: boo
             for r in session.execute(stmt)]
 
 
-def conflicts(session: Session, *, status: str | None = None) -> list[ConflictRow]:
-    stmt = select(FactConflict).order_by(FactConflict.detected_at, FactConflict.id)
+def conflicts(session: Session, *, status: str | None = None, limit: int | None = None
+              ) -> list[ConflictRow]:
+    """Conflicts the caller can read, oldest first; at most ``limit``."""
+    stmt = select(FactConflict).order_by(FactConflict.detected_at, FactConflict.id).limit(limit)
     if status is not None:
         stmt = stmt.where(FactConflict.status == status)
     return [ConflictRow(r.id, r.kind, r.claim_a, r.claim_b, r.subject_id, r.predicate,
@@ -368,6 +372,8 @@ def resolve_conflict(session: Session, conflict_id: uuid.UUID, strategy: Strateg
         raise BadInput(f"strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
     if strategy == "manual" and winner is None:
         raise BadInput("a manual resolution names the winning claim")
+    # An unreadable conflict is the database's NotFound (P0002); an unreadable winner is too.
+    require_visible(session, FactClaim, [winner] if winner else [], "claim")
     with savepoint(session):
         result: uuid.UUID | None = session.execute(
             text("select knowledge.resolve_conflict(:c, cast(:s as knowledge.resolution_strategy), :w)"),
@@ -375,9 +381,10 @@ def resolve_conflict(session: Session, conflict_id: uuid.UUID, strategy: Strateg
         return result
 
 
-def quarantine(session: Session, *, status: str | None = "held") -> list[QuarantineRow]:
-    """Quarantined claims the caller wrote or can read."""
-    stmt = select(Quarantine).order_by(Quarantine.created_at, Quarantine.id)
+def quarantine(session: Session, *, status: str | None = "held", limit: int | None = None
+               ) -> list[QuarantineRow]:
+    """Quarantined claims the caller wrote or can read, oldest first; at most ``limit``."""
+    stmt = select(Quarantine).order_by(Quarantine.created_at, Quarantine.id).limit(limit)
     if status is not None:
         stmt = stmt.where(Quarantine.status == status)
     return [QuarantineRow(r.id, r.shape_id, tuple(r.reasons), r.payload, r.status,

@@ -135,9 +135,10 @@ def add_working_memory(session: Session, session_id: str, text: str, scopes: Seq
         return new_id
 
 
-def working_memory(session: Session, session_id: str | None = None) -> list[str]:
-    """The bound user's unexpired items, oldest first."""
+def working_memory(session: Session, session_id: str | None = None, *, limit: int | None = None
+                   ) -> list[str]:
+    """The bound user's unexpired items, oldest first; at most ``limit``."""
     stmt = select(WorkingMemoryItem.text).where(WorkingMemoryItem.expires_at > func.now())
     if session_id is not None:
         stmt = stmt.where(WorkingMemoryItem.session_id == session_id)
-    return list(session.execute(stmt.order_by(WorkingMemoryItem.created_at)).scalars())
+    return list(session.execute(stmt.order_by(WorkingMemoryItem.created_at).limit(limit)).scalars())

@@ -24,6 +24,7 @@ from sqlalchemy import Engine
 
 from orchestrator.api.app import create_app
 from orchestrator.auth.devkey import create_dev_key, mint_token
+from orchestrator.auth.tokens import TokenVerifier
 from orchestrator.config import Settings
 from orchestrator.db.server import free_port
 
@@ -68,17 +69,17 @@ class ApiServer:
 def api_settings(base: Settings, home: Path, **overrides: Any) -> Settings:
     values = base.model_dump()
     values.update(auth_dev_key_path=home / "auth" / "dev-signing-key.pem", auth_trust_dev_key=True,
-                  api_max_body_bytes=256 * 1024, api_max_depth=6, api_max_cost=800,
-                  max_document_chars=100_000)
+                  api_max_body_bytes=256 * 1024, api_max_depth=6, max_document_chars=100_000)
     values.update(overrides)
     return Settings(**values)
 
 
 @contextmanager
-def serve(s: Settings, app_engine: Engine) -> Iterator[ApiServer]:
+def serve(s: Settings, app_engine: Engine, verifier: TokenVerifier | None = None
+          ) -> Iterator[ApiServer]:
     """uvicorn serving Engram's app in a thread, on a free port, until the block ends."""
     port = free_port()
-    config = uvicorn.Config(create_app(s, app_engine), host="127.0.0.1", port=port,
+    config = uvicorn.Config(create_app(s, app_engine, verifier), host="127.0.0.1", port=port,
                             log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

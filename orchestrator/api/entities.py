@@ -1,0 +1,85 @@
+"""Entity reads shared by the GraphQL resolvers, the Python client and MCP.
+
+Entities are typed names with aliases (``knowledge.entities``); resolution and
+merging live in ``orchestrator.ingest.knowledge`` and the database. A listing
+shows canonical entities only (a merged-away entity still answers by id, with
+``merged_into`` naming its survivor), ordered by type, normalised name and id.
+A search ``query`` is normalised as resolution normalises names (the SQL
+function ``knowledge.normalize_name``) and matches inside the name or any alias.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session
+
+from orchestrator.api.documents import (
+    Page,
+    ScopeView,
+    encode_cursor,
+    keyset_page,
+    scope_views,
+    scopes_of,
+)
+from orchestrator.auth import Identity
+from orchestrator.config import Settings
+from orchestrator.db.knowledge_models import Entity
+from orchestrator.errors import BadInput, NotFound
+
+
+@dataclass(frozen=True)
+class EntityView:
+    id: uuid.UUID
+    type: str
+    name: str
+    aliases: list[str]
+    summary: str | None
+    scopes: list[ScopeView]
+    merged_into: uuid.UUID | None
+    created_by: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+EntityPage = Page[EntityView]
+
+
+def _views(session: Session, identity: Identity, rows: list[Entity]) -> list[EntityView]:
+    if not rows:
+        return []
+    scopes = scope_views(session, identity)
+    return [EntityView(e.id, e.entity_type, e.canonical_name, list(e.aliases), e.summary,
+                       scopes_of(scopes, e.scopes), e.merged_into, e.created_by, e.created_at,
+                       e.updated_at) for e in rows]
+
+
+def list_entities(session: Session, identity: Identity, settings: Settings, *,
+                  query: str | None = None, entity_type: str | None = None, first: int = 20,
+                  after: str | None = None) -> EntityPage:
+    stmt = select(Entity).where(Entity.merged_into.is_(None))
+    if entity_type is not None:
+        stmt = stmt.where(Entity.entity_type == entity_type)
+    if query is not None:
+        key = session.execute(select(func.knowledge.normalize_name(query))).scalar()
+        if key is None:
+            raise BadInput(f"the entity query {query!r} must contain a letter or digit")
+        # Normalised keys never hold '|', so a match cannot span two aliases.
+        stmt = stmt.where(or_(Entity.name_key.contains(key, autoescape=True),
+                              func.array_to_string(Entity.alias_keys, "|").contains(key, autoescape=True)))
+    rows, more, before = keyset_page(session, stmt, (Entity.entity_type, Entity.name_key, Entity.id),
+                                     first=first, after=after, max_page=settings.api_max_page_size)
+    keys = {e.id: e.name_key for e in rows}
+    return Page([(encode_cursor(v.type, keys[v.id], str(v.id)), v)
+                 for v in _views(session, identity, rows)], more, before)
+
+
+def entity_by_id(session: Session, identity: Identity, entity_id: uuid.UUID) -> EntityView:
+    """The entity with this id; ``NotFound`` when the caller cannot read one."""
+    row = session.execute(select(Entity).where(Entity.id == entity_id)).scalar_one_or_none()
+    if row is None:
+        raise NotFound(f"no entity {entity_id} that you can read")
+    return _views(session, identity, [row])[0]
