@@ -262,13 +262,16 @@ class Engram:
         return self._recaller
 
     def recall(self, question: str, *, asker: str | None = None, budget_tokens: int | None = None,
-               mode: str | None = None) -> RecallResult:
-        return self.recaller.recall(self.identity, question, asker, budget_tokens, mode)
+               mode: str | None = None, session: str | None = None) -> RecallResult:
+        """``session``: the asker's current working-memory session (all of theirs when None)."""
+        return self.recaller.recall(self.identity, question, asker, budget_tokens, mode, session)
 
     def memory_prepare(self, question: str, *, asker: str | None = None,
-                       budget_tokens: int | None = None, mode: str | None = None) -> PreparedMemory:
+                       budget_tokens: int | None = None, mode: str | None = None,
+                       session: str | None = None) -> PreparedMemory:
         """One bundle under one budget: keyed facts, evidence, lessons, episodes, documents."""
-        return self.recaller.prepare(self.identity, question, asker, budget_tokens, mode)[0]
+        return self.recaller.prepare(self.identity, question, asker, budget_tokens, mode,
+                                     session)[0]
 
 
 def _id(value: uuid.UUID | str, what: str = "document") -> uuid.UUID:

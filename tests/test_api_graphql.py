@@ -473,3 +473,29 @@ def test_recall_mode_reaches_the_recall(api_server: ApiServer, tenant_factory: T
     response = api_server.post(token, q, {"q": question, "m": "sideways"})
     error = error_of(response)
     assert error["extensions"]["code"] == "BAD_USER_INPUT" and "unknown mode 'sideways'" in error["message"]
+
+
+def test_recall_session_reaches_the_working_memory_lane(api_server: ApiServer,  # noqa: F811
+                                                        tenant_factory: Tenants) -> None:
+    t = tenant_factory("team")
+    token = writer(api_server, t)
+    for session, text_ in (("kitchen", "The oven timer is set for 40 minutes."),
+                           ("garage", "The oven mitts are in the garage drawer.")):
+        api_server.gql(token, 'mutation($s: String!, $t: String!) { remember(sessionId: $s, '
+                              'text: $t, scopes: ["team"]) }', {"s": session, "t": text_})
+    q = """query($q: String!, $s: String) { recall(question: $q, sessionId: $s) {
+             evidence { kind text } }
+           memoryPrepare(question: $q, sessionId: $s) { rendered } }"""
+
+    def notes(session: str | None) -> tuple[set[str], str]:
+        data = api_server.gql(token, q, {"q": "what about the oven?", "s": session})
+        return ({e["text"] for e in data["recall"]["evidence"] if e["kind"] == "session note"},
+                data["memoryPrepare"]["rendered"])
+
+    assert notes(None)[0] == {"The oven timer is set for 40 minutes.",
+                              "The oven mitts are in the garage drawer."}
+    kitchen, rendered = notes("kitchen")
+    assert kitchen == {"The oven timer is set for 40 minutes."}
+    assert "garage drawer" not in rendered
+    error = error_of(api_server.post(token, q, {"q": "oven", "s": " "}))
+    assert error["extensions"]["code"] == "BAD_USER_INPUT" and "session must be" in error["message"]

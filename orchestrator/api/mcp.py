@@ -142,21 +142,23 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
     @server.tool()
     @coded
     def recall(question: str, asker: str | None = None, budget_tokens: int | None = None,
-               mode: str | None = None) -> dict[str, Any]:
+               mode: str | None = None, session_id: str | None = None) -> dict[str, Any]:
         """Evidence for a question from everything this identity may read, within a token budget.
-        mode (causal, timeline) adds weight to those lanes."""
-        result = engram_for().recall(question, asker=asker, budget_tokens=budget_tokens, mode=mode)
+        mode (causal, timeline) adds weight to those lanes; session_id limits the session notes
+        to the asker's current session."""
+        result = engram_for().recall(question, asker=asker, budget_tokens=budget_tokens, mode=mode,
+                                     session=session_id)
         return {"rendered": result.rendered, "used_tokens": result.used_tokens,
                 "evidence": [_evidence(e) for e in result.evidence]}
 
     @server.tool()
     @coded
-    def memory_prepare(question: str, asker: str | None = None, budget_tokens: int | None = None
-                       ) -> str:
+    def memory_prepare(question: str, asker: str | None = None, budget_tokens: int | None = None,
+                       session_id: str | None = None) -> str:
         """One prompt-ready bundle under one budget: current keyed facts about the entities in
         play, relevant evidence, lessons, recent episodes and top documents."""
-        return str(engram_for().memory_prepare(question, asker=asker,
-                                               budget_tokens=budget_tokens).rendered)
+        return str(engram_for().memory_prepare(question, asker=asker, budget_tokens=budget_tokens,
+                                               session=session_id).rendered)
 
     @server.tool()
     @coded

@@ -30,6 +30,8 @@ Write = Annotated[str, typer.Option(help="write scopes of a minted token, e.g. c
 Asker = Annotated[str | None, typer.Option(help="who asks (enriches the query embedding)")]
 Budget = Annotated[int | None, typer.Option(help="token budget (default from settings)")]
 Mode = Annotated[str | None, typer.Option(help="causal or timeline: adds weight, never removes")]
+SessionOpt = Annotated[str | None, typer.Option("--session",
+                                                help="the asker's working-memory session only")]
 
 
 def _fail(message: str) -> NoReturn:
@@ -39,7 +41,7 @@ def _fail(message: str) -> NoReturn:
 
 def _run(question: str, token: str | None, org: str | None, user: str, read: str, write: str,
          asker: str | None, budget: int | None, mode: str | None, show_trace: bool,
-         prepare: bool = False) -> None:
+         prepare: bool = False, session: str | None = None) -> None:
     from orchestrator.cli.auth import cli_identity, parse_scopes
     from orchestrator.db.engine import Database, make_app_engine
     from orchestrator.recall import Recaller
@@ -53,7 +55,7 @@ def _run(question: str, token: str | None, org: str | None, user: str, read: str
         try:
             recaller = Recaller(engine, settings)
             result, trace = (recaller.prepare if prepare else recaller.trace)(
-                identity, question, asker, budget, mode)
+                identity, question, asker, budget, mode, session)
         finally:
             engine.dispose()
     except EngramError as exc:
@@ -68,26 +70,28 @@ def _run(question: str, token: str | None, org: str | None, user: str, read: str
 def recall_command(question: Annotated[str, typer.Argument(help="the question")],
                    token: Token = None, org: Org = None, user: User = "dev", read: Read = "",
                    write: Write = "", asker: Asker = None, budget: Budget = None,
-                   mode: Mode = None) -> None:
+                   mode: Mode = None, session: SessionOpt = None) -> None:
     """Recall evidence for QUESTION and print the prompt-ready string."""
-    _run(question, token, org, user, read, write, asker, budget, mode, show_trace=False)
+    _run(question, token, org, user, read, write, asker, budget, mode, show_trace=False,
+         session=session)
 
 
 def prepare_command(question: Annotated[str, typer.Argument(help="the question")],
                     token: Token = None, org: Org = None, user: User = "dev", read: Read = "",
                     write: Write = "", asker: Asker = None, budget: Budget = None,
-                    mode: Mode = None) -> None:
+                    mode: Mode = None, session: SessionOpt = None) -> None:
     """memory_prepare: keyed facts, evidence, lessons, episodes and documents under one budget."""
     _run(question, token, org, user, read, write, asker, budget, mode, show_trace=False,
-         prepare=True)
+         prepare=True, session=session)
 
 
 def trace_command(question: Annotated[str, typer.Argument(help="the question")],
                   token: Token = None, org: Org = None, user: User = "dev", read: Read = "",
                   write: Write = "", asker: Asker = None, budget: Budget = None,
-                  mode: Mode = None) -> None:
+                  mode: Mode = None, session: SessionOpt = None) -> None:
     """Show every stage of a recall: pools per lane, fusion, rerank, budget cut, timings."""
-    _run(question, token, org, user, read, write, asker, budget, mode, show_trace=True)
+    _run(question, token, org, user, read, write, asker, budget, mode, show_trace=True,
+         session=session)
 
 
 def register(app: typer.Typer) -> None:
