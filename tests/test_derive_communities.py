@@ -295,3 +295,22 @@ def test_max_levels_caps_the_hierarchy(app_engine: Engine, tenant: TenantFixture
         capped = rebuild(s, settings=settings.model_copy(update={"derive_community_max_levels": 1}))
     assert set(capped.levels) == {0} and capped.inserted == 8
     assert all(r.parent_id is None for r in _communities(app_engine, tenant, ("team",)))
+
+
+def test_full_rebuild_replaces_every_community(app_engine: Engine, tenant: TenantFixture) -> None:
+    _relate(app_engine, tenant, _ladder())
+    ident = tenant.identity(write=("team",))
+    with bound_session(app_engine, ident) as s:
+        rebuild(s)
+    before = {(r.level, frozenset(r.member_entity_ids)): r
+              for r in _communities(app_engine, tenant, ("team",))}
+    with bound_session(app_engine, ident) as s:
+        full = rebuild(s, full=True)
+    assert (full.inserted, full.deleted, full.updated, full.resummarised) == (12, 12, 0, 12)
+    after = {(r.level, frozenset(r.member_entity_ids)): r
+             for r in _communities(app_engine, tenant, ("team",))}
+    assert set(after) == set(before)  # same graph, same seed: the same hierarchy, under new ids
+    assert not {r.id for r in after.values()} & {r.id for r in before.values()}
+    assert all(after[k].summary == before[k].summary for k in after)
+    ids = {r.id for r in after.values()}
+    assert all(r.parent_id is None or r.parent_id in ids for r in after.values())

@@ -230,6 +230,7 @@ def extract_job(
 
 @derive_app.command("communities")
 def communities_job(
+    full: Annotated[bool, typer.Option("--full", help="delete and rebuild every community")] = False,
     token: Token = None, tenant: Tenant = None, user: User = "dev", scopes: Scopes = None,
 ) -> None:
     """Recluster the entity graph per scope set, every level; only changed communities are re-summarised."""
@@ -238,7 +239,8 @@ def communities_job(
 
     settings = Settings()
     with progress_bar(err, "communities") as bar:
-        r = _run(token, tenant, user, scopes, lambda s: rebuild(s, settings=settings, on_progress=bar))
+        r = _run(token, tenant, user, scopes,
+                 lambda s: rebuild(s, full=full, settings=settings, on_progress=bar))
     out.print(communities_line(r))
 
 

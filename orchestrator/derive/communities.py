@@ -17,16 +17,17 @@ most ``derive_community_max_levels`` levels are kept. A level-0 summary is made
 from the claims between its members; a higher one from its children's summaries
 and the claims that connect them.
 
-**Incremental**: each level of a scope set is matched to its stored communities
-by member set. ``input_digest`` fingerprints what a summary is made from; a
-community whose members, digest and summary method are unchanged is neither
-re-summarised nor rewritten (a parent link that moved is updated alone). A
-changed one is re-summarised and updated in place (best member overlap, so it
-keeps its id); a vanished one is deleted; a new one is inserted. A changed child
-summary changes its parent's digest, so changes climb to the top, and nothing
-else is touched. An inserted or re-summarised community goes back on the
-embedding queue (the requeue trigger resets the embedding when ``summary``
-changes), which is how its summary embedding stays current.
+**Incremental** (``full=True`` deletes and rebuilds everything instead): each
+level of a scope set is matched to its stored communities by member set.
+``input_digest`` fingerprints what a summary is made from; a community whose
+members, digest and summary method are unchanged is neither re-summarised nor
+rewritten (a parent link that moved is updated alone). A changed one is
+re-summarised and updated in place (best member overlap, so it keeps its id); a
+vanished one is deleted; a new one is inserted. A changed child summary changes
+its parent's digest, so changes climb to the top, and nothing else is touched.
+An inserted or re-summarised community goes back on the embedding queue (the
+requeue trigger resets the embedding when ``summary`` changes), which is how its
+summary embedding stays current.
 
 One run is one transaction under the job lock (``service.job_lock``), so two
 concurrent runs (a worker tick and ``engram derive communities``) queue instead
@@ -147,11 +148,15 @@ def _plan(graph: nx.Graph, evidence: list[tuple[uuid.UUID, uuid.UUID, uuid.UUID,
           max_levels: int) -> list[_Node]:
     """The communities of one scope set's graph, linked to their parents, with each level's claims."""
     nodes: list[_Node] = []
+    # Levels nest, so the community above that holds any one member holds them all.
+    holding: list[dict[uuid.UUID, _Node]] = []
     for level, communities in enumerate(hierarchy(graph, max_levels)):
-        nodes += [_Node(level, members) for members in communities]
+        here = [_Node(level, members) for members in communities]
+        holding.append({m: n for n in here for m in n.members})
+        nodes += here
     for node in nodes:
-        above = [n for n in nodes if n.level > node.level and node.members <= n.members]
-        node.parent = min(above, key=lambda n: n.level, default=None)
+        some = next(iter(node.members))
+        node.parent = next((up[some] for up in holding[node.level + 1:] if some in up), None)
         if node.parent is not None:
             node.parent.children.append(node)
     # A claim belongs to the lowest community holding both its ends: a child's claims
@@ -173,20 +178,31 @@ def _plan(graph: nx.Graph, evidence: list[tuple[uuid.UUID, uuid.UUID, uuid.UUID,
 def _match(nodes: list[_Node], stored: list[_Stored]) -> list[_Stored]:
     """Give planned nodes the stored row of their level they continue; returns the rows left over."""
     left: dict[int, dict[uuid.UUID, _Stored]] = defaultdict(dict)
+    exact: dict[tuple[int, Members], _Stored] = {}
     for row in stored:
         left[row.level][row.id] = row
+        exact.setdefault((row.level, row.members), row)
     unmatched = []
     for node in nodes:
-        same = next((r for r in left[node.level].values() if r.members == node.members), None)
-        if same is None:
+        same = exact.get((node.level, node.members))
+        if same is None or same.id not in left[node.level]:
             unmatched.append(node)
             continue
         del left[node.level][same.id]
         node.stored, node.id = same, same.id
+    # The rest continue the stored row of their level they overlap most (only rows that share
+    # a member can overlap at all).
+    sharing: dict[tuple[int, uuid.UUID], list[_Stored]] = defaultdict(list)
+    for level, rows in left.items():
+        for row in rows.values():
+            for member in row.members:
+                sharing[(level, member)].append(row)
     for node in unmatched:
         pool = left[node.level]
-        best = max(pool.values(), key=lambda r: (_jaccard(r.members, node.members), str(r.id)), default=None)
-        if best is not None and _jaccard(best.members, node.members) > 0:
+        candidates = {r.id: r for m in node.members for r in sharing.get((node.level, m), []) if r.id in pool}
+        best = max(candidates.values(), key=lambda r: (_jaccard(r.members, node.members), str(r.id)),
+                   default=None)
+        if best is not None:
             del pool[best.id]
             node.stored, node.id = best, best.id
     return [r for rows in left.values() for r in rows.values()]
@@ -274,11 +290,13 @@ def _max_levels(settings: Settings) -> int:
     return value
 
 
-def rebuild(session: Session, *, settings: Settings | None = None,
+def rebuild(session: Session, *, full: bool = False, settings: Settings | None = None,
             on_progress: Progress | None = None) -> CommunityReport:
     """Recompute every writable scope set's community hierarchy; touch only what changed.
 
-    ``on_progress(done, total)`` is called after each community is planned (for a progress bar).
+    ``full`` deletes the stored communities and builds them again from scratch (new
+    ids, every summary made again). ``on_progress(done, total)`` is called after each
+    community is planned (for a progress bar).
     """
     settings = settings or get_settings()
     max_levels = _max_levels(settings)
@@ -319,7 +337,7 @@ def rebuild(session: Session, *, settings: Settings | None = None,
         report.scope_sets += 1
         g = graphs.get(key)
         nodes = _plan(g, evidence[key], max_levels) if g is not None else []
-        plans.append((key, nodes, _match(nodes, stored.get(key, []))))
+        plans.append((key, nodes, list(stored.get(key, [])) if full else _match(nodes, stored.get(key, []))))
     total = sum(len(nodes) for _, nodes, _ in plans)
     done = [0]
     started = False
@@ -333,7 +351,7 @@ def rebuild(session: Session, *, settings: Settings | None = None,
         if not started:
             begin_activity(session, "derive.communities", {
                 "method": summarizer.method, "model": summarizer.model, "seed": SEED,
-                "max_levels": max_levels})
+                "max_levels": max_levels, "full": full})
             started = True
         made = _write(session, key, nodes, gone, report)
         # Last, so each edge pins the final version of a child (its parent link included).
