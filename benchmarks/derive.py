@@ -28,7 +28,10 @@ the same data; the ratio incremental / full is the figure to watch (goal: at
 most 0.1x). RAPTOR lines end with the report's seconds per phase. Communities
 get the same treatment: a rerun with nothing changed, a rerun after ``--increment``
 more claims (half of them relations, so the graph changes), and a full rebuild
-(``rebuild(full=True)``) of the same graph, with their ratio. Usage::
+(``rebuild(full=True)``) of the same graph, with their ratio. Those lines give wall
+time and, beside it, CPU time of this process and its database backend together
+(read from ``/proc``, the scratch server runs here): on a machine shared with other
+work the wall-clock ratio moves with the load, the CPU ratio much less. Usage::
 
     .venv/bin/python benchmarks/derive.py [--chunks 10000 100000] [--extract-chunks 500] \\
         [--claims-per-chunk 0.1] [--items-per-chunk 0.01] [--increment 0.01] [--skip JOB ...]

@@ -152,23 +152,23 @@ def test_cli_communities(app_engine: Engine, tenant: TenantFixture,
     assert "0 inserted, 0 updated, 0 deleted, 1 unchanged" in again.output
 
 
-def _ladder(extra: bool = False) -> list[tuple[str, str, str]]:
+def _ladder(extra: bool = False, prefix: str = "T") -> list[tuple[str, str, str]]:
     """Eight triangles; pairs of them joined by two edges, pairs of pairs by one: two Louvain passes."""
     edges = []
     for i in range(8):
-        a, b, c = f"T{i}a", f"T{i}b", f"T{i}c"
+        a, b, c = f"{prefix}{i}a", f"{prefix}{i}b", f"{prefix}{i}c"
         edges += [(a, b, f"{a} works beside {b} in cell {i}."),
                   (b, c, f"{b} hands parts to {c} in cell {i}."), (a, c, f"{a} trains {c} in cell {i}.")]
     for i in range(0, 8, 2):
-        edges += [(f"T{i}a", f"T{i + 1}a", f"Cells {i} and {i + 1} share a bench through their leads."),
-                  (f"T{i}b", f"T{i + 1}b", f"Cells {i} and {i + 1} share tools.")]
+        edges += [(f"{prefix}{i}a", f"{prefix}{i + 1}a", f"Cells {i} and {i + 1} share a bench."),
+                  (f"{prefix}{i}b", f"{prefix}{i + 1}b", f"Cells {i} and {i + 1} share tools.")]
     for i in range(0, 8, 4):
-        edges.append((f"T{i}c", f"T{i + 2}c", f"Cells {i} and {i + 2} meet on Fridays."))
-    edges.append(("T0b", "T4b", "The first and fifth cells once swapped a lathe."))
+        edges.append((f"{prefix}{i}c", f"{prefix}{i + 2}c", f"Cells {i} and {i + 2} meet on Fridays."))
+    edges.append((f"{prefix}0b", f"{prefix}4b", f"The first and fifth cells of {prefix} swapped a lathe."))
     if extra:
-        edges += [("T0a", "T0d", "T0d joined cell 0 under T0a."),
-                  ("T0b", "T0d", "T0d assists T0b in cell 0."),
-                  ("T0c", "T0d", "T0d and T0c share a shift in cell 0.")]
+        a, b, c, d = (f"{prefix}0{x}" for x in "abcd")
+        edges += [(a, d, f"{d} joined cell 0 under {a}."), (b, d, f"{d} assists {b} in cell 0."),
+                  (c, d, f"{d} and {c} share a shift in cell 0.")]
     return edges
 
 
@@ -314,3 +314,22 @@ def test_full_rebuild_replaces_every_community(app_engine: Engine, tenant: Tenan
     assert all(after[k].summary == before[k].summary for k in after)
     ids = {r.id for r in after.values()}
     assert all(r.parent_id is None or r.parent_id in ids for r in after.values())
+
+
+def test_a_change_in_one_component_leaves_the_others_exactly_as_they_were(
+        app_engine: Engine, tenant: TenantFixture) -> None:
+    ident = tenant.identity(write=("team",))
+    _relate(app_engine, tenant, _ladder(prefix="A") + _ladder(prefix="B"))
+    with bound_session(app_engine, ident) as s:
+        first = rebuild(s)
+    assert {lv: c.inserted for lv, c in first.levels.items()} == {0: 16, 1: 8}
+    before = {r.id: r for r in _communities(app_engine, tenant, ("team",))}
+    _relate(app_engine, tenant, _ladder(extra=True, prefix="A")[-3:])
+    with bound_session(app_engine, ident) as s:
+        second = rebuild(s)
+    counts = {lv: (c.updated, c.unchanged, c.resummarised) for lv, c in second.levels.items()}
+    assert counts == {0: (1, 15, 1), 1: (1, 7, 1)}
+    after = {r.id: r for r in _communities(app_engine, tenant, ("team",))}
+    assert set(after) == set(before)
+    changed = {i for i in after if after[i].built_at != before[i].built_at}
+    assert changed == set(second.changed_ids) and len(changed) == 2

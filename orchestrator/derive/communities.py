@@ -9,8 +9,9 @@ a scope its readers could not see. Only scope sets the bound identity may
 write are rebuilt, since the community rows are written into them.
 
 **Levels** are Louvain's passes (``networkx.community.louvain_partitions``,
-seeded): level 0 is the first pass's partition (the finest), each level above
-merges communities of the level below. A community is stored at the lowest level
+seeded, per connected component so that an untouched component never changes):
+level 0 is the first pass's partition (the finest), each level above merges
+communities of the level below. A community is stored at the lowest level
 it appears at (a community a pass leaves unmerged is not stored again one level
 up) and ``parent_id`` names the smallest community above that contains it; at
 most ``derive_community_max_levels`` levels are kept. A level-0 summary is made
@@ -129,19 +130,31 @@ class _Node:
 
 
 def hierarchy(graph: nx.Graph, max_levels: int, seed: int = SEED) -> list[list[Members]]:
-    """Louvain's passes as levels, finest first; each community at the lowest level it appears at."""
-    levels: list[list[Members]] = []
-    seen: set[Members] = set()
-    for partition in nx.community.louvain_partitions(graph, weight="weight", seed=seed):
-        if len(levels) == max_levels:
-            break
-        found = sorted((frozenset(c) for c in partition if len(c) >= MIN_MEMBERS), key=sorted)
-        new = [c for c in found if c not in seen]
-        if not new:
-            continue
-        seen.update(new)
-        levels.append(new)
-    return levels
+    """Louvain's passes as levels, finest first; each community at the lowest level it appears at.
+
+    Each connected component is clustered on its own, its nodes and edges in sorted order
+    with the same seed, so a component no changed claim touches comes out exactly as it
+    did last time: only the components that changed can change communities (a community
+    never spans two components, which Louvain over the whole graph would not do either).
+    """
+    levels: list[list[Members]] = [[] for _ in range(max_levels)]
+    for component in sorted((sorted(c) for c in nx.connected_components(graph)), key=lambda c: c[0]):
+        sub = nx.Graph()
+        sub.add_nodes_from(component)
+        sub.add_weighted_edges_from(sorted((*sorted((u, v)), w) for u, v, w in
+                                           graph.edges(component, data="weight")))
+        seen: set[Members] = set()
+        level = 0
+        for partition in nx.community.louvain_partitions(sub, weight="weight", seed=seed):
+            if level == max_levels:
+                break
+            new = [c for c in (frozenset(p) for p in partition) if len(c) >= MIN_MEMBERS and c not in seen]
+            if not new:
+                continue
+            seen.update(new)
+            levels[level] += new
+            level += 1
+    return [sorted(found, key=sorted) for found in levels if found]
 
 
 def _plan(graph: nx.Graph, evidence: list[tuple[uuid.UUID, uuid.UUID, uuid.UUID, str]],
