@@ -25,7 +25,13 @@ episodes and decisions. Then RAPTOR again with nothing changed (the idempotent
 run), RAPTOR after adding ``--increment`` (default 1%) new chunks in new
 documents (half near existing topics, half in new ones), and a full rebuild of
 the same data; the ratio incremental / full is the figure to watch (goal: at
-most 0.1x). RAPTOR lines end with the report's seconds per phase. Usage::
+most 0.1x). RAPTOR lines end with the report's seconds per phase. Communities
+get the same treatment: a rerun with nothing changed, a rerun after ``--increment``
+more claims (half of them relations, so the graph changes), and a full rebuild
+(``rebuild(full=True)``) of the same graph, with their ratio. Those lines give wall
+time and, beside it, CPU time of this process and its database backend together
+(read from ``/proc``, the scratch server runs here): on a machine shared with other
+work the wall-clock ratio moves with the load, the CPU ratio much less. Usage::
 
     .venv/bin/python benchmarks/derive.py [--chunks 10000 100000] [--extract-chunks 500] \\
         [--claims-per-chunk 0.1] [--items-per-chunk 0.01] [--increment 0.01] [--skip JOB ...]
@@ -147,7 +153,9 @@ def _write_chunks(app: Engine, ident: Identity, c: Corpus, n: int, per_doc: int,
                 {"ids": list(ids), "vecs": [_vector_text(v) for _, _, v in rows]})
 
 
-def _write_claims(app: Engine, admin: Engine, ident: Identity, c: Corpus, n: int, org: str) -> int:
+def _write_claims(app: Engine, admin: Engine, ident: Identity, c: Corpus, n: int, org: str,
+                  start: int = 0) -> int:
+    """Claims ``start`` to ``start + n`` (the same ``i`` always makes the same claim)."""
     written = 0
     people_per_topic = max(2, len(c.people) // c.topics)
     with bound_session(app, ident) as s:
@@ -156,9 +164,9 @@ def _write_claims(app: Engine, admin: Engine, ident: Identity, c: Corpus, n: int
             found = resolve_entity(s, "person", name, ("team",))
             assert found is not None
             ids[name] = found
-    for start in range(0, n, 500):
+    for first in range(start, start + n, 500):
         with bound_session(app, ident) as s:
-            for i in range(start, min(n, start + 500)):
+            for i in range(first, min(start + n, first + 500)):
                 topic = i % c.topics
                 a = c.people[(topic * people_per_topic + i) % len(c.people)]
                 b = c.people[(topic * people_per_topic + i // 3 + 1) % len(c.people)]
@@ -207,10 +215,55 @@ def _timed(app: Engine, ident: Identity, job: Callable[[Any], Any]) -> tuple[flo
     return time.perf_counter() - start, result
 
 
+@dataclass
+class Cost:
+    wall: float
+    cpu: float | None  # this process and its database backend; None when the backend is not local
+
+    def __str__(self) -> str:
+        return f"{self.wall:8.2f} s" + (f" (cpu {self.cpu:6.2f} s)" if self.cpu is not None else "")
+
+
+def _backend_cpu(session: Any) -> float | None:
+    """CPU seconds the session's server process has used (Linux, server on this machine)."""
+    pid = session.execute(text("select pg_backend_pid()")).scalar_one()
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _measured(app: Engine, ident: Identity, job: Callable[[Any], Any]) -> tuple[Cost, Any]:
+    """Wall time, and CPU time of client and server together: on a machine shared with other
+    work the wall-clock ratio moves with the load, the CPU ratio much less."""
+    start = time.perf_counter()
+    with bound_session(app, ident) as s:
+        server, client = _backend_cpu(s), time.process_time()
+        result = job(s)
+        after = _backend_cpu(s)
+        cpu = None if server is None or after is None else time.process_time() - client + after - server
+    return Cost(time.perf_counter() - start, cpu), result
+
+
+def _ratio(incremental: Cost, full: Cost) -> str:
+    cpu = (f", cpu {incremental.cpu / full.cpu:.3f}x" if incremental.cpu is not None and full.cpu
+           else "")
+    return f"{incremental.wall / full.wall:.3f}x{cpu}"
+
+
 def _raptor_line(r: Any) -> str:
     phases = " ".join(f"{k} {v:.1f}" for k, v in getattr(r, "seconds", {}).items())
     return (f"{r.inserted} inserted, {r.updated} updated, {r.deleted} deleted, {r.unchanged} unchanged, "
             f"{r.resummarised} summarised, {r.joined} joined, {r.levels} levels [s: {phases}]")
+
+
+def _communities_line(r: Any) -> str:
+    levels = " ".join(f"L{lv}:{c.inserted + c.updated + c.unchanged + c.relinked}"
+                      for lv, c in sorted(r.levels.items()))
+    return (f"{r.inserted} inserted, {r.updated} updated, {r.deleted} deleted, {r.unchanged} unchanged, "
+            f"{r.resummarised} summarised [{levels}]")
 
 
 def run_size(app: Engine, admin: Engine, settings: Settings, args: argparse.Namespace, n: int) -> None:
@@ -242,8 +295,7 @@ def run_size(app: Engine, admin: Engine, settings: Settings, args: argparse.Name
         elif name not in args.skip:
             print(f"  {name:<22} not present (orchestrator.derive.jobs has no such job)")
     if "communities" not in args.skip:
-        jobs.append(("communities", lambda s: communities.rebuild(s, settings=settings),
-                     lambda r: f"{r.inserted} inserted over {r.scope_sets} scope sets"))
+        jobs.append(("communities", lambda s: communities.rebuild(s, settings=settings), _communities_line))
     if "profiles" not in args.skip:
         jobs.append(("profiles", lambda s: profiles.refresh(s, settings=settings),
                      lambda r: f"{r.inserted} inserted"))
@@ -255,19 +307,33 @@ def run_size(app: Engine, admin: Engine, settings: Settings, args: argparse.Name
         except Exception as exc:  # one job failing must not hide the others' figures
             print(f"  {name:<22}   failed: {type(exc).__name__}: {exc}")
 
+    if "communities" not in args.skip:
+        # Louvain reruns over the whole graph either way; the incremental run saves the
+        # summaries and writes of the communities whose members and input did not change.
+        cost, r = _measured(app, ident, lambda s: communities.rebuild(s, settings=settings))
+        print(f"  {'communities (no change)':<22} {cost}  {_communities_line(r)}")
+        more = max(1, int(claims * args.increment))
+        _write_claims(app, admin, ident, c, more, org, start=claims)
+        step, r = _measured(app, ident, lambda s: communities.rebuild(s, settings=settings))
+        label = f"communities (+{more} claims)"
+        print(f"  {label:<22} {step}  {_communities_line(r)}")
+        whole, r = _measured(app, ident, lambda s: communities.rebuild(s, full=True, settings=settings))
+        print(f"  {'communities (full)':<22} {whole}  {_communities_line(r)}")
+        print(f"  communities incremental / full = {_ratio(step, whole)}")
+
     build: Callable[..., Any] = raptor.build
-    seconds, r = _timed(app, ident, lambda s: build(s, settings=settings))
-    print(f"  {'raptor (first build)':<22} {seconds:8.2f} s  {_raptor_line(r)}")
-    seconds, r = _timed(app, ident, lambda s: build(s, settings=settings))
-    print(f"  {'raptor (no change)':<22} {seconds:8.2f} s  {_raptor_line(r)}")
+    cost, r = _measured(app, ident, lambda s: build(s, settings=settings))
+    print(f"  {'raptor (first build)':<22} {cost}  {_raptor_line(r)}")
+    cost, r = _measured(app, ident, lambda s: build(s, settings=settings))
+    print(f"  {'raptor (no change)':<22} {cost}  {_raptor_line(r)}")
     added = max(1, int(n * args.increment))
     _write_chunks(app, ident, c, added, args.chunks_per_doc, "new",
                   lambda i: i % c.topics if i % 2 == 0 else c.topics + i % c.topics)
-    incremental, r = _timed(app, ident, lambda s: build(s, settings=settings))
-    print(f"  {'raptor (+' + str(added) + ' chunks)':<22} {incremental:8.2f} s  {_raptor_line(r)}")
-    full, r = _timed(app, ident, lambda s: build(s, full=True, settings=settings))
-    print(f"  {'raptor (full rebuild)':<22} {full:8.2f} s  {_raptor_line(r)}")
-    print(f"  incremental / full = {incremental / full:.3f}x (goal <= 0.1x); "
+    incremental, r = _measured(app, ident, lambda s: build(s, settings=settings))
+    print(f"  {'raptor (+' + str(added) + ' chunks)':<22} {incremental}  {_raptor_line(r)}")
+    full, r = _measured(app, ident, lambda s: build(s, full=True, settings=settings))
+    print(f"  {'raptor (full rebuild)':<22} {full}  {_raptor_line(r)}")
+    print(f"  incremental / full = {_ratio(incremental, full)} (goal <= 0.1x); "
           f"load average {os.getloadavg()[0]:.1f}")
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, func, select, text
@@ -18,7 +20,7 @@ from orchestrator.db.session import bound_session
 from orchestrator.derive import lifecycle
 from orchestrator.errors import BadInput, Forbidden, NotFound
 from orchestrator.ingest.documents import DocumentInput, put_document
-from tests.conftest import TenantFixture
+from tests.conftest import TenantFixture, TestDatabase
 from tests.support.derive import cli_env  # noqa: F401
 
 Tenants = Callable[..., TenantFixture]
@@ -207,3 +209,120 @@ def test_cli_sweep_dry_run_then_apply(cli_env: dict[str, str], admin_engine: Eng
     pol = runner.invoke(app, ["lifecycle", "policy", "journal", "--archive-after-days", "5", *who],
                         env=cli_env)
     assert pol.exit_code == 0, pol.output
+
+
+def test_archive_and_unarchive_by_hand(app_engine: Engine, admin_engine: Engine,
+                                       corpus: tuple[TenantFixture, dict[str, uuid.UUID]]) -> None:
+    t, docs = corpus
+    with bound_session(app_engine, t.identity(write=("team",), read=("exec",))) as s:
+        first = lifecycle.archive(s, docs["a.md"])
+        assert lifecycle.archive(s, docs["a.md"]) == first  # archiving again keeps the first time
+        with pytest.raises(Forbidden, match="not archive"):
+            lifecycle.archive(s, docs["exec.md"])
+        with pytest.raises(NotFound):
+            lifecycle.archive(s, uuid.uuid4())
+    assert first is not None and _archived(admin_engine, t) == {"a.md"}
+    with bound_session(app_engine, t.identity(write=("team",))) as s:
+        assert lifecycle.archive(s, docs["a.md"], False) is None
+    assert _archived(admin_engine, t) == set()
+
+
+def test_sweep_items_carry_their_value(app_engine: Engine,
+                                      corpus: tuple[TenantFixture, dict[str, uuid.UUID]]) -> None:
+    t, docs = corpus
+    for user in ("alice", "bob"):
+        with bound_session(app_engine, t.identity(user, read=("team",))) as s:
+            lifecycle.mark_used(s, docs["b.md"], channel="cli")
+    ident = t.identity(write=("team", "exec"))
+    moment = datetime.now(UTC) + LATER
+    with bound_session(app_engine, ident) as s:
+        before = {it.path: (it.uses, it.days_used) for it in lifecycle.sweep(s, as_of=moment).items}
+        assert lifecycle.refresh_value(s, datetime.now(UTC).date()) == 1
+        after = {it.path: (it.uses, it.days_used) for it in lifecycle.sweep(s, as_of=moment).items}
+        ranked = lifecycle.value(s, days=7)
+        with pytest.raises(BadInput, match="days"):
+            lifecycle.value(s, days=0)
+    assert before["b.md"] == (0, 0)  # not aggregated yet
+    assert after["b.md"] == (2, 1) and after["a.md"] == (0, 0)
+    assert [(v.item_id, v.uses, v.marks) for v in ranked] == [(docs["b.md"], 2, 2)]
+
+
+def test_killed_sweep_then_rerun_archives_exactly_once(
+        test_db: TestDatabase, app_engine: Engine, admin_engine: Engine,
+        corpus: tuple[TenantFixture, dict[str, uuid.UUID]]) -> None:
+    from tests.support.killed_run import kill_midway
+
+    t, _ = corpus
+    who = {"org": t.org_id, "user": "alice", "write": ["team", "exec"], "days": 40}
+    killed = kill_midway(test_db.database.app_url(), who, "lifecycle", "sources.documents")
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    assert _archived(admin_engine, t) == set()  # the archive statement ran, then the process died
+    ident = t.identity(write=("team", "exec"))
+    with bound_session(app_engine, ident) as s:
+        done = lifecycle.sweep(s, as_of=datetime.now(UTC) + LATER, apply=True)
+    assert [it.path for it in done.items] == ["a.md", "b.md", "exec.md", "used.md"]
+    assert _archived(admin_engine, t) == {"a.md", "b.md", "exec.md", "used.md"}
+    with bound_session(app_engine, ident) as s:
+        assert lifecycle.sweep(s, as_of=datetime.now(UTC) + LATER, apply=True).items == ()
+
+
+def test_cli_pin_snooze_archive_and_mark_used(cli_env: dict[str, str], app_engine: Engine,  # noqa: F811
+                                              admin_engine: Engine,
+                                              corpus: tuple[TenantFixture, dict[str, uuid.UUID]]) -> None:
+    t, docs = corpus
+    writer = ["--tenant", t.org_id, "--scopes", "write:team"]
+    reader = ["--tenant", t.org_id, "--user", "bob", "--scopes", "read:team"]
+    runner = CliRunner()
+
+    def run(*args: str) -> Any:
+        return runner.invoke(app, ["lifecycle", *args], env=cli_env)
+
+    a = str(docs["a.md"])
+    pinned = run("pin", a, *writer)
+    assert pinned.exit_code == 0 and f"pinned {a}" in pinned.output, pinned.output
+    with bound_session(app_engine, t.identity(read=("team",))) as s:
+        assert s.execute(select(Document.pinned).where(Document.id == docs["a.md"])).scalar_one()
+    assert run("unpin", a, *writer).exit_code == 0
+    snoozed = run("snooze", a, "--days", "2", *writer)
+    assert snoozed.exit_code == 0 and "snoozed" in snoozed.output and "until" in snoozed.output
+    assert "woke" in run("snooze", a, "--days", "0", *writer).output
+    archived = run("archive", a, *writer)
+    assert archived.exit_code == 0 and f"archived {a}" in archived.output
+    assert _archived(admin_engine, t) == {"a.md"}
+    assert run("unarchive", a, *writer).exit_code == 0 and _archived(admin_engine, t) == set()
+    used = run("mark-used", a, *reader)
+    assert used.exit_code == 0 and "marked" in used.output, used.output
+    with bound_session(app_engine, t.identity(read=("team",))) as s:
+        assert s.execute(select(DocumentUse.uses).where(DocumentUse.document_id == docs["a.md"])
+                         ).scalar_one() == 1
+    # Clear errors, and nothing changed by them.
+    not_an_id = run("pin", "a.md", *writer)
+    assert not_an_id.exit_code == 2 and "not a document id" in not_an_id.output
+    read_only = run("archive", a, *reader)
+    assert read_only.exit_code == 1 and "not archive it" in read_only.output
+    missing = run("pin", str(uuid.uuid4()), *writer)
+    assert missing.exit_code == 1 and "no document" in missing.output
+    negative = run("snooze", a, "--days", "-1", *writer)
+    assert negative.exit_code == 2 and "between 0 and 36500" in negative.output
+    hidden = run("pin", str(docs["exec.md"]), *writer)
+    assert hidden.exit_code == 1 and "no document" in hidden.output  # exec is invisible to a team writer
+    assert _archived(admin_engine, t) == set()
+    with bound_session(app_engine, t.identity(read=("team",))) as s:
+        assert not s.execute(select(Document.pinned).where(Document.id == docs["a.md"])).scalar_one()
+    no_identity = runner.invoke(app, ["lifecycle", "pin", a], env=cli_env)
+    assert no_identity.exit_code == 2 and "no identity" in no_identity.output
+
+
+def test_cli_value(cli_env: dict[str, str], app_engine: Engine,  # noqa: F811
+                   corpus: tuple[TenantFixture, dict[str, uuid.UUID]]) -> None:
+    t, docs = corpus
+    with bound_session(app_engine, t.identity(read=("team",))) as s:
+        lifecycle.mark_used(s, docs["b.md"], channel="cli")
+    who = ["--tenant", t.org_id, "--scopes", "read:team"]
+    usage = CliRunner().invoke(app, ["derive", "usage", *who], env=cli_env)
+    assert usage.exit_code == 0 and "1 value_daily rows changed" in usage.output, usage.output
+    listed = CliRunner().invoke(app, ["lifecycle", "value", "--days", "7", *who], env=cli_env)
+    assert listed.exit_code == 0, listed.output
+    assert f"sources.documents\t{docs['b.md']}\t1 uses\t1 marked used\t1 days" in listed.output
+    bad = CliRunner().invoke(app, ["lifecycle", "value", "--limit", "0", *who], env=cli_env)
+    assert bad.exit_code == 2 and "limit" in bad.output

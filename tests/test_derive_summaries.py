@@ -152,7 +152,7 @@ def test_every_job_records_method_and_model(app_engine: Engine, tenant_factory: 
         asked = len(ep.requests)
         c2, p2, r2 = run(abstractive)  # the endpoint answers the same: nothing changes
         assert (c2.updated, p2.updated, r2.updated, r2.inserted) == (0, 0, 0, 0)
-        assert len(ep.requests) == asked + 2  # the profiles are re-read; communities and nodes are not
+        assert len(ep.requests) == asked  # unchanged input (digests): nothing is summarised again
     # Back to extractive: every summary is remade by the configured method, and says so.
     c3, p3, r3 = run(settings)
     assert (c3.updated, p3.updated, r3.updated) == (1, 2, r1.inserted)

@@ -2,12 +2,16 @@
 
 Every command runs as ``engram_app`` under the identity of a verified token (or
 one minted with the development key), so a job sees and changes exactly what
-that identity may. ``engram lifecycle sweep`` is a dry run unless ``--apply``.
-Exit status: 0 on success, 1 when the job failed, 2 for bad input.
+that identity may. ``engram lifecycle sweep`` is a dry run unless ``--apply``;
+``pin``, ``unpin``, ``snooze``, ``archive``, ``unarchive`` and ``mark-used`` act
+on one document by id. Long jobs show a progress bar on a terminal
+(``orchestrator.cli.progress``). Exit status: 0 on success, 1 when the job
+failed (or the document is not found or not writable), 2 for bad input.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from datetime import UTC, date, datetime
 from typing import Annotated, NoReturn, TypeVar
@@ -17,6 +21,7 @@ from rich.console import Console
 from sqlalchemy.orm import Session
 
 from orchestrator.cli.auth import cli_identity
+from orchestrator.cli.progress import progress_bar
 from orchestrator.config import Settings
 from orchestrator.derive import lifecycle
 from orchestrator.errors import BadInput, EngramError
@@ -87,7 +92,8 @@ def sweep(
     # Plain tab-separated lines (rich would expand the tabs) so scripts can cut columns.
     for it in report.items:
         typer.echo(f"{verb}\t{it.collection}\t{it.path}\t{it.document_id}\t"
-                   f"last used {it.last_used_at.isoformat()}\tpolicy {it.archive_after_days} days")
+                   f"last used {it.last_used_at.isoformat()}\tpolicy {it.archive_after_days} days\t"
+                   f"{it.uses} uses on {it.days_used} days")
     note = "" if report.applied else " (dry run; --apply to archive)"
     out.print(f"{len(report.items)} documents {verb}{note}")
 
@@ -113,18 +119,100 @@ def policy(
     out.print(f"{collection}: archive after {days} days without use")
 
 
+def _document_id(value: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        _fail(f"{value!r} is not a document id (a UUID, e.g. from `engram lifecycle sweep` or a recall)", 2)
+
+
+DocumentId = Annotated[str, typer.Argument(help="the document's id (UUID)")]
+
+
+@lifecycle_app.command("pin")
+def pin(document: DocumentId, token: Token = None, tenant: Tenant = None, user: User = "dev",
+        scopes: Scopes = None) -> None:
+    """Pin a document: boosted in recall and never archived by a sweep."""
+    doc = _document_id(document)
+    _run(token, tenant, user, scopes, lambda s: lifecycle.pin(s, doc, True))
+    out.print(f"pinned {doc}")
+
+
+@lifecycle_app.command("unpin")
+def unpin(document: DocumentId, token: Token = None, tenant: Tenant = None, user: User = "dev",
+          scopes: Scopes = None) -> None:
+    """Unpin a document (sweeps may archive it again)."""
+    doc = _document_id(document)
+    _run(token, tenant, user, scopes, lambda s: lifecycle.pin(s, doc, False))
+    out.print(f"unpinned {doc}")
+
+
+@lifecycle_app.command("snooze")
+def snooze(
+    document: DocumentId,
+    days: Annotated[float, typer.Option("--days", help="hide from recall for this many days (0 wakes it)")],
+    token: Token = None, tenant: Tenant = None, user: User = "dev", scopes: Scopes = None,
+) -> None:
+    """Hide a document from recall for --days days; --days 0 wakes it now."""
+    doc = _document_id(document)
+    until = _run(token, tenant, user, scopes, lambda s: lifecycle.snooze(s, doc, days))
+    out.print(f"woke {doc}" if days == 0 else f"snoozed {doc} until {until.isoformat()}")
+
+
+@lifecycle_app.command("archive")
+def archive(document: DocumentId, token: Token = None, tenant: Tenant = None, user: User = "dev",
+            scopes: Scopes = None) -> None:
+    """Archive a document now (hidden from recall, left out of RAPTOR), whatever the policy."""
+    doc = _document_id(document)
+    when = _run(token, tenant, user, scopes, lambda s: lifecycle.archive(s, doc, True))
+    out.print(f"archived {doc} at {when.isoformat() if when else '?'}")
+
+
+@lifecycle_app.command("unarchive")
+def unarchive(document: DocumentId, token: Token = None, tenant: Tenant = None, user: User = "dev",
+              scopes: Scopes = None) -> None:
+    """Bring an archived document back."""
+    doc = _document_id(document)
+    _run(token, tenant, user, scopes, lambda s: lifecycle.archive(s, doc, False))
+    out.print(f"unarchived {doc}")
+
+
+@lifecycle_app.command("mark-used")
+def mark_used(document: DocumentId, token: Token = None, tenant: Tenant = None, user: User = "dev",
+              scopes: Scopes = None) -> None:
+    """Record that a document helped (one usage-ledger row; resets its lifecycle clock). Needs read only."""
+    doc = _document_id(document)
+    _run(token, tenant, user, scopes, lambda s: lifecycle.mark_used(s, doc, channel="cli"))
+    out.print(f"marked {doc} as used")
+
+
+@lifecycle_app.command("value")
+def value(
+    days: Annotated[int, typer.Option(help="the window, in days up to today")] = 30,
+    limit: Annotated[int, typer.Option(help="at most this many items")] = 20,
+    token: Token = None, tenant: Tenant = None, user: User = "dev", scopes: Scopes = None,
+) -> None:
+    """The items you can see, most used first (value_daily, as the usage job aggregated it)."""
+    rows = _run(token, tenant, user, scopes, lambda s: lifecycle.value(s, days=days, limit=limit))
+    for r in rows:
+        typer.echo(f"{r.item_table}\t{r.item_id}\t{r.uses} uses\t{r.marks} marked used\t"
+                   f"{r.days} days\tlast {r.last_day.isoformat()}")
+    out.print(f"{len(rows)} items used in the last {days} days")
+
+
 @derive_app.command("usage")
 def usage(
     day: Annotated[str | None, typer.Option(help="day to aggregate (YYYY-MM-DD, default today UTC)")] = None,
     token: Token = None, tenant: Tenant = None, user: User = "dev", scopes: Scopes = None,
 ) -> None:
-    """Aggregate one day of the usage ledger into usage_daily (idempotent)."""
+    """Aggregate one day of the usage ledger into usage_daily and value_daily (idempotent)."""
     try:
         which = date.fromisoformat(day) if day else datetime.now(UTC).date()
     except ValueError:
         _fail(f"--day {day!r} is not YYYY-MM-DD", 2)
-    rows = _run(token, tenant, user, scopes, lambda s: lifecycle.aggregate_usage(s, which))
-    out.print(f"{which.isoformat()}: {rows} usage_daily rows written")
+    rows, items = _run(token, tenant, user, scopes, lambda s: (
+        lifecycle.aggregate_usage(s, which), lifecycle.refresh_value(s, which)))
+    out.print(f"{which.isoformat()}: {rows} usage_daily rows written, {items} value_daily rows changed")
 
 
 @derive_app.command("extract")
@@ -142,26 +230,32 @@ def extract_job(
 
 @derive_app.command("communities")
 def communities_job(
+    full: Annotated[bool, typer.Option("--full", help="delete and rebuild every community")] = False,
     token: Token = None, tenant: Tenant = None, user: User = "dev", scopes: Scopes = None,
 ) -> None:
-    """Recluster the entity graph per scope set; only changed communities are re-summarised."""
+    """Recluster the entity graph per scope set, every level; only changed communities are re-summarised."""
     from orchestrator.derive.communities import rebuild
+    from orchestrator.derive.jobs import communities_line
 
-    r = _run(token, tenant, user, scopes, rebuild)
-    out.print(f"{r.scope_sets} scope sets: {r.inserted} inserted, {r.updated} updated, "
-              f"{r.deleted} deleted, {r.unchanged} unchanged")
+    settings = Settings()
+    with progress_bar(err, "communities") as bar:
+        r = _run(token, tenant, user, scopes,
+                 lambda s: rebuild(s, full=full, settings=settings, on_progress=bar))
+    out.print(communities_line(r))
 
 
 @derive_app.command("profiles")
 def profiles_job(
     token: Token = None, tenant: Tenant = None, user: User = "dev", scopes: Scopes = None,
 ) -> None:
-    """Build or refresh person profiles per scope set; unchanged profiles are not rewritten."""
+    """Build or refresh person, perspective and user profiles; unchanged input is not re-summarised."""
+    from orchestrator.derive.jobs import profiles_line
     from orchestrator.derive.profiles import refresh
 
-    r = _run(token, tenant, user, scopes, refresh)
-    out.print(f"profiles: {r.inserted} inserted, {r.updated} updated, {r.deleted} deleted, "
-              f"{r.unchanged} unchanged")
+    settings = Settings()
+    with progress_bar(err, "profiles") as bar:
+        r = _run(token, tenant, user, scopes, lambda s: refresh(s, settings=settings, on_progress=bar))
+    out.print(profiles_line(r))
 
 
 @derive_app.command("raptor")
@@ -170,25 +264,12 @@ def raptor_job(
     token: Token = None, tenant: Tenant = None, user: User = "dev", scopes: Scopes = None,
 ) -> None:
     """Bring the RAPTOR trees up to date per scope set; only changed nodes and their ancestors are written."""
-    from contextlib import nullcontext
-
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from orchestrator.derive.raptor import build
 
     settings = Settings()
-    # A bar only on a terminal: scripts and logs get the report line alone.
-    bar = Progress(TextColumn("summarising"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=err, transient=True) if err.is_terminal else None
-    with bar if bar is not None else nullcontext():
-        task = bar.add_task("nodes", total=None) if bar is not None else None
-
-        def progress(done: int, total: int) -> None:
-            if bar is not None and task is not None:
-                bar.update(task, completed=done, total=total)
-
+    with progress_bar(err, "summarising") as bar:
         r = _run(token, tenant, user, scopes,
-                 lambda s: build(s, full=full, settings=settings, on_progress=progress))
+                 lambda s: build(s, full=full, settings=settings, on_progress=bar))
     out.print(f"{r.scope_sets} scope sets: {r.inserted} inserted, {r.updated} updated, {r.deleted} deleted, "
               f"{r.unchanged} unchanged; {r.resummarised} summarised, {r.joined} items joined a leaf, "
               f"{r.levels} levels")
@@ -267,7 +348,7 @@ def all_jobs(
     """Run every derive job once, in order, for the token's tenant; one failing job does not stop the rest."""
     from orchestrator.db.engine import Database, make_app_engine
     from orchestrator.db.session import bound_session
-    from orchestrator.derive.jobs import JobResult, run_jobs
+    from orchestrator.derive.jobs import JOBS, JobResult, run_jobs
 
     settings = Settings()
     try:
@@ -276,18 +357,23 @@ def all_jobs(
         _fail(str(exc), 2)
     engine = make_app_engine(Database(settings).app_url(), pool_size=1)
 
-    def show(r: JobResult) -> None:
-        if r.ok:
-            out.print(r.line if r.line.startswith(f"{r.job}:") else f"{r.job}: {r.line}")
-        else:
-            err.print(f"[red]{r.job}: failed:[/red] {r.line}")
-        for note in r.notes:
-            err.print(f"[yellow]note:[/yellow] {r.job}: {note}")
+    names = [j.name for j in JOBS]
+    with progress_bar(err, names[0]) as bar:
+        def show(r: JobResult) -> None:
+            if r.ok:
+                out.print(r.line if r.line.startswith(f"{r.job}:") else f"{r.job}: {r.line}")
+            else:
+                err.print(f"[red]{r.job}: failed:[/red] {r.line}")
+            for note in r.notes:
+                err.print(f"[yellow]note:[/yellow] {r.job}: {note}")
+            done = names.index(r.job) + 1
+            bar(done, len(names), names[done] if done < len(names) else "done")
 
-    try:
-        results = run_jobs(lambda: bound_session(engine, identity), settings, identity.org_id, on_result=show)
-    finally:
-        engine.dispose()
+        try:
+            results = run_jobs(lambda: bound_session(engine, identity), settings, identity.org_id,
+                               on_result=show)
+        finally:
+            engine.dispose()
     failed = [r for r in results if not r.ok]
     out.print(f"{len(results)} jobs in {sum(r.seconds for r in results):.1f}s: "
               f"{len(results) - len(failed)} ok, {len(failed)} failed")

@@ -202,6 +202,15 @@ class Settings(BaseSettings):
     raptor_summary_chars: int = 1500
     raptor_seed: int = 42
 
+    # Derived memory: communities, profiles, lifecycle and the schedule (orchestrator/derive).
+    # Louvain levels kept per scope set; the scheduled lifecycle sweep archives what the
+    # policies say unless derive_lifecycle_dry_run (then it only lists and logs); RAPTOR is
+    # rebuilt from scratch by the schedule at most every derive_raptor_full_every_s seconds
+    # (0, the default: never; the incremental update runs every tick either way).
+    derive_community_max_levels: int = 8
+    derive_lifecycle_dry_run: bool = False
+    derive_raptor_full_every_s: float = 0.0
+
     @property
     def data_dir(self) -> Path:
         return self.home / "pgdata"

@@ -429,6 +429,16 @@ class Profile(_Summarised, _Embedded, Base):
         Index("ix_profiles_tenant_id_subject_entity_id", "tenant_id", "subject_entity_id"),
         Index("ix_profiles_tenant_id_subject_user_id", "tenant_id", "subject_user_id"),
         *_ann_indexes("profiles"),
+        # 0015: one profile per subject, perspective partition and scope set.
+        CheckConstraint("perspective_key = 'world' or perspective_key ~ '^user:.+'",
+                        name="ck_profiles_perspective_key_format"),
+        CheckConstraint("input_digest is null or length(input_digest) = 32",
+                        name="ck_profiles_input_digest_length"),
+        Index("uq_profiles_tenant_id_subject_entity_id_perspective_key_scopes",
+              "tenant_id", "subject_entity_id", "perspective_key", "scopes", unique=True,
+              postgresql_where=sql_text("subject_entity_id is not null")),
+        Index("uq_profiles_tenant_id_subject_user_id_scopes", "tenant_id", "subject_user_id", "scopes",
+              unique=True, postgresql_where=sql_text("subject_user_id is not null")),
         {"schema": "memory"},
     )
 
@@ -440,6 +450,8 @@ class Profile(_Summarised, _Embedded, Base):
     scopes: Mapped[list[uuid.UUID]] = mapped_column(UUIDS)
     created_at: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = _now()
+    perspective_key: Mapped[str] = mapped_column(Text, server_default=sql_text("'world'"))
+    input_digest: Mapped[bytes | None] = mapped_column(BYTEA)
 
 
 class Episode(_Summarised, _Embedded, Base):
@@ -590,6 +602,14 @@ class Community(_Summarised, _Embedded, Base):
         _summary_method("communities"),
         Index("ix_communities_member_entity_ids", "member_entity_ids", postgresql_using="gin"),
         *_ann_indexes("communities"),
+        # 0015: the hierarchy (parent one level up) and what each summary was made from.
+        ForeignKeyConstraint(["tenant_id", "parent_id"],
+                             ["memory.communities.tenant_id", "memory.communities.id"],
+                             name="fk_communities_tenant_id_parent_id_communities"),
+        CheckConstraint("parent_id is null or parent_id <> id", name="ck_communities_not_own_parent"),
+        CheckConstraint("input_digest is null or length(input_digest) = 32",
+                        name="ck_communities_input_digest_length"),
+        Index("ix_communities_tenant_id_parent_id", "tenant_id", "parent_id"),
         {"schema": "memory"},
     )
 
@@ -601,6 +621,8 @@ class Community(_Summarised, _Embedded, Base):
     scopes: Mapped[list[uuid.UUID]] = mapped_column(UUIDS)
     created_at: Mapped[datetime] = _now()
     built_at: Mapped[datetime] = _now()
+    parent_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    input_digest: Mapped[bytes | None] = mapped_column(BYTEA)
 
 
 class RaptorNode(_Summarised, _Embedded, Base):
@@ -685,6 +707,29 @@ class UsageDaily(Base):
     updated_at: Mapped[datetime] = _now()
 
 
+class ValueDaily(Base):
+    """Per day and item: how often the ledger named it (0015); readable with the item."""
+
+    __tablename__ = "value_daily"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "day", "item_table", "item_id", name="pk_value_daily"),
+        _tenant_fk("value_daily"),
+        CheckConstraint("uses >= 0 and marks >= 0 and users >= 0 and marks <= uses",
+                        name="ck_value_daily_counts"),
+        Index("ix_value_daily_tenant_id_item_table_item_id", "tenant_id", "item_table", "item_id", "day"),
+        {"schema": "memory"},
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
+    day: Mapped[date] = mapped_column(Date)
+    item_table: Mapped[str] = mapped_column(Text)
+    item_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
+    uses: Mapped[int] = mapped_column(BigInteger)
+    marks: Mapped[int] = mapped_column(BigInteger)
+    users: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime] = _now()
+
+
 # --- views (not in metadata: the drift check compares tables only) ------------------
 
 views = MetaData()
@@ -709,5 +754,5 @@ effective_claims = Table(
 __all__ = [
     "Community", "Decision", "DecisionLink", "Entity", "Episode", "FactClaim", "FactConflict",
     "FactContent", "Observation", "Profile", "Quarantine", "RaptorNode", "Shape", "TenantSettings",
-    "UsageDaily", "UsageEvent", "WorkingMemoryItem", "current_claims", "effective_claims",
+    "UsageDaily", "UsageEvent", "ValueDaily", "WorkingMemoryItem", "current_claims", "effective_claims",
 ]

@@ -1,4 +1,4 @@
-"""Communities over the entity graph: Louvain clusters with an extractive summary each.
+"""Communities over the entity graph: a Louvain hierarchy with a summary per community and level.
 
 The graph's edges are current world-fact relation claims (claims whose object
 is an entity). It is built **per scope set**: claims shared into exactly the
@@ -8,20 +8,40 @@ rule depends only on the scope set), so a summary never mixes in evidence from
 a scope its readers could not see. Only scope sets the bound identity may
 write are rebuilt, since the community rows are written into them.
 
-Incremental: a new partition is matched to the stored communities of the same
-scope set by member overlap. A community whose member set is unchanged is left
-alone (not re-summarised, not rewritten); a changed one is updated in place; a
-vanished one is deleted; a new one is inserted. Louvain is seeded, so an
-unchanged graph always gives the same partition. Summaries come from the
-configured summarizer (``summarize.get_summarizer``) and record its method and
-model; an unchanged community whose summary another method or model made is
-re-summarised (and rewritten only if the summary then differs).
+**Levels** are Louvain's passes (``networkx.community.louvain_partitions``,
+seeded, per connected component so that an untouched component never changes):
+level 0 is the first pass's partition (the finest), each level above merges
+communities of the level below. A community is stored at the lowest level
+it appears at (a community a pass leaves unmerged is not stored again one level
+up) and ``parent_id`` names the smallest community above that contains it; at
+most ``derive_community_max_levels`` levels are kept. A level-0 summary is made
+from the claims between its members; a higher one from its children's summaries
+and the claims that connect them.
+
+**Incremental** (``full=True`` deletes and rebuilds everything instead): each
+level of a scope set is matched to its stored communities by member set.
+``input_digest`` fingerprints what a summary is made from; a community whose
+members, digest and summary method are unchanged is neither re-summarised nor
+rewritten (a parent link that moved is updated alone). A changed one is
+re-summarised and updated in place (best member overlap, so it keeps its id); a
+vanished one is deleted; a new one is inserted. A changed child summary changes
+its parent's digest, so changes climb to the top, and nothing else is touched.
+An inserted or re-summarised community goes back on the embedding queue (the
+requeue trigger resets the embedding when ``summary`` changes), which is how its
+summary embedding stays current.
+
+One run is one transaction under the job lock (``service.job_lock``), so two
+concurrent runs (a worker tick and ``engram derive communities``) queue instead
+of both inserting; it is one provenance activity, and every community written
+anew records ``wasDerivedFrom`` edges to the claims it summarises (and, above
+level 0, to its child communities), pinned to their current versions.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import networkx as nx  # type: ignore[import-untyped]
@@ -29,15 +49,34 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.orm import Session
 
-from orchestrator.audit.lineage import begin_activity, end_activity, record_derivation
-from orchestrator.config import Settings
+from orchestrator.audit.lineage import begin_activity, end_activity, record_derivations
+from orchestrator.config import Settings, get_settings
 from orchestrator.db.knowledge_models import Community, current_claims
-from orchestrator.derive.summarize import get_summarizer
+from orchestrator.derive.digest import input_digest
+from orchestrator.derive.service import job_lock
+from orchestrator.derive.summarize import Summarizer, get_summarizer, split_sentences
+from orchestrator.errors import BadInput
 
-LEVEL = 0
+JOB = "communities"
 SEED = 42
 MIN_MEMBERS = 2
-_Evidence = list[tuple[uuid.UUID, uuid.UUID, uuid.UUID, str]]  # claim, subject, object, text
+EMPTY_SUMMARY = "A group of related entities."
+TABLE = "memory.communities"
+CLAIMS = "knowledge.fact_claim"
+Members = frozenset[uuid.UUID]
+ScopeKey = tuple[uuid.UUID, ...]
+Progress = Callable[[int, int], None]
+_UUIDS = ARRAY(UUID(as_uuid=True))
+
+
+@dataclass
+class LevelCounts:
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    unchanged: int = 0
+    resummarised: int = 0  # summarizer calls
+    relinked: int = 0  # rewritten only because the parent changed
 
 
 @dataclass
@@ -46,18 +85,237 @@ class CommunityReport:
     updated: int = 0
     deleted: int = 0
     unchanged: int = 0
+    resummarised: int = 0
+    relinked: int = 0
     scope_sets: int = 0
+    levels: dict[int, LevelCounts] = field(default_factory=dict)
     changed_ids: list[uuid.UUID] = field(default_factory=list)
 
+    def count(self, level: int, what: str, n: int = 1) -> None:
+        counts = self.levels.setdefault(level, LevelCounts())
+        setattr(counts, what, getattr(counts, what) + n)
+        setattr(self, what, getattr(self, what) + n)
 
-def _jaccard(a: frozenset[uuid.UUID], b: frozenset[uuid.UUID]) -> float:
+    @property
+    def height(self) -> int:
+        return max(self.levels, default=-1) + 1
+
+
+@dataclass(frozen=True)
+class _Stored:
+    id: uuid.UUID
+    level: int
+    members: Members
+    parent_id: uuid.UUID | None
+    summary: str
+    method: str
+    model: str | None
+    digest: bytes | None
+
+
+@dataclass(eq=False)
+class _Node:
+    level: int
+    members: Members
+    parent: _Node | None = None
+    children: list[_Node] = field(default_factory=list)
+    claims: list[tuple[uuid.UUID, str]] = field(default_factory=list)  # what this level adds
+    stored: _Stored | None = None
+    id: uuid.UUID | None = None
+    summary: str = ""
+    method: str = ""
+    model: str | None = None
+    digest: bytes = b""
+    anew: bool = False  # members, digest or summary differ from the stored row: edges recorded
+
+
+def hierarchy(graph: nx.Graph, max_levels: int, seed: int = SEED) -> list[list[Members]]:
+    """Louvain's passes as levels, finest first; each community at the lowest level it appears at.
+
+    Each connected component is clustered on its own, its nodes and edges in sorted order
+    with the same seed, so a component no changed claim touches comes out exactly as it
+    did last time: only the components that changed can change communities (a community
+    never spans two components, which Louvain over the whole graph would not do either).
+    """
+    levels: list[list[Members]] = [[] for _ in range(max_levels)]
+    for component in sorted((sorted(c) for c in nx.connected_components(graph)), key=lambda c: c[0]):
+        sub = nx.Graph()
+        sub.add_nodes_from(component)
+        sub.add_weighted_edges_from(sorted((*sorted((u, v)), w) for u, v, w in
+                                           graph.edges(component, data="weight")))
+        seen: set[Members] = set()
+        level = 0
+        for partition in nx.community.louvain_partitions(sub, weight="weight", seed=seed):
+            if level == max_levels:
+                break
+            new = [c for c in (frozenset(p) for p in partition) if len(c) >= MIN_MEMBERS and c not in seen]
+            if not new:
+                continue
+            seen.update(new)
+            levels[level] += new
+            level += 1
+    return [sorted(found, key=sorted) for found in levels if found]
+
+
+def _plan(graph: nx.Graph, evidence: list[tuple[uuid.UUID, uuid.UUID, uuid.UUID, str]],
+          max_levels: int) -> list[_Node]:
+    """The communities of one scope set's graph, linked to their parents, with each level's claims."""
+    nodes: list[_Node] = []
+    # Levels nest, so the community above that holds any one member holds them all.
+    holding: list[dict[uuid.UUID, _Node]] = []
+    for level, communities in enumerate(hierarchy(graph, max_levels)):
+        here = [_Node(level, members) for members in communities]
+        holding.append({m: n for n in here for m in n.members})
+        nodes += here
+    for node in nodes:
+        some = next(iter(node.members))
+        node.parent = next((up[some] for up in holding[node.level + 1:] if some in up), None)
+        if node.parent is not None:
+            node.parent.children.append(node)
+    # A claim belongs to the lowest community holding both its ends: a child's claims
+    # reach its parent through the child's summary, not again.
+    holder: dict[uuid.UUID, list[_Node]] = defaultdict(list)
+    for node in nodes:
+        for member in node.members:
+            holder[member].append(node)
+    for claim_id, subject, obj, text_ in evidence:
+        both = [n for n in holder.get(subject, []) if obj in n.members]
+        if both:
+            min(both, key=lambda n: n.level).claims.append((claim_id, text_))
+    for node in nodes:
+        node.children.sort(key=lambda n: sorted(n.members))
+        node.claims.sort()
+    return nodes
+
+
+def _match(nodes: list[_Node], stored: list[_Stored]) -> list[_Stored]:
+    """Give planned nodes the stored row of their level they continue; returns the rows left over."""
+    left: dict[int, dict[uuid.UUID, _Stored]] = defaultdict(dict)
+    exact: dict[tuple[int, Members], _Stored] = {}
+    for row in stored:
+        left[row.level][row.id] = row
+        exact.setdefault((row.level, row.members), row)
+    unmatched = []
+    for node in nodes:
+        same = exact.get((node.level, node.members))
+        if same is None or same.id not in left[node.level]:
+            unmatched.append(node)
+            continue
+        del left[node.level][same.id]
+        node.stored, node.id = same, same.id
+    # The rest continue the stored row of their level they overlap most (only rows that share
+    # a member can overlap at all).
+    sharing: dict[tuple[int, uuid.UUID], list[_Stored]] = defaultdict(list)
+    for level, rows in left.items():
+        for row in rows.values():
+            for member in row.members:
+                sharing[(level, member)].append(row)
+    for node in unmatched:
+        pool = left[node.level]
+        candidates = {r.id: r for m in node.members for r in sharing.get((node.level, m), []) if r.id in pool}
+        best = max(candidates.values(), key=lambda r: (_jaccard(r.members, node.members), str(r.id)),
+                   default=None)
+        if best is not None:
+            del pool[best.id]
+            node.stored, node.id = best, best.id
+    return [r for rows in left.values() for r in rows.values()]
+
+
+def _jaccard(a: Members, b: Members) -> float:
     return len(a & b) / len(a | b)
 
 
-def rebuild(session: Session, *, settings: Settings | None = None) -> CommunityReport:
-    """Recompute level-0 communities for every writable scope set; touch only what changed."""
+def _summarise(nodes: list[_Node], summarizer: Summarizer, report: CommunityReport,
+               done: list[int], total: int, progress: Progress | None) -> None:
+    """Bottom-up: a node whose input digest and summary method match its stored row keeps its summary."""
+    wanted = (summarizer.method, summarizer.model)
+    for node in sorted(nodes, key=lambda n: n.level):
+        child_summaries = [k.summary for k in node.children]
+        node.digest = input_digest("community", node.level, node.claims, child_summaries)
+        s = node.stored
+        if s is not None and s.digest == node.digest and (s.method, s.model) == wanted:
+            node.summary, node.method, node.model = s.summary, s.method, s.model
+        else:
+            sentences = [t for _, t in node.claims]
+            sentences += [x for summary in child_summaries for x in split_sentences(summary)]
+            made = summarizer.summarize(sentences)
+            node.summary, node.method, node.model = made.text or EMPTY_SUMMARY, made.method, made.model
+            report.count(node.level, "resummarised")
+        node.anew = s is None or (s.members, s.digest, s.summary, s.method, s.model) != (
+            node.members, node.digest, node.summary, node.method, node.model)
+        done[0] += 1
+        if progress is not None:
+            progress(done[0], total)
+
+
+def _write(session: Session, key: ScopeKey, nodes: list[_Node], gone: list[_Stored],
+           report: CommunityReport) -> list[_Node]:
+    """Top-down, so each row is written with its final parent; then vanished rows go.
+
+    Returns the nodes written anew (inserted, or members, digest or summary changed).
+    """
+    made: list[_Node] = []
+    for node in sorted(nodes, key=lambda n: -n.level):
+        parent_id = node.parent.id if node.parent is not None else None
+        s = node.stored
+        values = {"member_entity_ids": sorted(node.members), "summary": node.summary,
+                  "summary_method": node.method, "summary_model": node.model, "input_digest": node.digest,
+                  "parent_id": parent_id}
+        if s is None:
+            node.id = session.execute(insert(Community).values(level=node.level, scopes=list(key), **values)
+                                      .returning(Community.id)).scalar_one()
+            report.count(node.level, "inserted")
+        elif node.anew:
+            session.execute(update(Community).where(Community.id == s.id)
+                            .values(built_at=func.now(), **values))
+            report.count(node.level, "updated")
+        elif s.parent_id != parent_id:
+            session.execute(update(Community).where(Community.id == s.id).values(parent_id=parent_id))
+            report.count(node.level, "relinked")
+            continue
+        else:
+            report.count(node.level, "unchanged")
+            continue
+        assert node.id is not None
+        report.changed_ids.append(node.id)
+        made.append(node)
+    if gone:
+        session.execute(delete(Community).where(Community.id.in_([r.id for r in gone])))
+        for row in gone:
+            report.count(row.level, "deleted")
+    return made
+
+
+def _edges(made: list[_Node]) -> list[tuple[tuple[str, dict[str, str]], tuple[str, dict[str, str]]]]:
+    edges = []
+    for node in made:
+        derived = (TABLE, {"id": str(node.id)})
+        edges += [(derived, (CLAIMS, {"id": str(c)})) for c, _ in node.claims]
+        edges += [(derived, (TABLE, {"id": str(k.id)})) for k in node.children]
+    return edges
+
+
+def _max_levels(settings: Settings) -> int:
+    value = settings.derive_community_max_levels
+    if not 1 <= value <= 32:
+        raise BadInput("derive_community_max_levels (ENGRAM_DERIVE_COMMUNITY_MAX_LEVELS) must be between "
+                       f"1 and 32, got {value}")
+    return value
+
+
+def rebuild(session: Session, *, full: bool = False, settings: Settings | None = None,
+            on_progress: Progress | None = None) -> CommunityReport:
+    """Recompute every writable scope set's community hierarchy; touch only what changed.
+
+    ``full`` deletes the stored communities and builds them again from scratch (new
+    ids, every summary made again). ``on_progress(done, total)`` is called after each
+    community is planned (for a progress bar).
+    """
+    settings = settings or get_settings()
+    max_levels = _max_levels(settings)
     summarizer = get_summarizer(settings)
-    writable = current_claims.c.scopes.contained_by(func.auth.write_scopes(type_=ARRAY(UUID(as_uuid=True))))
+    job_lock(session, JOB)
+    writable = current_claims.c.scopes.contained_by(func.auth.write_scopes(type_=_UUIDS))
     rows = session.execute(
         select(current_claims.c.id, current_claims.c.subject_id, current_claims.c.object_id,
                current_claims.c.scopes, current_claims.c.text)
@@ -65,85 +323,52 @@ def rebuild(session: Session, *, settings: Settings | None = None) -> CommunityR
                current_claims.c.subject_id != current_claims.c.object_id, writable)
         .order_by(current_claims.c.id)
     ).all()
-    graphs: dict[tuple[uuid.UUID, ...], nx.Graph] = defaultdict(nx.Graph)
-    evidence: dict[tuple[uuid.UUID, ...], _Evidence] = defaultdict(list)
+    graphs: dict[ScopeKey, nx.Graph] = defaultdict(nx.Graph)
+    evidence: dict[ScopeKey, list[tuple[uuid.UUID, uuid.UUID, uuid.UUID, str]]] = defaultdict(list)
     for claim_id, subject, obj, scopes, text_ in rows:
         key = tuple(sorted(scopes))
         g = graphs[key]
         weight = g.get_edge_data(subject, obj, {"weight": 0})["weight"] + 1
         g.add_edge(subject, obj, weight=weight)
         evidence[key].append((claim_id, subject, obj, text_))
-    stored = session.execute(
-        select(Community.id, Community.scopes, Community.member_entity_ids, Community.summary,
-               Community.summary_method, Community.summary_model)
-        .where(Community.level == LEVEL,
-               Community.scopes.contained_by(func.auth.write_scopes(type_=ARRAY(UUID(as_uuid=True)))))
+    stored_rows = session.execute(
+        select(Community.id, Community.level, Community.scopes, Community.member_entity_ids,
+               Community.parent_id, Community.summary, Community.summary_method, Community.summary_model,
+               Community.input_digest)
+        .where(Community.scopes.contained_by(func.auth.write_scopes(type_=_UUIDS)))
     ).all()
-    existing: dict[tuple[uuid.UUID, ...], dict[uuid.UUID, frozenset[uuid.UUID]]] = defaultdict(dict)
-    made: dict[uuid.UUID, tuple[str, str, str | None]] = {}
-    for cid, scopes, stored_members, summary_text, method, model in stored:
-        existing[tuple(sorted(scopes))][cid] = frozenset(stored_members)
-        made[cid] = (summary_text, method, model)
+    stored: dict[ScopeKey, list[_Stored]] = defaultdict(list)
+    for r in stored_rows:
+        stored[tuple(sorted(r.scopes))].append(_Stored(
+            r.id, r.level, frozenset(r.member_entity_ids), r.parent_id, r.summary, r.summary_method,
+            r.summary_model,
+            None if r.input_digest is None else bytes(r.input_digest)))
 
     report = CommunityReport()
-    started = False
-    for key in sorted(set(graphs) | set(existing)):
+    plans: list[tuple[ScopeKey, list[_Node], list[_Stored]]] = []
+    for key in sorted(set(graphs) | set(stored)):
         report.scope_sets += 1
         g = graphs.get(key)
-        parts: list[frozenset[uuid.UUID]] = [
-            frozenset(c) for c in nx.community.louvain_communities(g, weight="weight", seed=SEED)
-        ] if g is not None else []
-        found = sorted((c for c in parts if len(c) >= MIN_MEMBERS), key=lambda c: sorted(c))
-        old = dict(existing.get(key, {}))
-        unmatched: list[frozenset[uuid.UUID]] = []
-        restyled: list[tuple[uuid.UUID, frozenset[uuid.UUID]]] = []
-        for members in found:
-            same = next((cid for cid, m in old.items() if m == members), None)
-            if same is None:
-                unmatched.append(members)
-                continue
-            del old[same]
-            if made[same][1:] == (summarizer.method, summarizer.model):
-                report.unchanged += 1
-            else:
-                restyled.append((same, members))
-        todo: list[tuple[uuid.UUID | None, frozenset[uuid.UUID]]] = [
-            *restyled, *((None, m) for m in unmatched)]
-        for target, members in todo:
-            facts = [(c, t) for c, s, o, t in evidence[key] if s in members and o in members]
-            made_now = summarizer.summarize([t for _, t in facts])
-            summary = made_now.text or "A group of related entities."
-            if target is not None and made[target] == (summary, made_now.method, made_now.model):
-                report.unchanged += 1  # re-summarised by the configured method, same result
-                continue
-            if not started:
-                begin_activity(session, "derive.communities",
-                               {"method": summarizer.method, "model": summarizer.model, "seed": SEED})
-                started = True
-            if target is None:
-                best = max(old, key=lambda cid: (_jaccard(old[cid], members), str(cid)), default=None)
-                if best is not None and _jaccard(old[best], members) > 0:
-                    target = best
-                    del old[best]
-            ordered = sorted(members)
-            written = {"summary": summary, "summary_method": made_now.method,
-                       "summary_model": made_now.model}
-            if target is not None:
-                session.execute(update(Community).where(Community.id == target).values(
-                    member_entity_ids=ordered, built_at=func.now(), **written))
-                cid = target
-                report.updated += 1
-            else:
-                cid = session.execute(insert(Community).values(
-                    level=LEVEL, member_entity_ids=ordered, scopes=list(key), **written
-                ).returning(Community.id)).scalar_one()
-                report.inserted += 1
-            report.changed_ids.append(cid)
-            record_derivation(session, ("memory.communities", {"id": str(cid)}),
-                              [("knowledge.fact_claim", {"id": str(c)}) for c, _ in facts])
-        if old:
-            session.execute(delete(Community).where(Community.id.in_(list(old))))
-            report.deleted += len(old)
+        nodes = _plan(g, evidence[key], max_levels) if g is not None else []
+        plans.append((key, nodes, list(stored.get(key, [])) if full else _match(nodes, stored.get(key, []))))
+    total = sum(len(nodes) for _, nodes, _ in plans)
+    done = [0]
+    started = False
+    for key, nodes, gone in plans:
+        _summarise(nodes, summarizer, report, done, total, on_progress)
+        if not gone and not any(n.anew or n.stored is None or n.stored.parent_id != (
+                n.parent.id if n.parent is not None else None) for n in nodes):
+            for n in nodes:
+                report.count(n.level, "unchanged")
+            continue
+        if not started:
+            begin_activity(session, "derive.communities", {
+                "method": summarizer.method, "model": summarizer.model, "seed": SEED,
+                "max_levels": max_levels, "full": full})
+            started = True
+        made = _write(session, key, nodes, gone, report)
+        # Last, so each edge pins the final version of a child (its parent link included).
+        record_derivations(session, _edges(made))
     if started:
         end_activity(session)
     return report

@@ -6,10 +6,16 @@ endpoint, with its own fallback), the jobs use it, one summarizer per run;
 otherwise the extractive ``summarize()`` with its ``METHOD``. Either way the
 caller learns which method and model wrote the text and records it on the row
 (``summary_method``, ``summary_model``).
+
+``input_digest`` fingerprints what a summary is made from, so a job can tell
+"same input as last time" without asking the summarizer again (which, with an
+abstractive endpoint, is one call per summary).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,3 +46,13 @@ class Digester:
             return Digest(str(made.text), str(made.method), None if made.model is None else str(made.model))
         text = _summarize.summarize(texts, max_sentences=max_sentences, max_chars=self.max_chars)
         return Digest(text, _summarize.METHOD, None)
+
+
+def input_digest(*parts: object) -> bytes:
+    """SHA-256 (32 bytes) of ``parts`` in canonical JSON: equal inputs give equal digests.
+
+    UUIDs and other non-JSON values count by their ``str``; callers sort what has
+    no order of its own (claim ids, children) so a reordering is not a change.
+    """
+    body = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(body.encode()).digest()

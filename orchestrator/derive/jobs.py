@@ -3,6 +3,10 @@
 ``JOBS`` is the one registry, each job fed by the ones before it:
 
 ====================  =========================================================
+``lifecycle``         the lifecycle sweep: archives the documents past their
+                      collection's policy (a policy set is the intent; with
+                      ``derive_lifecycle_dry_run`` it only lists them), and logs
+                      each one; first, so no job after it builds on them
 ``extract``           entities and low-confidence claims from chunks not yet read
                       (extraction on ingest: a chunk ingested and embedded is read
                       on the next tick)
@@ -11,11 +15,13 @@
 ``consolidate``       observations from corroborating claims
 ``episodes``          private episodes from working-memory sessions
 ``decisions``         decision records and causal links from marked items
-``communities``       Louvain communities of the entity graph
-``profiles``          person profiles
-``raptor``            the RAPTOR tree (``orchestrator.derive.raptor.build``; skipped,
-                      with a log line, while that module is not installed)
-``usage``             ``usage_daily`` for yesterday and today (only changed rows)
+``communities``       the Louvain hierarchy of the entity graph
+``profiles``          person, perspective and user profiles
+``raptor``            the RAPTOR trees, incrementally; from scratch when
+                      ``derive_raptor_full_every_s`` is set and the tenant's last
+                      full rebuild (its ``derive.raptor`` activity) is older
+``usage``             ``usage_daily`` and ``value_daily`` for yesterday and today
+                      (only changed rows)
 ====================  =========================================================
 
 Each job of each tenant is **one transaction**: a job that fails (or a process
@@ -29,7 +35,11 @@ anyway. Each run that writes anything is one provenance activity
 (``orchestrator.derive.service``) every ``derive_interval_s`` seconds, in its own
 thread beside the embedding queue (``engram worker run``), so neither holds the
 other up. ``engram derive all`` runs it once for a token's tenant, as that
-token's identity.
+token's identity. The scheduler keeps each job's last result per tenant in
+memory only (``DeriveScheduler.last_runs``): every job is idempotent, so a
+restarted worker simply runs everything on its first tick. The one schedule that
+must survive a restart, RAPTOR's periodic full rebuild, reads its last run from
+the provenance activities in the database.
 """
 
 from __future__ import annotations
@@ -42,13 +52,18 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func, select, text
 from sqlalchemy.orm import Session
 
 from orchestrator.audit.lineage import begin_activity, end_activity
 from orchestrator.config import Settings
 from orchestrator.derive.service import ServiceTenant, service_session, service_tenants
+
+if TYPE_CHECKING:
+    from orchestrator.derive.communities import CommunityReport
+    from orchestrator.derive.profiles import ProfileReport
 
 log = logging.getLogger("engram.derive.jobs")
 
@@ -57,10 +72,12 @@ SessionFactory = Callable[[], AbstractContextManager[Session]]
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a job run did: its summary line, and notes worth a user's attention."""
+    """What a job run did: its summary line, notes worth a user's attention (logged as
+    warnings), and details for the log (logged at info, e.g. each archived document)."""
 
     line: str
     notes: tuple[str, ...] = ()
+    details: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -82,6 +99,27 @@ class JobResult:
     def render(self) -> str:
         state = "ok" if self.ok else "FAILED"
         return f"{self.tenant}\t{self.job}\t{state}\t{self.seconds:.2f}s\t{self.line}"
+
+
+def _lifecycle(session: Session, settings: Settings) -> Outcome:
+    from orchestrator.derive.lifecycle import sweep
+
+    apply = not settings.derive_lifecycle_dry_run
+    # A sweep that archives nothing leaves no activity behind (the savepoint rolls it back).
+    savepoint = session.begin_nested()
+    begin_activity(session, "derive.lifecycle", {"apply": apply})
+    r = sweep(session, apply=apply)
+    if apply and r.items:
+        end_activity(session)
+        savepoint.commit()
+    else:
+        savepoint.rollback()
+    verb = "archived" if apply else "would archive"
+    details = tuple(f"{verb} {it.collection}/{it.path} ({it.document_id}): last used "
+                    f"{it.last_used_at.isoformat()}, policy {it.archive_after_days} days, "
+                    f"{it.uses} uses on {it.days_used} days" for it in r.items)
+    dry = "" if apply else " (dry run: ENGRAM_DERIVE_LIFECYCLE_DRY_RUN)"
+    return Outcome(f"lifecycle: {len(r.items)} documents {verb}{dry}", details=details)
 
 
 def _extract(session: Session, settings: Settings) -> Outcome:
@@ -132,29 +170,52 @@ def _decisions(session: Session, settings: Settings) -> Outcome:
                    f"{len(r.problems)} problems", tuple(r.problems))
 
 
+def communities_line(r: CommunityReport) -> str:
+    """The one summary line of a communities run (the job's and ``engram derive communities``')."""
+    levels = ", ".join(f"level {lv}: {c.inserted + c.updated + c.unchanged + c.relinked}"
+                       for lv, c in sorted(r.levels.items()))
+    return (f"{r.scope_sets} scope sets: {r.inserted} inserted, {r.updated} updated, {r.deleted} deleted, "
+            f"{r.unchanged} unchanged, {r.relinked} relinked; {r.resummarised} summarised"
+            + (f" ({levels})" if levels else ""))
+
+
+def profiles_line(r: ProfileReport) -> str:
+    return (f"profiles: {r.inserted} inserted, {r.updated} updated, {r.deleted} deleted, "
+            f"{r.unchanged} unchanged; {r.resummarised} summarised, {r.users} of users")
+
+
 def _communities(session: Session, settings: Settings) -> Outcome:
     from orchestrator.derive.communities import rebuild
 
-    r = rebuild(session, settings=settings)
-    return Outcome(f"{r.scope_sets} scope sets: {r.inserted} inserted, {r.updated} updated, "
-                   f"{r.deleted} deleted, {r.unchanged} unchanged")
+    return Outcome(communities_line(rebuild(session, settings=settings)))
 
 
 def _profiles(session: Session, settings: Settings) -> Outcome:
     from orchestrator.derive.profiles import refresh
 
-    r = refresh(session, settings=settings)
-    return Outcome(f"profiles: {r.inserted} inserted, {r.updated} updated, {r.deleted} deleted, "
-                   f"{r.unchanged} unchanged")
+    return Outcome(profiles_line(refresh(session, settings=settings)))
+
+
+def last_full_raptor(session: Session) -> datetime | None:
+    """When this tenant's RAPTOR trees were last rebuilt from scratch (its activities say)."""
+    found: datetime | None = session.execute(text(
+        "select max(started_at) from provenance.activities "
+        "where kind = 'derive.raptor' and detail @> '{\"full\": true}'")).scalar()
+    return found
 
 
 def _raptor(session: Session, settings: Settings) -> Outcome:
     from orchestrator.derive.raptor import build
 
-    r = build(session, full=False, settings=settings)
-    return Outcome(f"raptor: {r.scope_sets} scope sets, {r.inserted} inserted, {r.updated} updated, "
-                   f"{r.deleted} deleted, {r.unchanged} unchanged, {r.resummarised} re-summarised, "
-                   f"{r.joined} joined a leaf")
+    every = settings.derive_raptor_full_every_s
+    full = False
+    if every > 0:
+        last = last_full_raptor(session)
+        full = last is None or datetime.now(UTC) - last >= timedelta(seconds=every)
+    r = build(session, full=full, settings=settings)
+    return Outcome(f"raptor{' (full rebuild)' if full else ''}: {r.scope_sets} scope sets, "
+                   f"{r.inserted} inserted, {r.updated} updated, {r.deleted} deleted, "
+                   f"{r.unchanged} unchanged, {r.resummarised} re-summarised, {r.joined} joined a leaf")
 
 
 def _usage(session: Session, settings: Settings) -> Outcome:
@@ -162,25 +223,28 @@ def _usage(session: Session, settings: Settings) -> Outcome:
     days = (today - timedelta(days=1), today)  # yesterday's last events land after midnight
     savepoint = session.begin_nested()
     begin_activity(session, "derive.usage", {"days": [d.isoformat() for d in days]})
-    changed = sum(int(session.execute(select(func.memory.refresh_usage(d))).scalar_one()) for d in days)
-    if changed:
+    usage = sum(int(session.execute(select(func.memory.refresh_usage(d))).scalar_one()) for d in days)
+    value = sum(int(session.execute(select(func.memory.refresh_value(d))).scalar_one()) for d in days)
+    if usage or value:
         end_activity(session)
         savepoint.commit()
     else:
         savepoint.rollback()
-    return Outcome(f"usage_daily: {changed} rows changed ({days[0].isoformat()}, {days[1].isoformat()})")
+    return Outcome(f"usage_daily: {usage} rows changed, value_daily: {value} rows changed "
+                   f"({days[0].isoformat()}, {days[1].isoformat()})")
 
 
 JOBS: tuple[Job, ...] = (
+    Job("lifecycle", "archive documents past their collection's policy", _lifecycle),
     Job("extract", "entities and claims from chunks not yet read", _extract),
     Job("conflicts", "detect value, time and relation conflicts", _conflicts),
     Job("consolidate", "observations from corroborating claims", _consolidate),
     Job("episodes", "private episodes from working-memory sessions", _episodes),
     Job("decisions", "decision records and causal links from marked items", _decisions),
-    Job("communities", "communities of the entity graph", _communities),
-    Job("profiles", "person profiles", _profiles),
-    Job("raptor", "the RAPTOR summary tree", _raptor),
-    Job("usage", "usage_daily for yesterday and today", _usage),
+    Job("communities", "the community hierarchy of the entity graph", _communities),
+    Job("profiles", "person, perspective and user profiles", _profiles),
+    Job("raptor", "the RAPTOR summary trees", _raptor),
+    Job("usage", "usage_daily and value_daily for yesterday and today", _usage),
 )
 JOBS_BY_NAME = {job.name: job for job in JOBS}
 
@@ -197,6 +261,8 @@ def run_job(job: Job, sessions: SessionFactory, settings: Settings, tenant: str)
                          time.monotonic() - started)
     for note in outcome.notes:
         log.warning("derive %s: %s: %s", tenant, job.name, note)
+    for detail in outcome.details:
+        log.info("derive %s: %s: %s", tenant, job.name, detail)
     return JobResult(job.name, tenant, True, outcome.line, time.monotonic() - started,
                      notes=outcome.notes)
 
@@ -244,6 +310,9 @@ class DeriveScheduler:
         self.tenants = list(tenants) if tenants is not None else None
         self.on_result = on_result
         self.on_tick = on_tick
+        # (tenant org id, job) -> its last result; in memory only (see the module docstring).
+        self.last_runs: dict[tuple[str, str], JobResult] = {}
+        self.last_tick_at: datetime | None = None
 
     def tenant_list(self) -> list[ServiceTenant]:
         with self.worker_engine.connect() as conn:
@@ -262,14 +331,20 @@ class DeriveScheduler:
                 return service_session(self.app_engine, t)
 
             report.results += run_jobs(sessions, self.settings, tenant.org_id, jobs=self.jobs,
-                                       on_result=self.on_result)
+                                       on_result=self._record)
         self.compact_statistics()
+        self.last_tick_at = datetime.now(UTC)
         report.seconds = time.monotonic() - started
         log.info("derive tick: %d tenants, %d jobs, %d failed in %.1fs", report.tenants,
                  len(report.results), len(report.failed), report.seconds)
         if self.on_tick is not None:
             self.on_tick(report)
         return report
+
+    def _record(self, result: JobResult) -> None:
+        self.last_runs[(result.tenant, result.job)] = result
+        if self.on_result is not None:
+            self.on_result(result)
 
     def compact_statistics(self) -> int:
         """Fold the BM25 statistic deltas of tenants with many of them (all tenants at once)."""

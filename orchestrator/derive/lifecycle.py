@@ -1,4 +1,4 @@
-"""Lifecycle: archive documents nobody uses, per collection; pin, snooze, mark used.
+"""Lifecycle: archive documents nobody uses, per collection; pin, snooze, archive, mark used; value.
 
 A policy says "in collection C, archive a document after N days without use".
 Use is the latest of the document's last edit (``updated_at``) and its last
@@ -6,6 +6,13 @@ Use is the latest of the document's last edit (``updated_at``) and its last
 documents are never archived. The sweep sees and archives only what the bound
 identity may write, so one user's sweep cannot touch a document shared into a
 scope they only read; a dry run and ``apply`` therefore list the same rows.
+
+**Value**: ``memory.value_daily`` (0015) counts, per day and item, the ledger
+rows that named it and the ``mark_used`` feedback among them; the usage job
+keeps it (``refresh_value`` for yesterday and today). ``value`` ranks the items
+the caller can see by their uses over a window, and each sweep item carries its
+document's lifetime uses and the days it was used on, so a report shows what an
+archive would remove.
 """
 
 from __future__ import annotations
@@ -20,11 +27,12 @@ from sqlalchemy.dialects.postgresql import ARRAY, UUID, insert
 from sqlalchemy.orm import Session
 
 from orchestrator.db.derive_models import DocumentUse, LifecyclePolicy
-from orchestrator.db.knowledge_models import UsageEvent
+from orchestrator.db.knowledge_models import UsageEvent, ValueDaily
 from orchestrator.db.models import Base, Chunk, Document
 from orchestrator.errors import BadInput, Conflict, Forbidden, NotFound
 
 CHANNELS = ("graphql", "mcp", "python", "cli", "worker")
+DOCUMENTS = "sources.documents"
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,18 @@ class SweepItem:
     path: str
     last_used_at: datetime
     archive_after_days: int
+    uses: int = 0  # ledger rows that named the document, over its whole life (value_daily)
+    days_used: int = 0  # days with at least one such row
+
+
+@dataclass(frozen=True)
+class ItemValue:
+    item_table: str
+    item_id: uuid.UUID
+    uses: int
+    marks: int
+    days: int
+    last_day: date
 
 
 @dataclass(frozen=True)
@@ -103,7 +123,9 @@ def sweep(session: Session, *, apply: bool = False, as_of: datetime | None = Non
     if apply:
         # Lock the listed rows so nothing pins or edits them between listing and archiving.
         query = query.with_for_update(of=Document)
-    items = tuple(SweepItem(i, c, p, u, d) for i, c, p, u, d in session.execute(query).all())
+    listed = session.execute(query).all()
+    worth = _document_value(session, [r[0] for r in listed])
+    items = tuple(SweepItem(i, c, p, u, d, *worth.get(i, (0, 0))) for i, c, p, u, d in listed)
     if apply and items:
         ids = [it.document_id for it in items]
         done = set(session.execute(update(Document).where(Document.id.in_(ids))
@@ -111,6 +133,39 @@ def sweep(session: Session, *, apply: bool = False, as_of: datetime | None = Non
         if done != set(ids):
             raise Conflict("the sweep could not archive every listed document; nothing was changed")
     return SweepReport(moment, items, apply)
+
+
+def _document_value(session: Session, ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[int, int]]:
+    """Lifetime uses and days used of each document, from value_daily (as aggregated so far)."""
+    if not ids:
+        return {}
+    rows = session.execute(
+        select(ValueDaily.item_id, func.sum(ValueDaily.uses), func.count())
+        .where(ValueDaily.item_table == DOCUMENTS, ValueDaily.item_id.in_(ids))
+        .group_by(ValueDaily.item_id)).all()
+    return {i: (int(u), int(d)) for i, u, d in rows}
+
+
+def value(session: Session, *, days: int = 30, limit: int = 20, as_of: date | None = None) -> list[ItemValue]:
+    """The items the caller can see, most used first over the ``days`` days up to ``as_of`` (today)."""
+    if not 1 <= days <= 36500:
+        raise BadInput("days must be between 1 and 36500")
+    if not 1 <= limit <= 1000:
+        raise BadInput("limit must be between 1 and 1000")
+    last = as_of or datetime.now(UTC).date()
+    rows = session.execute(
+        select(ValueDaily.item_table, ValueDaily.item_id, func.sum(ValueDaily.uses).label("uses"),
+               func.sum(ValueDaily.marks), func.count(), func.max(ValueDaily.day))
+        .where(ValueDaily.day > last - timedelta(days=days), ValueDaily.day <= last)
+        .group_by(ValueDaily.item_table, ValueDaily.item_id)
+        .order_by(func.sum(ValueDaily.uses).desc(), ValueDaily.item_table, ValueDaily.item_id)
+        .limit(limit)).all()
+    return [ItemValue(t, i, int(u), int(m), int(n), d) for t, i, u, m, n, d in rows]
+
+
+def refresh_value(session: Session, day: date) -> int:
+    """Recompute the tenant's ``value_daily`` rows of one day (only changed rows); returns how many."""
+    return int(session.execute(select(func.memory.refresh_value(day))).scalar_one())
 
 
 def _document(session: Session, doc_id: uuid.UUID, what: str, *, write: bool) -> None:
@@ -137,6 +192,20 @@ def snooze(session: Session, doc_id: uuid.UUID, days: float) -> datetime:
     session.execute(update(Document).where(Document.id == doc_id)
                     .values(snoozed_until=until if days else None))
     return until
+
+
+def archive(session: Session, doc_id: uuid.UUID, archived: bool = True) -> datetime | None:
+    """Archive a document by hand (recall hides it, RAPTOR drops it), or bring it back.
+
+    Archiving an archived document keeps its first archive time. Returns the archive
+    time, or None after ``archived=False``.
+    """
+    _document(session, doc_id, "archive" if archived else "unarchive", write=True)
+    when: datetime | None = session.execute(
+        update(Document).where(Document.id == doc_id)
+        .values(archived_at=func.coalesce(Document.archived_at, func.now()) if archived else None)
+        .returning(Document.archived_at)).scalar_one()
+    return when
 
 
 def mark_used(session: Session, doc_id: uuid.UUID, *, channel: str = "python") -> None:

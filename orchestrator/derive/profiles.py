@@ -1,33 +1,62 @@
-"""Profiles of person entities: an extractive summary of their current world facts.
+"""Profiles: per person entity and per user, a summary of their current facts, preferences and opinions.
 
-One profile per ``(person, scope set)``: the claims about a person shared into
-exactly the same scopes are summarised together and the profile carries that
-scope set, so a reader of a profile can read every claim it draws on. Only
-world facts are used: opinions, preferences and experiences live in their
-creator's perspective partition and must not reach the readers of a shared
-profile. A profile is rewritten only when its summary (text, method or model)
-changes; the derived-memory requeue trigger then puts it back on the embedding
-queue, which is how a changed profile is re-embedded. Summaries come from the
-configured summarizer (``summarize.get_summarizer``); an abstractive endpoint is
-asked at temperature 0, so an unchanged profile normally reads the same.
+Three kinds of profile, each **per scope set** (the claims about one subject
+shared into exactly the same scopes are summarised together and the profile
+carries that scope set, so a reader of a profile can read every claim it draws
+on, and nobody else can read the profile):
+
+* a person's **world profile** (``perspective_key = 'world'``): the current world
+  facts about a person entity;
+* a person **in one creator's view** (``perspective_key = 'user:<creator>'``): the
+  opinions, preferences, experiences and observations that creator recorded about
+  the person. Claims of those kinds live in their creator's perspective partition
+  (``knowledge.fact_claim.perspective_key``), so each creator's view is its own
+  profile: two people's opinions of the same person are never summarised
+  together, and neither reaches the world profile;
+* a **user's own profile** (``subject_user_id``): everything in that user's
+  partition, i.e. their own experiences, preferences and opinions, whatever they
+  are about. The database puts a user profile in that user's partition
+  (``tg_profiles__perspective``); the derive service's own partition has none.
+
+``input_digest`` fingerprints a profile's input (subject, partition, name and
+its claims' ids and texts). A profile whose digest and summary method are
+unchanged is not re-summarised (with an abstractive endpoint that is one call
+saved per profile and tick) and not rewritten. A changed one is re-summarised
+and written only when something stored differs; the requeue trigger puts a
+changed summary back on the embedding queue, which is how a changed profile is
+re-embedded. Every profile written anew records ``wasDerivedFrom`` edges to
+exactly the claims it was made from.
+
+One run is one transaction under the job lock (``service.job_lock``); the
+partial unique indexes of 0015 back it up (one profile per subject, partition
+and scope set), so two concurrent runs can never both insert a profile.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, func, insert, or_, select, update
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.orm import Session
 
-from orchestrator.audit.lineage import begin_activity, end_activity, record_derivation
+from orchestrator.audit.lineage import begin_activity, end_activity, record_derivations
 from orchestrator.config import Settings
 from orchestrator.db.knowledge_models import Entity, Profile, current_claims
+from orchestrator.derive.digest import input_digest
+from orchestrator.derive.service import SERVICE_USER, job_lock
 from orchestrator.derive.summarize import get_summarizer
 
+JOB = "profiles"
 PERSON = "person"
+WORLD = "world"
+PERSPECTIVE_KINDS = ("experience", "observation", "opinion", "preference")
+Progress = Callable[[int, int], None]
+# (entity id or None, user id or None, perspective key, scope set)
+Key = tuple[uuid.UUID | None, str | None, str, tuple[uuid.UUID, ...]]
 
 
 @dataclass
@@ -36,67 +65,136 @@ class ProfileReport:
     updated: int = 0
     deleted: int = 0
     unchanged: int = 0
+    resummarised: int = 0  # summarizer calls
+    users: int = 0  # user profiles among the profiles now current
+
+
+@dataclass(frozen=True)
+class _Stored:
+    id: uuid.UUID
+    summary: str
+    method: str
+    model: str | None
+    digest: bytes | None
+
+
+def _sort_key(key: Key) -> tuple[str, str, str, tuple[str, ...]]:
+    entity, user, perspective, scopes = key
+    return (str(entity or ""), user or "", perspective, tuple(str(s) for s in scopes))
+
+
+def _holder(perspective: str) -> str:
+    return perspective.removeprefix("user:")
+
+
+def _title(key: Key, names: dict[uuid.UUID, str]) -> str:
+    entity, user, perspective, _ = key
+    if entity is None:
+        return f"{user}, in their own words"
+    if perspective == WORLD:
+        return names[entity]
+    return f"{names[entity]}, as {_holder(perspective)} sees it"
 
 
 def refresh(session: Session, *, entity_type: str = PERSON, max_sentences: int = 5,
-            settings: Settings | None = None) -> ProfileReport:
-    """Build or refresh the profiles of every visible entity of ``entity_type``, per scope set."""
+            settings: Settings | None = None, on_progress: Progress | None = None) -> ProfileReport:
+    """Build or refresh every writable profile: of entities of ``entity_type`` and of users.
+
+    ``on_progress(done, total)`` is called after each profile is considered (for a progress bar).
+    """
     summarizer = get_summarizer(settings)
+    job_lock(session, JOB)
     uuids = ARRAY(UUID(as_uuid=True))
     c = current_claims.c
-    rows = session.execute(
-        select(c.id, c.subject_id, c.scopes, c.text, Entity.canonical_name)
+    writable = c.scopes.contained_by(func.auth.write_scopes(type_=uuids))
+    wanted: dict[Key, list[tuple[uuid.UUID, str]]] = defaultdict(list)
+    names: dict[uuid.UUID, str] = {}
+    about_people = session.execute(
+        select(c.id, c.subject_id, c.scopes, c.text, c.perspective_key, Entity.canonical_name)
         .join(Entity, (Entity.tenant_id == c.tenant_id) & (Entity.id == c.subject_id))
-        .where(Entity.entity_type == entity_type, Entity.merged_into.is_(None),
-               c.epistemic_kind == "world_fact",
-               c.scopes.contained_by(func.auth.write_scopes(type_=uuids)))
+        .where(Entity.entity_type == entity_type, Entity.merged_into.is_(None), writable,
+               or_(c.epistemic_kind == "world_fact", c.epistemic_kind.in_(PERSPECTIVE_KINDS)))
         .order_by(c.id)
     ).all()
-    wanted: dict[tuple[uuid.UUID, tuple[uuid.UUID, ...]], list[tuple[uuid.UUID, str]]] = defaultdict(list)
-    names: dict[uuid.UUID, str] = {}
-    for claim_id, subject, scopes, text_, name in rows:
-        wanted[(subject, tuple(sorted(scopes)))].append((claim_id, text_))
+    for claim_id, subject, scopes, text_, perspective, name in about_people:
+        wanted[(subject, None, perspective, tuple(sorted(scopes)))].append((claim_id, text_))
         names[subject] = name
-    stored = session.execute(
-        select(Profile.id, Profile.subject_entity_id, Profile.scopes, Profile.summary,
-               Profile.summary_method, Profile.summary_model)
-        .join(Entity, (Entity.tenant_id == Profile.tenant_id) & (Entity.id == Profile.subject_entity_id))
-        .where(Entity.entity_type == entity_type,
+    own = session.execute(
+        select(c.id, c.author, c.scopes, c.text)
+        .where(c.epistemic_kind.in_(PERSPECTIVE_KINDS), c.author != SERVICE_USER, writable)
+        .order_by(c.id)
+    ).all()
+    for claim_id, author, scopes, text_ in own:
+        wanted[(None, author, f"user:{author}", tuple(sorted(scopes)))].append((claim_id, text_))
+
+    stored_rows = session.execute(
+        select(Profile.id, Profile.subject_entity_id, Profile.subject_user_id, Profile.perspective_key,
+               Profile.scopes, Profile.summary, Profile.summary_method, Profile.summary_model,
+               Profile.input_digest)
+        .outerjoin(Entity, (Entity.tenant_id == Profile.tenant_id) & (Entity.id == Profile.subject_entity_id))
+        .where(or_(Entity.entity_type == entity_type, Profile.subject_user_id.is_not(None)),
                Profile.scopes.contained_by(func.auth.write_scopes(type_=uuids)))
     ).all()
-    existing: dict[tuple[uuid.UUID, tuple[uuid.UUID, ...]], tuple[uuid.UUID, str, str, str | None]] = {
-        (subject, tuple(sorted(scopes))): (pid, summary, method, model)
-        for pid, subject, scopes, summary, method, model in stored if subject is not None}
-    report = ProfileReport()
+    existing: dict[Key, _Stored] = {
+        (r.subject_entity_id, r.subject_user_id, r.perspective_key, tuple(sorted(r.scopes))): _Stored(
+            r.id, r.summary, r.summary_method, r.summary_model,
+            None if r.input_digest is None else bytes(r.input_digest))
+        for r in stored_rows}
+
+    report = ProfileReport(users=sum(1 for k in wanted if k[1] is not None))
+    wanted_method = (summarizer.method, summarizer.model)
+    keys = sorted(set(wanted) | set(existing), key=_sort_key)
+    edges = []
     started = False
-    for key in sorted(set(wanted) | set(existing)):
-        facts = wanted.get(key)
-        if not facts:
-            session.execute(delete(Profile).where(Profile.id == existing[key][0]))
-            report.deleted += 1
-            continue
-        made = summarizer.summarize([t for _, t in facts], max_sentences=max_sentences)
-        summary = f"{names[key[0]]}: " + made.text
-        old = existing.get(key)
-        if old is not None and old[1:] == (summary, made.method, made.model):
-            report.unchanged += 1
-            continue
+
+    def start() -> None:
+        nonlocal started
         if not started:
             begin_activity(session, "derive.profiles", {
                 "method": summarizer.method, "model": summarizer.model, "entity_type": entity_type})
             started = True
-        written = {"summary": summary, "summary_method": made.method, "summary_model": made.model}
+
+    for done, key in enumerate(keys, 1):
+        if on_progress is not None:
+            on_progress(done, len(keys))
+        facts = wanted.get(key)
+        old = existing.get(key)
+        if not facts:
+            assert old is not None
+            start()
+            session.execute(delete(Profile).where(Profile.id == old.id))
+            report.deleted += 1
+            continue
+        title = _title(key, names)
+        digest = input_digest("profile", title, max_sentences, facts)
+        if old is not None and old.digest == digest and (old.method, old.model) == wanted_method:
+            report.unchanged += 1
+            continue
+        made = summarizer.summarize([t for _, t in facts], max_sentences=max_sentences)
+        report.resummarised += 1
+        summary = f"{title}: {made.text}"
+        if old is not None and (old.summary, old.method, old.model, old.digest) == (
+                summary, made.method, made.model, digest):
+            report.unchanged += 1
+            continue
+        start()
+        written = {"summary": summary, "summary_method": made.method, "summary_model": made.model,
+                   "input_digest": digest}
         if old is not None:
-            session.execute(update(Profile).where(Profile.id == old[0]).values(**written))
-            pid = old[0]
+            session.execute(update(Profile).where(Profile.id == old.id)
+                            .values(updated_at=func.now(), **written))
+            pid = old.id
             report.updated += 1
         else:
+            entity, user, perspective, scopes = key
             pid = session.execute(insert(Profile).values(
-                subject_entity_id=key[0], scopes=list(key[1]), **written).returning(Profile.id)
-            ).scalar_one()
+                subject_entity_id=entity, subject_user_id=user, perspective_key=perspective,
+                scopes=list(scopes), **written).returning(Profile.id)).scalar_one()
             report.inserted += 1
-        record_derivation(session, ("memory.profiles", {"id": str(pid)}),
-                          [("knowledge.fact_claim", {"id": str(cid)}) for cid, _ in facts])
+        derived = ("memory.profiles", {"id": str(pid)})
+        edges += [(derived, ("knowledge.fact_claim", {"id": str(cid)})) for cid, _ in facts]
+    if edges:
+        record_derivations(session, edges)
     if started:
         end_activity(session)
     return report

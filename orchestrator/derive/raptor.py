@@ -576,9 +576,13 @@ def _differs(node: _Node, children: tuple[uuid.UUID, ...]) -> bool:
             parent_id, children, frozenset(node.chunks), frozenset(node.facts), node.summary, node.method,
             node.model):
         return True
+    if s.centroid is node.centroid:
+        return False  # never recomputed: still the stored vector itself
     if s.centroid is None or node.centroid is None:
-        return s.centroid is not node.centroid
-    return not np.allclose(s.centroid, node.centroid, rtol=0, atol=CENTROID_TOLERANCE)
+        return True
+    # Every stored node is compared on every run: np.allclose cost a fifth of a run with
+    # nothing to do at 10k chunks, a plain maximum is ten times cheaper.
+    return bool(np.max(np.abs(s.centroid - node.centroid)) > CENTROID_TOLERANCE)
 
 
 def _vector(v: Vec | None) -> list[float] | None:

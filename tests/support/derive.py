@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
 import pytest
 
 from orchestrator.auth.devkey import create_dev_key
 from orchestrator.config import Settings
+
+T = TypeVar("T")
+Progress = Callable[[int, int], None]
 
 
 @pytest.fixture(scope="module")
@@ -20,3 +28,43 @@ def cli_env(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> dic
             env[f"ENGRAM_{name.upper()}"] = value
     create_dev_key(Settings(home=settings.home, auth_dev_key_path=key))
     return env
+
+
+def race(run: Callable[[Progress], T], runs: int = 2, meet_s: float = 1.5) -> list[T]:
+    """``runs`` calls of ``run`` at once, each in its own thread (its own connection).
+
+    ``run`` gets a progress callback for the job; its first call waits (at most
+    ``meet_s``) until every run has reached the same point. Without a lock all
+    runs get there having read the same stored state, and each then writes what
+    it planned, which is the duplicate the job lock prevents; with the lock the
+    second run waits in the lock, the first one's wait times out, it commits, and
+    the second run reads the first one's rows. Exceptions are re-raised.
+    """
+    meet = threading.Barrier(runs, timeout=meet_s)
+    results: list[T | BaseException | None] = [None] * runs
+
+    def progress(done: int, total: int) -> None:
+        if not getattr(local, "met", False):
+            local.met = True
+            with contextlib.suppress(threading.BrokenBarrierError):
+                meet.wait()
+
+    local = threading.local()
+
+    def one(i: int) -> None:
+        try:
+            results[i] = run(progress)
+        except BaseException as exc:  # handed to the test thread below
+            results[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(runs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    out: list[T] = []
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+        out.append(r)  # type: ignore[arg-type]
+    return out
