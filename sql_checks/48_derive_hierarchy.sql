@@ -1,4 +1,4 @@
--- Derived memory, second pass (0015): value_daily under forced RLS (a row is visible only
+-- Derived memory, second pass (0017): value_daily under forced RLS (a row is visible only
 -- beside its item; written only by memory.refresh_value, changes only); community parents
 -- stay in their tenant; a user profile lives in its user's partition and a profile is one
 -- per subject, partition and scope set.

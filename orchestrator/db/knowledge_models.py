@@ -429,7 +429,7 @@ class Profile(_Summarised, _Embedded, Base):
         Index("ix_profiles_tenant_id_subject_entity_id", "tenant_id", "subject_entity_id"),
         Index("ix_profiles_tenant_id_subject_user_id", "tenant_id", "subject_user_id"),
         *_ann_indexes("profiles"),
-        # 0015: one profile per subject, perspective partition and scope set.
+        # 0017: one profile per subject, perspective partition and scope set.
         CheckConstraint("perspective_key = 'world' or perspective_key ~ '^user:.+'",
                         name="ck_profiles_perspective_key_format"),
         CheckConstraint("input_digest is null or length(input_digest) = 32",
@@ -602,7 +602,7 @@ class Community(_Summarised, _Embedded, Base):
         _summary_method("communities"),
         Index("ix_communities_member_entity_ids", "member_entity_ids", postgresql_using="gin"),
         *_ann_indexes("communities"),
-        # 0015: the hierarchy (parent one level up) and what each summary was made from.
+        # 0017: the hierarchy (parent one level up) and what each summary was made from.
         ForeignKeyConstraint(["tenant_id", "parent_id"],
                              ["memory.communities.tenant_id", "memory.communities.id"],
                              name="fk_communities_tenant_id_parent_id_communities"),
@@ -708,7 +708,7 @@ class UsageDaily(Base):
 
 
 class ValueDaily(Base):
-    """Per day and item: how often the ledger named it (0015); readable with the item."""
+    """Per day and item: how often the ledger named it (0017); readable with the item."""
 
     __tablename__ = "value_daily"
     __table_args__ = (

@@ -7,7 +7,7 @@ documents are never archived. The sweep sees and archives only what the bound
 identity may write, so one user's sweep cannot touch a document shared into a
 scope they only read; a dry run and ``apply`` therefore list the same rows.
 
-**Value**: ``memory.value_daily`` (0015) counts, per day and item, the ledger
+**Value**: ``memory.value_daily`` (0017) counts, per day and item, the ledger
 rows that named it and the ``mark_used`` feedback among them; the usage job
 keeps it (``refresh_value`` for yesterday and today). ``value`` ranks the items
 the caller can see by their uses over a window, and each sweep item carries its

@@ -28,7 +28,7 @@ re-embedded. Every profile written anew records ``wasDerivedFrom`` edges to
 exactly the claims it was made from.
 
 One run is one transaction under the job lock (``service.job_lock``); the
-partial unique indexes of 0015 back it up (one profile per subject, partition
+partial unique indexes of 0017 back it up (one profile per subject, partition
 and scope set), so two concurrent runs can never both insert a profile.
 """
 

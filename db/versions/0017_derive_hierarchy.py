@@ -38,8 +38,8 @@ Why: three gaps in what the derive jobs could store.
 Columns are added to two chained tables (communities, profiles), so their
 existing rows are re-baselined afterwards, as 0010 does.
 
-Revision ID: 0015_derive_hierarchy
-Revises: 0014_recall_probes
+Revision ID: 0017_derive_hierarchy
+Revises: 0016_row_versions
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision = "0015_derive_hierarchy"
-down_revision = "0014_recall_probes"
+revision = "0017_derive_hierarchy"
+down_revision = "0016_row_versions"
 branch_labels = None
 depends_on = None
 
