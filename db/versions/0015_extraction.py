@@ -24,6 +24,24 @@ nothing its writer could not retract directly. The owner's policies
 keep it inside the bound tenant and the claims the caller can read. Without a
 bound identity (a DBA deleting a tenant) it does nothing: everything goes anyway.
 
+Two changes to the claim write path, because extraction writes thousands of
+claims a run and profiling it (benchmarks/derive.py, docs/derive.md) found the
+database's per-claim work dominating:
+
+* ``knowledge.intern_contents(texts)``: the set-based ``intern_content``. One
+  statement stores every new text of a batch, where one call per text was one
+  ``fact_content`` insert statement (and one provenance chain append) each.
+  SECURITY DEFINER for the same reason as ``intern_content`` (content rows are
+  readable only through visible claims); it stores and returns exactly what
+  ``intern_content`` would for each text.
+* ``knowledge.tg_fact_claim__detect_conflicts`` returns at once when no shape of
+  the tenant can make the new claim conflict (its predicate neither functional,
+  ``max_count = 1``, nor exclusive with another): ``find_conflicts`` reports a
+  pair only under such a shape, so skipping it there changes no result, and it
+  was a scan of every claim about the subject (a popular entity has thousands of
+  extracted mentions). A shape added while claims are being written is covered
+  by the sweep (``detect_conflicts``, run by the derive tick), as before.
+
 Revision ID: 0015_extraction
 Revises: 0014_recall_probes
 """
@@ -36,6 +54,25 @@ revision = "0015_extraction"
 down_revision = "0014_recall_probes"
 branch_labels = None
 depends_on = None
+
+# 0004's trigger function, with or without the fast path (downgrade restores 0004's).
+DETECT_CONFLICTS = """
+create or replace function knowledge.tg_fact_claim__detect_conflicts() returns trigger
+    language plpgsql security invoker
+    set search_path = pg_catalog, pg_temp
+as $$
+begin{fast_path}
+    -- Writers in one partition and subject queue here; the second one's query
+    -- (a fresh snapshot after the wait) sees the first's committed claim, so a
+    -- pair of concurrent conflicting writes yields exactly one conflict row.
+    perform pg_advisory_xact_lock_shared(hashtextextended('knowledge.conflicts:' || new.tenant_id::text, 0));
+    perform pg_advisory_xact_lock(hashtextextended(
+        'knowledge.claims:' || new.tenant_id::text || ':' || new.perspective_key || ':' || new.subject_id::text, 0));
+    perform knowledge.record_conflicts(new.id);
+    return null;
+end
+$$;
+"""
 
 UPGRADE_SQL = """
 create policy extractions__select_owner on memory.extractions for select to engram_owner
@@ -64,9 +101,49 @@ revoke all on function memory.tg_chunks__retract_extractions() from public;
 
 create trigger tg_chunks__retract_extractions before delete on sources.chunks
     for each row execute function memory.tg_chunks__retract_extractions();
-"""
 
-DOWNGRADE_SQL = """
+create function knowledge.intern_contents(p_texts text[])
+    returns table (content_text text, content_id uuid)
+    language plpgsql volatile security definer
+    set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_tenant uuid := auth.tenant_id();
+begin
+    if v_tenant is null then
+        raise exception 'no identity is bound' using errcode = '28000';
+    end if;
+    if exists (select 1 from unnest(p_texts) as u(t) where u.t is null or btrim(u.t) = '') then
+        raise exception 'fact text must not be empty' using errcode = '22023';
+    end if;
+    insert into knowledge.fact_content (tenant_id, text)
+    select distinct v_tenant, u.t from unnest(p_texts) as u(t)
+        on conflict (tenant_id, content_hash) do nothing;
+    return query
+        select u.t, c.id from (select distinct x.t from unnest(p_texts) as x(t)) u
+          join knowledge.fact_content c
+            on c.tenant_id = v_tenant and c.content_hash = sha256(convert_to(u.t, 'UTF8'));
+end
+$$;
+comment on function knowledge.intern_contents(text[]) is
+    'intern_content for many texts in one statement: (text, id) per distinct text (SECURITY '
+    'DEFINER: content rows are readable only through visible claims).';
+revoke all on function knowledge.intern_contents(text[]) from public;
+grant execute on function knowledge.intern_contents(text[]) to engram_app;
+
+""" + DETECT_CONFLICTS.format(fast_path="""
+    -- find_conflicts reports a pair only under a shape that makes this predicate
+    -- functional or exclusive; without one there is nothing to find (or lock for).
+    if not exists (select 1 from knowledge.shapes s
+                    where s.tenant_id = new.tenant_id
+                      and ((s.predicate = new.predicate
+                            and (s.max_count = 1 or cardinality(s.exclusive_with) > 0))
+                           or new.predicate = any(s.exclusive_with))) then
+        return null;
+    end if;""")
+
+DOWNGRADE_SQL = DETECT_CONFLICTS.format(fast_path="") + """
+drop function knowledge.intern_contents(text[]);
 drop trigger tg_chunks__retract_extractions on sources.chunks;
 drop function memory.tg_chunks__retract_extractions();
 drop policy extractions__select_owner on memory.extractions;

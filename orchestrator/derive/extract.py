@@ -37,11 +37,12 @@ being read are locked ``FOR KEY SHARE``, so an edit of their document waits for
 the read and then retracts its claims (a chunk deleted while the run waited for
 it is not read). The embedding worker's ``FOR NO KEY UPDATE`` does not conflict.
 
-**Speed.** Chunks go through ``nlp.pipe`` in batches of ``extract_batch_chunks``;
-each batch resolves its new entities in one statement per scope set, interns
-and inserts all its claims in two statements, records lineage and extraction
-records in one each. One run is one transaction and one ``derive.extract``
-provenance activity; every claim is recorded as derived from its chunk.
+**Speed.** Chunks go through ``nlp.pipe`` in batches of ``extract_batch_chunks``,
+the next batch parsed in a thread while this one is written; each batch resolves
+its new entities in one statement per scope set, interns and inserts all its
+claims in two statements, records lineage and extraction records in one each.
+One run is one transaction and one ``derive.extract`` provenance activity; every
+claim is recorded as derived from its chunk.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
@@ -227,15 +229,27 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
     todo = [c for c in chunks if not c.opted_out]
     nlp = load_spacy(settings.extract_spacy_model)
     size = settings.extract_batch_chunks
-    for start in range(0, len(todo), size):
-        batch = todo[start:start + size]
+
+    def parse(batch: list[_Chunk]) -> list[list[Sentence]]:
         texts = [c.text for c in batch]
         docs = list(nlp.pipe(texts, batch_size=size))
         mentions = choice.backend.mentions(texts, docs)
-        writer.write(batch, [read(d, m, c.anchor) for c, d, m in zip(batch, docs, mentions, strict=True)])
-        done += len(batch)
-        if on_progress is not None:
-            on_progress(done, len(chunks))
+        return [read(d, m, c.anchor) for c, d, m in zip(batch, docs, mentions, strict=True)]
+
+    # The next batch is parsed while this one is written: the writes wait on the
+    # database's own process, so parsing and writing use both cores. spaCy objects
+    # never leave the parsing thread (they are not thread-safe); only Sentences do.
+    batches = [todo[i:i + size] for i in range(0, len(todo), size)]
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="engram-extract-parse") as pool:
+        parsed = pool.submit(parse, batches[0]) if batches else None
+        for k, batch in enumerate(batches):
+            assert parsed is not None
+            sentences = parsed.result()
+            parsed = pool.submit(parse, batches[k + 1]) if k + 1 < len(batches) else None
+            writer.write(batch, sentences)
+            done += len(batch)
+            if on_progress is not None:
+                on_progress(done, len(chunks))
     end_activity(session)
     report.seconds = time.monotonic() - started
     return report

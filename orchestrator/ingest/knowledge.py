@@ -265,8 +265,9 @@ def assert_facts(session: Session, facts: Sequence[FactInput]) -> list[AssertRes
     The same rules as one claim at a time: every fact is validated first (one bad
     fact refuses the batch and writes nothing), entities must be visible, each claim
     passes the shape checks of the claim trigger or is quarantined with the reasons.
-    Texts are interned in one statement and the claims inserted in one multi-row
-    statement (the provenance chain appends once per statement, not per claim).
+    Texts are interned in one statement (``knowledge.intern_contents``) and the claims
+    inserted in one multi-row statement (the provenance chain appends once per
+    statement, not per claim).
     """
     if not facts:
         return []
@@ -287,7 +288,7 @@ def assert_facts(session: Session, facts: Sequence[FactInput]) -> list[AssertRes
     with savepoint(session):
         texts = list(dict.fromkeys(f.text for f in facts))
         content: dict[str, uuid.UUID] = {r[0]: r[1] for r in session.execute(text(
-            "select u.t, knowledge.intern_content(u.t) from unnest(cast(:t as text[])) as u(t)"),
+            "select content_text, content_id from knowledge.intern_contents(cast(:t as text[]))"),
             {"t": texts})}
         rows, waiting = [], defaultdict(list)
         for i, (f, valid_from, valid_to, as_of, object_value, datatype) in enumerate(prepared):

@@ -1,9 +1,10 @@
--- Extraction retraction (0015): deleting a chunk (an edit re-chunks, a document delete
--- cascades) ends the record time of the claims extracted from it, and of nothing else;
--- a crafted extraction record cannot retract claims its writer could not.
+-- Extraction (0015): deleting a chunk (an edit re-chunks, a document delete cascades)
+-- ends the record time of the claims extracted from it, and of nothing else; a crafted
+-- extraction record cannot retract claims its writer could not. intern_contents interns
+-- like intern_content; conflict detection skips only where no shape could find one.
 begin;
 \ir helpers_knowledge.sql
-select plan(12);
+select plan(20);
 
 select tests.make_tenant('t-xr-a', array['team', 'exec']) is not null as made;
 select tests.make_tenant('t-xr-b', array['team']) is not null as made;
@@ -96,6 +97,40 @@ select lives_ok($$delete from sources.documents where id = (select doc_c from id
 reset role;
 select ok(not pg_temp.current('c1') and pg_temp.current('x1'),
           'retract: tenant b''s claim retracted, tenant a''s untouched');
+
+-- intern_contents: the same ids as intern_content, once per text, for a bound identity only
+select tests.act_as('t-xr-a', 'alice', '{}', array['team']);
+select is((select count(*)::int from knowledge.intern_contents(array['x one', 'x two', 'x one'])), 2,
+          'intern_contents: one row per distinct text');
+select is((select content_id from knowledge.intern_contents(array['x one'])),
+          knowledge.intern_content('x one'), 'intern_contents: the id intern_content gives');
+select throws_ok($$select * from knowledge.intern_contents(array['ok', ' '])$$, '22023', null,
+                 'intern_contents: an empty text refuses the batch');
+reset role;
+select tests.act_as_nobody();
+select throws_ok($$select * from knowledge.intern_contents(array['x'])$$, '28000', null,
+                 'intern_contents: deny without a bound identity');
+reset role;
+set local role engram_worker;
+select throws_ok($$select * from knowledge.intern_contents(array['x'])$$, '42501', null,
+                 'intern_contents: deny to roles without the grant');
+reset role;
+
+-- conflicts on write: none without a functional shape; with one, the write finds them
+-- and the sweep finds the pair written before it
+select tests.act_as('t-xr-a', 'alice', '{}', array['team']);
+select pg_temp.claim('Initech', (select ada from ids), 't-xr-a', array['team']);
+select pg_temp.claim('Hooli', (select ada from ids), 't-xr-a', array['team']);
+reset role;
+select is((select count(*)::int from knowledge.conflicts where tenant_id = tests.tenant('t-xr-a')), 0,
+          'conflicts: no shape, no conflict (the fast path)');
+select tests.k_shape('t-xr-a', 'works_at', 1) is not null as shaped;
+select tests.act_as('t-xr-a', 'alice', '{}', array['team']);
+select is(knowledge.detect_conflicts(), 1, 'conflicts: the sweep finds the pair written before the shape');
+select pg_temp.claim('Globex', (select ada from ids), 't-xr-a', array['team']);
+reset role;
+select is((select count(*)::int from knowledge.conflicts where tenant_id = tests.tenant('t-xr-a')), 3,
+          'conflicts: under a functional shape the write finds its own');
 
 select * from finish();
 rollback;
