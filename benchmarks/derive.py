@@ -25,7 +25,9 @@ episodes and decisions. Then RAPTOR again with nothing changed (the idempotent
 run), RAPTOR after adding ``--increment`` (default 1%) new chunks in new
 documents (half near existing topics, half in new ones), and a full rebuild of
 the same data; the ratio incremental / full is the figure to watch (goal: at
-most 0.1x). RAPTOR lines end with the report's seconds per phase. Usage::
+most 0.1x). RAPTOR lines end with the report's seconds per phase; ``--skip raptor``
+leaves all four RAPTOR runs out (e.g. to time extraction alone). The extract line
+counts the relation and date claims among its claims. Usage::
 
     .venv/bin/python benchmarks/derive.py [--chunks 10000 100000] [--extract-chunks 500] \\
         [--claims-per-chunk 0.1] [--items-per-chunk 0.01] [--increment 0.01] [--skip JOB ...]
@@ -231,7 +233,8 @@ def run_size(app: Engine, admin: Engine, settings: Settings, args: argparse.Name
     jobs: list[tuple[str, Callable[[Any], Any], Callable[[Any], str]]] = []
     if "extract" not in args.skip:
         jobs.append(("extract", lambda s: extract.extract(s, limit=args.extract_chunks),
-                     lambda r: f"{r.chunks} chunks read, {len(r.claims)} claims"))
+                     lambda r: f"{r.chunks} chunks read, {len(r.claims)} claims, "
+                               f"{getattr(r, 'relations', '-')} relations, {getattr(r, 'dates', '-')} dates"))
     try:
         registry: Any = importlib.import_module("orchestrator.derive.jobs").JOBS_BY_NAME
     except (ImportError, AttributeError):
@@ -255,6 +258,8 @@ def run_size(app: Engine, admin: Engine, settings: Settings, args: argparse.Name
         except Exception as exc:  # one job failing must not hide the others' figures
             print(f"  {name:<22}   failed: {type(exc).__name__}: {exc}")
 
+    if "raptor" in args.skip:
+        return
     build: Callable[..., Any] = raptor.build
     seconds, r = _timed(app, ident, lambda s: build(s, settings=settings))
     print(f"  {'raptor (first build)':<22} {seconds:8.2f} s  {_raptor_line(r)}")
