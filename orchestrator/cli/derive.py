@@ -217,15 +217,38 @@ def usage(
 
 @derive_app.command("extract")
 def extract_job(
-    limit: Annotated[int, typer.Option(help="at most this many chunks per run")] = 1000,
+    limit: Annotated[int | None, typer.Option(
+        help="at most this many chunks in all (default: every chunk waiting)")] = None,
     token: Token = None, tenant: Tenant = None, user: User = "dev", scopes: Scopes = None,
 ) -> None:
-    """Extract entities and low-confidence claims from chunks not yet read (idempotent)."""
-    from orchestrator.derive.extract import extract
+    """Extract entities, relations and dates from chunks not yet read (idempotent), with a progress bar.
 
-    report = _run(token, tenant, user, scopes, lambda s: extract(s, limit=limit))
-    out.print(f"{report.chunks} chunks read: {len(report.entities)} entities, {len(report.claims)} claims, "
-              f"{len(report.quarantined)} quarantined")
+    Runs of ENGRAM_DERIVE_EXTRACT_LIMIT chunks, each its own transaction, until none wait.
+    """
+    from orchestrator.cli.progress import progress_bar
+    from orchestrator.db.engine import Database, make_app_engine
+    from orchestrator.db.session import bound_session
+    from orchestrator.derive.extract import extract_all
+
+    settings = Settings()
+    try:
+        identity = cli_identity(settings, token=token, tenant=tenant, user=user, scopes=scopes)
+    except EngramError as exc:
+        _fail(str(exc), 2)
+    engine = make_app_engine(Database(settings).app_url(), pool_size=1)
+    try:
+        with progress_bar(err, "extracting", unit="chunks") as update:
+            report = extract_all(lambda: bound_session(engine, identity), settings, limit=limit,
+                                 on_progress=update)
+    except BadInput as exc:
+        _fail(str(exc), 2)
+    except EngramError as exc:
+        _fail(str(exc), 1)
+    finally:
+        engine.dispose()
+    out.print(report.line())
+    if report.notice:
+        err.print(f"[yellow]note:[/yellow] {report.notice}")
 
 
 @derive_app.command("communities")

@@ -17,12 +17,24 @@ loses nothing of the others. Unchanged files write nothing (``put_document``
 compares content hashes and fields). ``--sync`` deletes the documents of a
 folder's collection whose file is gone; it never touches collections that were
 not ingested as folders.
+
+**Extraction.** After the files are written (so extraction never holds up a
+write), the documents this run created or changed are extracted at once, with a
+progress bar, in runs of ``ENGRAM_DERIVE_EXTRACT_LIMIT`` chunks
+(``orchestrator.derive.extract.extract_all``); ``--no-extract`` leaves them to
+the worker (``engram worker run`` extracts right after it embeds them). An
+extraction failure is reported and exits 1, but the documents stay written and
+the worker extracts them later. Front matter ``extract: false`` (or
+``--skip-extraction`` for every file of the run) stores ``"extract": false`` in
+the document's metadata: it is never extracted, and what was extracted from it
+before is retracted (bring your own claims).
 """
 
 from __future__ import annotations
 
 import re
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -67,6 +79,7 @@ class IngestSummary:
     chunks: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)
     seconds: float = 0.0
+    changed_ids: list[uuid.UUID] = field(default_factory=list)  # created or changed: to extract
 
 
 def discover(paths: list[Path], collection: str | None) -> tuple[list[SourceFile], dict[str, set[str]]]:
@@ -115,7 +128,21 @@ def parse_front_matter(text: str) -> tuple[dict[str, str], str]:
     raise BadInput("front matter starts with '---' but never ends")
 
 
-def to_document(src: SourceFile, default_scopes: list[str]) -> DocumentInput:
+_YES = ("true", "yes", "on")
+_NO = ("false", "no", "off")
+
+
+def _extract_flag(value: str) -> bool:
+    if value.lower() in _YES:
+        return True
+    if value.lower() in _NO:
+        return False
+    raise BadInput(f"front matter extract must be true or false, not {value!r}")
+
+
+def to_document(src: SourceFile, default_scopes: list[str], *, extract: bool | None = None
+                ) -> DocumentInput:
+    """The file as a document; ``extract=False`` marks it opted out unless its front matter says."""
     try:
         text = src.file.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -127,7 +154,11 @@ def to_document(src: SourceFile, default_scopes: list[str]) -> DocumentInput:
     if not scopes:
         raise BadInput("no scopes: give --scope or a 'scopes:' front matter line")
     occurred = _moment(meta.pop("date", ""))
-    extra: dict[str, Any] = {k: v for k, v in meta.items() if k not in ("kind", "state", "area")}
+    extra: dict[str, Any] = {k: v for k, v in meta.items() if k not in ("kind", "state", "area", "extract")}
+    if "extract" in meta:
+        extra["extract"] = _extract_flag(meta["extract"])
+    elif extract is False:
+        extra["extract"] = False
     return DocumentInput(collection=src.collection, path=src.path, title=title.strip(), body=body,
                          scopes=tuple(scopes), kind=meta.get("kind") or "note",
                          state=meta.get("state") or None, area=meta.get("area") or None,
@@ -147,7 +178,8 @@ def _moment(value: str) -> datetime | None:
 
 def ingest_paths(settings: Settings, engine: Engine, identity: Identity, paths: list[Path], *,
                  collection: str | None = None, scopes: list[str] | None = None,
-                 sync: bool = False, on_file: Callable[[int], None] | None = None) -> IngestSummary:
+                 sync: bool = False, skip_extraction: bool = False,
+                 on_file: Callable[[int], None] | None = None) -> IngestSummary:
     """Ingest ``paths``; ``on_file(chunks)`` is called once per file (progress)."""
     started = time.monotonic()
     files, folders = discover(paths, collection)
@@ -157,11 +189,13 @@ def ingest_paths(settings: Settings, engine: Engine, identity: Identity, paths: 
     for src in files:
         chunks = 0
         try:
-            doc = to_document(src, default_scopes)
+            doc = to_document(src, default_scopes, extract=False if skip_extraction else None)
             with bound_session(engine, identity) as session:
                 result = put_document(session, doc, settings)
             chunks = result.chunks
             summary.chunks += chunks
+            if result.changed:
+                summary.changed_ids.append(result.document_id)
             if result.created:
                 summary.created += 1
             elif result.changed:
@@ -210,12 +244,18 @@ def ingest(
     scope: Annotated[list[str] | None, typer.Option(
         help="scope(s) for files without front matter scopes (repeatable)")] = None,
     sync: Annotated[bool, typer.Option("--sync", help="delete documents whose file is gone")] = False,
+    extract: Annotated[bool, typer.Option(
+        "--extract/--no-extract", help="extract the created and changed documents now (default), or "
+        "leave them to the worker")] = True,
+    skip_extraction: Annotated[bool, typer.Option(
+        "--skip-extraction", help="never extract these documents (bring your own claims); front matter "
+        "extract: true|false decides per file")] = False,
     token: Annotated[str | None, typer.Option(envvar="ENGRAM_TOKEN", help="bearer token")] = None,
     tenant: Annotated[str | None, typer.Option(help="mint a dev-key token for this tenant")] = None,
     user: Annotated[str, typer.Option(help="user of a minted token")] = "dev",
     scopes: Annotated[str | None, typer.Option(help="scopes of a minted token, e.g. write:team")] = None,
 ) -> None:
-    """Ingest Markdown and text files; unchanged files write nothing."""
+    """Ingest Markdown and text files (unchanged files write nothing), then extract what changed."""
     from orchestrator.db.engine import Database, make_app_engine
 
     settings = Settings()
@@ -238,19 +278,42 @@ def ingest(
                 progress.update(task, advance=1, chunks=written[0])
 
             summary = ingest_paths(settings, engine, identity, paths, collection=collection,
-                                   scopes=chosen, sync=sync, on_file=on_file)
+                                   scopes=chosen, sync=sync, skip_extraction=skip_extraction,
+                                   on_file=on_file)
+        out.print(f"{summary.files} files in {summary.seconds:.1f} s: {summary.created} created, "
+                  f"{summary.updated} updated, {summary.unchanged} unchanged, {summary.deleted} deleted, "
+                  f"{len(summary.failed)} failed; {summary.chunks} chunks written")
+        for where, why in summary.failed:
+            err.print(f"[red]failed:[/red] {where}: {why}")
+        extracted = _extract(settings, engine, identity, summary.changed_ids) if extract else True
     except EngramError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from exc
     finally:
         engine.dispose()
-    out.print(f"{summary.files} files in {summary.seconds:.1f} s: {summary.created} created, "
-              f"{summary.updated} updated, {summary.unchanged} unchanged, {summary.deleted} deleted, "
-              f"{len(summary.failed)} failed; {summary.chunks} chunks written")
-    for where, why in summary.failed:
-        err.print(f"[red]failed:[/red] {where}: {why}")
-    if summary.failed:
+    if summary.failed or not extracted:
         raise typer.Exit(1)
+
+
+def _extract(settings: Settings, engine: Engine, identity: Identity, document_ids: list[uuid.UUID]) -> bool:
+    """Extract what this run created or changed; False (said) when extraction failed."""
+    if not document_ids:
+        return True
+    from orchestrator.cli.progress import progress_bar
+    from orchestrator.derive.extract import extract_all
+
+    try:
+        with progress_bar(err, "extracting", unit="chunks") as update:
+            report = extract_all(lambda: bound_session(engine, identity), settings,
+                                 document_ids=document_ids, on_progress=update)
+    except EngramError as exc:
+        err.print(f"[red]extraction failed:[/red] {exc}; the documents are stored and `engram worker "
+                  "run` (or `engram derive extract`) extracts them later")
+        return False
+    out.print(f"extracted {report.line()}")
+    if report.notice:
+        err.print(f"[yellow]note:[/yellow] {report.notice}")
+    return True
 
 
 def remember(

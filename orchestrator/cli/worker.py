@@ -4,7 +4,9 @@
 ``run --once`` drains and exits, with a progress bar and rows/s on a terminal
 and a one-line summary either way (scripts and tests read it). ``run`` also
 runs the derive jobs (``orchestrator.derive.jobs``) for every tenant, as the
-service identity, in a thread of their own every ``ENGRAM_DERIVE_INTERVAL_S``;
+service identity, in a thread of their own every ``ENGRAM_DERIVE_INTERVAL_S``,
+and extracts new chunks right after it embeds them (a third thread, woken by the
+queue; ``orchestrator.derive.extract.ExtractOnIngest``);
 ``--once --derive`` drains, runs them once, and drains what they wrote.
 ``serve`` starts the HTTP service of ``orchestrator.worker.server``.
 """
@@ -24,10 +26,13 @@ from orchestrator.config import Settings
 from orchestrator.errors import EngramError
 
 if TYPE_CHECKING:  # imported lazily at run time: `engram worker --help` stays fast
+    from collections.abc import Callable
+
     from sqlalchemy import Engine
 
     from orchestrator.db.engine import Database
     from orchestrator.derive.jobs import DeriveScheduler
+    from orchestrator.worker.queue import BatchReport
 
 worker_app = typer.Typer(help="The Torch worker: embedding queue and embed/rerank service.",
                          no_args_is_help=True)
@@ -84,13 +89,15 @@ def run(
                 scheduler.tick()
                 _drain_once(worker, stop)  # what the jobs wrote waits for its embedding
         else:
+            on_batch = None
             if scheduler is not None:
                 err.print(f"worker: derive jobs every {settings.derive_interval_s:g}s for every tenant, "
                           "as service:derive")
                 threading.Thread(target=scheduler.run_forever, args=(stop,), name="engram-derive",
                                  daemon=True).start()
+                on_batch = _extract_on_ingest(scheduler, stop)
             err.print("worker: draining, then listening for new rows (Ctrl-C stops)")
-            worker.run_forever(db.psql_url("engram_worker"), stop)
+            worker.run_forever(db.psql_url("engram_worker"), stop, on_batch=on_batch)
     except KeyboardInterrupt:
         stop.set()
     except EngramError as exc:
@@ -131,10 +138,31 @@ def _derive_scheduler(db: Database, worker_engine: Engine, settings: Settings,
                            on_tick=on_tick)
 
 
+def _extract_on_ingest(scheduler: DeriveScheduler, stop: threading.Event) -> Callable[[BatchReport], None]:
+    """A thread that extracts new chunks as soon as the queue has embedded them (it woke on
+    their NOTIFY); returns the queue's batch callback that wakes it."""
+    from orchestrator.derive.extract import ExtractOnIngest, backend_for
+
+    extractor = ExtractOnIngest(scheduler.worker_engine, scheduler.app_engine, scheduler.settings,
+                                tenants=scheduler.tenants)
+    choice = backend_for(scheduler.settings)
+    err.print(f"worker: new chunks are extracted right after embedding; entities by {choice.description}",
+              highlight=False, soft_wrap=True)
+    if choice.notice:
+        err.print(f"[yellow]worker: note:[/yellow] {choice.notice}", highlight=False, soft_wrap=True)
+    threading.Thread(target=extractor.run_forever, args=(stop,), name="engram-extract", daemon=True).start()
+
+    def on_batch(b: BatchReport) -> None:
+        if b.table == "sources.chunks" and b.claimed:
+            extractor.wake()
+
+    return on_batch
+
+
 def _drain_once(worker: object, stop: threading.Event) -> None:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from orchestrator.worker.queue import BatchReport, DrainReport, QueueWorker
+    from orchestrator.worker.queue import DrainReport, QueueWorker
 
     assert isinstance(worker, QueueWorker)
     total = worker.pending()

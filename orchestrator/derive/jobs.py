@@ -8,8 +8,8 @@
                       ``derive_lifecycle_dry_run`` it only lists them), and logs
                       each one; first, so no job after it builds on them
 ``extract``           entities and low-confidence claims from chunks not yet read
-                      (extraction on ingest: a chunk ingested and embedded is read
-                      on the next tick)
+                      (``engram worker run`` also extracts right after it embeds
+                      new chunks: ``orchestrator.derive.extract.ExtractOnIngest``)
 ``conflicts``         ``knowledge.detect_conflicts()`` over the whole tenant; the
                       summary says how many conflicts are new
 ``consolidate``       observations from corroborating claims
@@ -125,9 +125,8 @@ def _lifecycle(session: Session, settings: Settings) -> Outcome:
 def _extract(session: Session, settings: Settings) -> Outcome:
     from orchestrator.derive.extract import extract
 
-    r = extract(session, limit=settings.derive_extract_limit)
-    return Outcome(f"{r.chunks} chunks read: {len(r.entities)} entities, {len(r.claims)} claims, "
-                   f"{len(r.quarantined)} quarantined")
+    r = extract(session, limit=settings.derive_extract_limit, settings=settings)
+    return Outcome(r.line(), (r.notice,) if r.notice else ())
 
 
 def _conflicts(session: Session, settings: Settings) -> Outcome:

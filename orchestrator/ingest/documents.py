@@ -37,6 +37,7 @@ class DocumentInput:
     kind: str = "note"
     state: str | None = None
     area: str | None = None
+    # ``{"extract": false}`` opts the document out of extraction (bring your own claims).
     metadata: dict[str, Any] | None = None
     # When what the document describes happened (front matter ``date``); the timeline
     # lane orders a collection by it. Must carry a time zone.
@@ -72,6 +73,9 @@ def validate(doc: DocumentInput, settings: Settings) -> None:
     if doc.occurred_at is not None and (not isinstance(doc.occurred_at, datetime)
                                         or doc.occurred_at.tzinfo is None):
         problems.append("occurred_at must be a datetime with a time zone")
+    if isinstance(doc.metadata, dict) and not isinstance(doc.metadata.get("extract", True), bool):
+        problems.append(f"metadata extract must be true or false (false: never extract entities and "
+                        f"claims from this document), not {doc.metadata['extract']!r}")
     if not doc.scopes:
         problems.append("a document must be shared into at least one scope")
     elif not all(isinstance(s, str) and s for s in doc.scopes):

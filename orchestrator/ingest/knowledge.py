@@ -19,6 +19,7 @@ import json
 import math
 import re
 import uuid
+from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -162,7 +163,7 @@ def _timestamp(name: str, value: datetime | str | None) -> datetime | None:
     return value
 
 
-def _literal(value: Literal_, datatype: str | None) -> tuple[str, str]:
+def literal_value(value: Literal_, datatype: str | None) -> tuple[str, str]:
     """A Python value as the (text, datatype) pair a claim stores."""
     if datatype is not None and datatype not in DATATYPES:
         raise BadInput(f"datatype {datatype!r} is not one of {', '.join(DATATYPES)}")
@@ -236,32 +237,119 @@ def require_visible(session: Session, table: Any, ids: Sequence[uuid.UUID], what
 
 def assert_fact(session: Session, fact: FactInput) -> AssertResult:
     """Assert a claim; it lands, or it is quarantined with the reasons, or it is refused."""
-    valid_from, valid_to, as_of = _validate(fact)
-    require_visible(session, Entity, [fact.subject_id, *([fact.object_id] if fact.object_id else [])],
-                    "entity")
-    object_value, datatype = (None, "entity") if fact.value is None else \
-        _literal(fact.value, fact.datatype)
-    scope_ids = resolve_scopes(session, fact.scopes)
+    return assert_facts(session, [fact])[0]
+
+
+# What identifies a claim row among those one batch wrote: every column the caller gave,
+# with subject and object after merges (the claim trigger stores canonical entities).
+_ClaimKey = tuple[Any, ...]
+
+
+def _claim_key(content_id: Any, subject: Any, predicate: str, object_id: Any, object_value: str | None,
+               datatype: str, kind: str, confidence: float, authority: int, valid_from: Any,
+               valid_to: Any, fact_key: str | None, as_of: Any, scopes: Sequence[Any]) -> _ClaimKey:
+    def moment(v: Any) -> datetime | None:
+        return datetime.fromisoformat(v) if isinstance(v, str) else v
+
+    def ident(v: Any) -> uuid.UUID | None:
+        return uuid.UUID(v) if isinstance(v, str) else v
+
+    return (ident(content_id), ident(subject), predicate, ident(object_id), object_value, datatype, kind,
+            round(float(confidence), 9), int(authority), moment(valid_from), moment(valid_to), fact_key,
+            moment(as_of), tuple(sorted(str(s) for s in scopes)))
+
+
+def assert_facts(session: Session, facts: Sequence[FactInput]) -> list[AssertResult]:
+    """Assert many claims in a handful of round trips; one result per fact, in order.
+
+    The same rules as one claim at a time: every fact is validated first (one bad
+    fact refuses the batch and writes nothing), entities must be visible, each claim
+    passes the shape checks of the claim trigger or is quarantined with the reasons.
+    Texts are interned in one statement (``knowledge.intern_contents``) and the claims
+    inserted in one multi-row statement (the provenance chain appends once per
+    statement, not per claim).
+    """
+    if not facts:
+        return []
+    prepared = []
+    for fact in facts:
+        valid_from, valid_to, as_of = _validate(fact)
+        object_value, datatype = (None, "entity") if fact.value is None else \
+            literal_value(fact.value, fact.datatype)
+        prepared.append((fact, valid_from, valid_to, as_of, object_value, datatype))
+    entity_ids = {i for f in facts for i in (f.subject_id, f.object_id) if i is not None}
+    canonical: dict[uuid.UUID, uuid.UUID] = {r[0]: r[1] for r in session.execute(
+        select(Entity.id, func.knowledge.canonical_entity(Entity.id)).where(Entity.id.in_(entity_ids)))}
+    for missing in sorted(entity_ids - set(canonical), key=str):
+        raise NotFound(f"entity {missing} does not exist in this tenant or is not visible")
+    names = sorted({n for f in facts for n in f.scopes})
+    scope_of = dict(zip(names, resolve_scopes(session, names), strict=True))
+    results: list[AssertResult | None] = [None] * len(facts)
     with savepoint(session):
-        content_id = session.execute(select(func.knowledge.intern_content(fact.text))).scalar_one()
-        claim_id = session.execute(
-            insert(FactClaim).values(
-                content_id=content_id, subject_id=fact.subject_id, predicate=fact.predicate,
-                object_id=fact.object_id, object_value=object_value, object_datatype=datatype,
-                scopes=scope_ids, epistemic_kind=fact.kind, author_role=fact.author_role,
-                confidence=float(fact.confidence), authority=fact.authority,
-                valid_from=valid_from, valid_to=valid_to, fact_key=fact.fact_key, as_of=as_of,
-            ).returning(FactClaim.id)
-        ).scalar_one_or_none()
-        if claim_id is not None:
-            return AssertResult(claim_id)
-        held = session.execute(text("select nullif(current_setting('engram.last_quarantine', true), '')")
-                               ).scalar_one()
-        if held is None:
-            raise BadInput("the claim was neither stored nor quarantined")
-        reasons = session.execute(select(Quarantine.reasons).where(Quarantine.id == uuid.UUID(held))
-                                  ).scalar_one()
-        return AssertResult(None, uuid.UUID(held), tuple(reasons))
+        texts = list(dict.fromkeys(f.text for f in facts))
+        content: dict[str, uuid.UUID] = {r[0]: r[1] for r in session.execute(text(
+            "select content_text, content_id from knowledge.intern_contents(cast(:t as text[]))"),
+            {"t": texts})}
+        rows, waiting = [], defaultdict(list)
+        for i, (f, valid_from, valid_to, as_of, object_value, datatype) in enumerate(prepared):
+            scope_ids = sorted({scope_of[n] for n in f.scopes}, key=str)
+            rows.append({
+                "content_id": content[f.text], "subject_id": f.subject_id, "predicate": f.predicate,
+                "object_id": f.object_id, "object_value": object_value, "object_datatype": datatype,
+                "scopes": scope_ids, "epistemic_kind": f.kind, "author_role": f.author_role,
+                "confidence": float(f.confidence), "authority": f.authority, "valid_from": valid_from,
+                "valid_to": valid_to, "fact_key": f.fact_key, "as_of": as_of})
+            waiting[_claim_key(content[f.text], canonical[f.subject_id], f.predicate,
+                               canonical.get(f.object_id) if f.object_id else None, object_value,
+                               datatype, f.kind, f.confidence, f.authority, valid_from, valid_to,
+                               f.fact_key, as_of, scope_ids)].append(i)
+        c = FactClaim
+        landed = session.execute(insert(FactClaim).returning(
+            c.id, c.content_id, c.subject_id, c.predicate, c.object_id, c.object_value, c.object_datatype,
+            c.epistemic_kind, c.confidence, c.authority, c.valid_from, c.valid_to, c.fact_key, c.as_of,
+            c.scopes), rows).all()
+        for r in landed:
+            slot = waiting.get(_claim_key(
+                r.content_id, r.subject_id, r.predicate, r.object_id, r.object_value, r.object_datatype,
+                r.epistemic_kind, r.confidence, r.authority, r.valid_from, r.valid_to, r.fact_key, r.as_of,
+                r.scopes))
+            if slot:
+                results[slot.pop(0)] = AssertResult(r.id)
+        if any(slot for slot in waiting.values()):
+            # Diverted by a shape into quarantine: this transaction's newest rows of this
+            # writer are this statement's (ids are time-ordered).
+            held = session.execute(
+                select(Quarantine.id, Quarantine.reasons, Quarantine.payload)
+                .where(Quarantine.created_at == func.now(), Quarantine.author == func.auth.user_id(),
+                       Quarantine.status == "held")
+                .order_by(Quarantine.id.desc())).all()
+            for qid, reasons, p in held:
+                slot = waiting.get(_claim_key(
+                    p.get("content_id"), p.get("subject_id"), p.get("predicate"), p.get("object_id"),
+                    p.get("object_value"), p.get("object_datatype"), p.get("epistemic_kind"),
+                    p.get("confidence"), p.get("authority"), p.get("valid_from"), p.get("valid_to"),
+                    p.get("fact_key"), p.get("as_of"), p.get("scopes") or []))
+                if slot:
+                    results[slot.pop()] = AssertResult(None, qid, tuple(reasons))
+    if any(r is None for r in results):
+        raise BadInput("a claim was neither stored nor quarantined")
+    return [r for r in results if r is not None]
+
+
+def retract_claims(session: Session, claim_ids: Sequence[uuid.UUID]) -> int:
+    """End the record time of claims whose source no longer says them (``superseded_at``).
+
+    Nothing is deleted: a retracted claim stays in the history (and in lineage), it is
+    just no longer current, so recall and consolidation stop serving it. Only claims the
+    caller may write are touched; returns how many were retracted now.
+    """
+    if not claim_ids:
+        return 0
+    with savepoint(session):
+        done = session.execute(text(
+            "update knowledge.fact_claim set superseded_at = now() "
+            "where id = any(cast(:ids as uuid[])) and superseded_at is null"), {"ids": list(claim_ids)})
+    return int(getattr(done, "rowcount", 0) or 0)
 
 
 def assert_keyed_fact(session: Session, fact: FactInput, *, fact_key: str,

@@ -94,6 +94,7 @@ class ModelMismatch(EngramError):
 
 @dataclass
 class BatchReport:
+    table: str = ""
     claimed: int = 0
     embedded_rows: int = 0
     cache_hits: int = 0
@@ -193,7 +194,9 @@ class QueueWorker:
             "where t.embed_state = 'pending'" + self._tenant_filter() + " "
             "and not exists (select 1 from worker.embed_retries r where r.tenant_id = t.tenant_id "
             f"and r.relation = :rel and r.row_key = {key_text} and r.retry_at > now()) "
-            f"order by t.{_q(table.order_column)} limit :n for update of t skip locked"
+            # NO KEY UPDATE: the worker changes embedding columns only, so it must not
+            # wait for (or skip) rows the extractor holds FOR KEY SHARE while reading them.
+            f"order by t.{_q(table.order_column)} limit :n for no key update of t skip locked"
         )
 
     def _where_key(self, table: EmbeddableTable) -> str:
@@ -246,7 +249,7 @@ class QueueWorker:
 
     def process_batch(self, table: EmbeddableTable) -> BatchReport:
         model = self._model or self.check_model()
-        report = BatchReport()
+        report = BatchReport(table=table.name)
         nkeys = len(table.key_columns)
         with self.engine.begin() as conn:
             # FOR SHARE: a model flip (FOR UPDATE) waits for batches in flight, and
@@ -482,14 +485,15 @@ class QueueWorker:
         report.seconds = time.monotonic() - started
         return report
 
-    def run_forever(self, listen_dsn: str, stop: threading.Event) -> None:
+    def run_forever(self, listen_dsn: str, stop: threading.Event,
+                    on_batch: Callable[[BatchReport], None] | None = None) -> None:
         """Drain, then sleep until NOTIFY or the poll interval; until ``stop`` is set."""
         import psycopg
 
         with psycopg.connect(listen_dsn, autocommit=True) as listener:
             listener.execute(f"listen {NOTIFY_CHANNEL}")
             while not stop.is_set():
-                self.drain(wait_for_retries=False, stop=stop)
+                self.drain(wait_for_retries=False, stop=stop, on_batch=on_batch)
                 wait = self._next_retry_in()
                 timeout = self.settings.worker_poll_s if wait is None else min(
                     wait + 0.01, self.settings.worker_poll_s)

