@@ -22,12 +22,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import ColumnElement, Select, and_, func, literal, or_, select, tuple_, update
+from sqlalchemy import ColumnElement, Select, and_, func, literal, or_, select, tuple_
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from orchestrator.auth import Identity
 from orchestrator.config import Settings
 from orchestrator.db.models import Chunk, Document, Scope
+from orchestrator.derive import lifecycle
 from orchestrator.errors import BadInput, Forbidden, NotFound
 from orchestrator.ingest.documents import DocumentInput, PutResult, delete_document, put_document
 
@@ -221,33 +222,20 @@ def remove_document(session: Session, collection: str, path: str) -> uuid.UUID:
     return delete_document(session, collection, path)
 
 
-def _change(session: Session, identity: Identity, doc_id: uuid.UUID, what: str,
-            values: dict[str, Any]) -> DocumentView:
-    changed = session.execute(
-        update(Document).where(Document.id == doc_id).values(**values).returning(Document.id)
-    ).scalar()
-    if changed is None:
-        if session.execute(select(Document.id).where(Document.id == doc_id)).scalar() is None:
-            raise NotFound(f"no document {doc_id} that you can read")
-        raise Forbidden(f"you may read document {doc_id} but not {what} it: "
-                        "that needs write on every scope it is shared into")
-    view = get_document_by_id(session, identity, doc_id)
-    assert view is not None
-    return view
-
-
+# The state changes are the lifecycle's (one place decides who may pin, snooze or archive);
+# the API answers with the document as it is afterwards.
 def pin(session: Session, identity: Identity, doc_id: uuid.UUID, pinned: bool = True) -> DocumentView:
-    return _change(session, identity, doc_id, "pin", {"pinned": pinned})
+    lifecycle.pin(session, doc_id, pinned)
+    return document_by_id(session, identity, doc_id)
 
 
 def snooze(session: Session, identity: Identity, doc_id: uuid.UUID, until: datetime | None
            ) -> DocumentView:
-    if until is not None and until.tzinfo is None:
-        raise BadInput("snooze needs a moment with a time zone (ISO 8601 with offset or Z)")
-    return _change(session, identity, doc_id, "snooze", {"snoozed_until": until})
+    lifecycle.snooze_until(session, doc_id, until)
+    return document_by_id(session, identity, doc_id)
 
 
 def archive(session: Session, identity: Identity, doc_id: uuid.UUID, archived: bool = True
             ) -> DocumentView:
-    return _change(session, identity, doc_id, "archive",
-                   {"archived_at": func.now() if archived else None})
+    lifecycle.archive(session, doc_id, archived)
+    return document_by_id(session, identity, doc_id)

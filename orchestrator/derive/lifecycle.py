@@ -187,11 +187,17 @@ def snooze(session: Session, doc_id: uuid.UUID, days: float) -> datetime:
     """Hide a document from recall for ``days`` days; 0 wakes it now. Returns the wake time."""
     if not 0 <= days <= 36500:
         raise BadInput("snooze days must be between 0 and 36500")
-    _document(session, doc_id, "snooze", write=True)
     until = datetime.now(UTC) + timedelta(days=days)
-    session.execute(update(Document).where(Document.id == doc_id)
-                    .values(snoozed_until=until if days else None))
+    snooze_until(session, doc_id, until if days else None)
     return until
+
+
+def snooze_until(session: Session, doc_id: uuid.UUID, until: datetime | None) -> None:
+    """Hide a document from recall until ``until`` (a moment with a time zone); None wakes it."""
+    if until is not None and until.tzinfo is None:
+        raise BadInput("snooze needs a moment with a time zone (ISO 8601 with offset or Z)")
+    _document(session, doc_id, "snooze", write=True)
+    session.execute(update(Document).where(Document.id == doc_id).values(snoozed_until=until))
 
 
 def archive(session: Session, doc_id: uuid.UUID, archived: bool = True) -> datetime | None:
