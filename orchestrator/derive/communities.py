@@ -8,10 +8,12 @@ rule depends only on the scope set), so a summary never mixes in evidence from
 a scope its readers could not see. Only scope sets the bound identity may
 write are rebuilt, since the community rows are written into them.
 
-**Levels** are Louvain's passes (``networkx.community.louvain_partitions``,
-seeded, per connected component so that an untouched component never changes):
-level 0 is the first pass's partition (the finest), each level above merges
-communities of the level below. A community is stored at the lowest level
+**Levels** are Louvain's passes (``orchestrator.derive.louvain``, deterministic, per
+connected component so that an untouched component never changes): level 0 is the
+first pass's partition (the finest), each level above merges communities of the level
+below. An incremental run starts each level from the stored hierarchy (warm start), so
+a few new claims move a few members instead of redrawing boundaries across the graph.
+A community is stored at the lowest level
 it appears at (a community a pass leaves unmerged is not stored again one level
 up) and ``parent_id`` names the smallest community above that contains it; at
 most ``derive_community_max_levels`` levels are kept. A level-0 summary is made
@@ -41,7 +43,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import networkx as nx  # type: ignore[import-untyped]
@@ -52,13 +54,13 @@ from sqlalchemy.orm import Session
 from orchestrator.audit.lineage import begin_activity, end_activity, record_derivations
 from orchestrator.config import Settings, get_settings
 from orchestrator.db.knowledge_models import Community, current_claims
+from orchestrator.derive import louvain
 from orchestrator.derive.digest import input_digest
 from orchestrator.derive.service import job_lock
 from orchestrator.derive.summarize import Summarizer, get_summarizer, split_sentences
 from orchestrator.errors import BadInput
 
 JOB = "communities"
-SEED = 42
 MIN_MEMBERS = 2
 EMPTY_SUMMARY = "A group of related entities."
 TABLE = "memory.communities"
@@ -129,41 +131,68 @@ class _Node:
     anew: bool = False  # members, digest or summary differ from the stored row: edges recorded
 
 
-def hierarchy(graph: nx.Graph, max_levels: int, seed: int = SEED) -> list[list[Members]]:
-    """Louvain's passes as levels, finest first; each community at the lowest level it appears at.
+def hierarchy(graph: nx.Graph, max_levels: int,
+              previous: Mapping[uuid.UUID, Sequence[uuid.UUID | None]] | None = None) -> list[list[Members]]:
+    """Louvain's levels, finest first; each community at the lowest level it appears at.
 
-    Each connected component is clustered on its own, its nodes and edges in sorted order
-    with the same seed, so a component no changed claim touches comes out exactly as it
-    did last time: only the components that changed can change communities (a community
-    never spans two components, which Louvain over the whole graph would not do either).
+    Each connected component is clustered on its own, its nodes and edges in sorted order,
+    so a component no changed claim touches comes out exactly as it did last time: only
+    the components that changed can change communities (a community never spans two
+    components, which Louvain over the whole graph would not do either). ``previous[e][k]``
+    is entity e's stored community at level k (see ``_previous``): each level starts from
+    it (``louvain.hierarchy``), so a small change moves few members.
     """
     levels: list[list[Members]] = [[] for _ in range(max_levels)]
     for component in sorted((sorted(c) for c in nx.connected_components(graph)), key=lambda c: c[0]):
-        sub = nx.Graph()
-        sub.add_nodes_from(component)
-        sub.add_weighted_edges_from(sorted((*sorted((u, v)), w) for u, v, w in
-                                           graph.edges(component, data="weight")))
+        index = {entity: i for i, entity in enumerate(component)}
+        sub = louvain.WeightedGraph(len(component))
+        for u, v, w in sorted((*sorted((u, v)), w) for u, v, w in graph.edges(component, data="weight")):
+            sub.add_edge(index[u], index[v], float(w))
+        earlier: list[list[uuid.UUID | None]] = []
+        if previous:
+            nothing: list[uuid.UUID | None] = [None] * max_levels
+            earlier = [[previous.get(e, nothing)[k] for e in component] for k in range(max_levels)]
         seen: set[Members] = set()
-        level = 0
-        for partition in nx.community.louvain_partitions(sub, weight="weight", seed=seed):
-            if level == max_levels:
-                break
-            new = [c for c in (frozenset(p) for p in partition) if len(c) >= MIN_MEMBERS and c not in seen]
-            if not new:
-                continue
+        for level, labels in enumerate(louvain.hierarchy(sub, max_levels, earlier)):
+            groups: dict[int, list[uuid.UUID]] = defaultdict(list)
+            for i, label in enumerate(labels):
+                groups[label].append(component[i])
+            new = [c for c in map(frozenset, groups.values()) if len(c) >= MIN_MEMBERS and c not in seen]
             seen.update(new)
             levels[level] += new
-            level += 1
     return [sorted(found, key=sorted) for found in levels if found]
 
 
+def _previous(stored: list[_Stored], max_levels: int) -> dict[uuid.UUID, list[uuid.UUID | None]]:
+    """Each entity's stored community per level: the one of the highest level <= k holding it.
+
+    A community is stored at the lowest level it appears at, so at a level where it was not
+    merged it is still the entity's community; below its lowest community an entity was alone.
+    """
+    holding: dict[uuid.UUID, list[_Stored]] = defaultdict(list)
+    for row in stored:
+        for member in row.members:
+            holding[member].append(row)
+    out: dict[uuid.UUID, list[uuid.UUID | None]] = {}
+    for entity, rows in holding.items():
+        rows.sort(key=lambda r: r.level)
+        labels: list[uuid.UUID | None] = []
+        below = -1
+        for k in range(max_levels):
+            while below + 1 < len(rows) and rows[below + 1].level <= k:
+                below += 1
+            labels.append(rows[below].id if below >= 0 else None)
+        out[entity] = labels
+    return out
+
+
 def _plan(graph: nx.Graph, evidence: list[tuple[uuid.UUID, uuid.UUID, uuid.UUID, str]],
-          max_levels: int) -> list[_Node]:
+          max_levels: int, previous: list[_Stored]) -> list[_Node]:
     """The communities of one scope set's graph, linked to their parents, with each level's claims."""
     nodes: list[_Node] = []
     # Levels nest, so the community above that holds any one member holds them all.
     holding: list[dict[uuid.UUID, _Node]] = []
-    for level, communities in enumerate(hierarchy(graph, max_levels)):
+    for level, communities in enumerate(hierarchy(graph, max_levels, _previous(previous, max_levels))):
         here = [_Node(level, members) for members in communities]
         holding.append({m: n for n in here for m in n.members})
         nodes += here
@@ -349,8 +378,9 @@ def rebuild(session: Session, *, full: bool = False, settings: Settings | None =
     for key in sorted(set(graphs) | set(stored)):
         report.scope_sets += 1
         g = graphs.get(key)
-        nodes = _plan(g, evidence[key], max_levels) if g is not None else []
-        plans.append((key, nodes, list(stored.get(key, [])) if full else _match(nodes, stored.get(key, []))))
+        earlier = stored.get(key, [])
+        nodes = _plan(g, evidence[key], max_levels, [] if full else earlier) if g is not None else []
+        plans.append((key, nodes, list(earlier) if full else _match(nodes, earlier)))
     total = sum(len(nodes) for _, nodes, _ in plans)
     done = [0]
     started = False
@@ -363,7 +393,7 @@ def rebuild(session: Session, *, full: bool = False, settings: Settings | None =
             continue
         if not started:
             begin_activity(session, "derive.communities", {
-                "method": summarizer.method, "model": summarizer.model, "seed": SEED,
+                "method": summarizer.method, "model": summarizer.model, "algorithm": "louvain-warm-start",
                 "max_levels": max_levels, "full": full})
             started = True
         made = _write(session, key, nodes, gone, report)
