@@ -3,7 +3,7 @@
 begin;
 -- Chain at the end of each statement, not at commit (these transactions roll back).
 set constraints all immediate;
-select plan(17);
+select plan(18);
 
 select tests.make_tenant('t-prov-p1', array['team', 'exec']);
 select tests.make_tenant('t-prov-p2', array['team']);
@@ -35,9 +35,14 @@ select throws_ok($$insert into provenance.derivations (derived_table, derived_ro
                           jsonb_build_object('id', d.id) from sources.documents d limit 1$$ ||
                  $$ union all select 'sources.documents', '{"id": "00000000-0000-0000-0000-000000000000"}', null, null$$,
                  null, null, 'derivations insert deny: a row that does not exist');
-select throws_ok($$insert into provenance.derivations (derived_table, derived_row_id, derived_version, source_agent_id)
-                   values ('sources.documents', '{}', '\x00', null)$$, '42501', null,
-                 'derivations insert deny: the version is pinned by the database, not written');
+select throws_ok($$insert into provenance.derivations (derived_table, derived_row_id, derived_version,
+                                                        source_table, source_row_id)
+                   select 'sources.documents', jsonb_build_object('id', d.id), '\x00', 'sources.documents',
+                          jsonb_build_object('id', d.id) from sources.documents d limit 1$$, '23514', null,
+                 'derivations insert deny: a written version must be the row''s current version');
+select throws_ok($$insert into provenance.derivations (derived_table, derived_row_id, recorded_by, source_agent_id)
+                   values ('sources.documents', '{}', 'mallory', null)$$, '42501', null,
+                 'derivations insert deny: who recorded an edge is stamped, not written');
 select is((select count(*)::int from provenance.derivations), 1, 'derivations select allow: own rows');
 select lives_ok($$insert into provenance.receipts (question_hash, evidence, rendered_hash)
                   select sha256('q'), jsonb_build_array(jsonb_build_object('table', 'sources.documents',

@@ -17,12 +17,14 @@ from orchestrator.audit.lineage import (
     ensure_agent,
     lineage,
     record_derivation,
+    record_derivations,
 )
 from orchestrator.db.models import Chunk
 from orchestrator.db.session import bound_session
 from orchestrator.errors import BadInput, Forbidden, NotFound
+from orchestrator.ingest.documents import put_document
 from tests.conftest import TenantFixture
-from tests.support.provenance import auditor_engine, put
+from tests.support.provenance import auditor_engine, doc, put
 
 __all__ = ["auditor_engine"]
 
@@ -113,6 +115,31 @@ def test_derivation_bad_input_is_refused(app_engine: Engine, tenant_factory: Ten
         record_derivation(s, ("auth.scopes", _rid(mine)), [(DOCS, _rid(mine))])
     with bound_session(app_engine, ident) as s:
         assert s.execute(text("select count(*) from provenance.derivations")).scalar_one() == 0
+
+
+def test_batched_derivations_pin_current_versions_and_refuse_as_a_whole(
+        app_engine: Engine, tenant_factory: TenantMaker) -> None:
+    """``record_derivations`` sends the versions it read; the database keeps them only when
+    each is the current version of a row the writer sees, else the batch stores nothing."""
+    t = tenant_factory("team", "exec")
+    docs = [put(app_engine, t, f"d{i}.md", f"Document {i} about the harbour. " * 5) for i in range(30)]
+    with bound_session(app_engine, t.identity("alice", write=("exec",))) as s:
+        secret = put_document(s, doc("secret.md", "Exec only.", scopes=("exec",))).document_id
+    ident = t.identity("bob", write=("team",))
+    with bound_session(app_engine, ident) as s:
+        chunks = s.execute(select(Chunk.id, Chunk.document_id)).all()
+        edges = [((CHUNKS, _rid(c)), (DOCS, _rid(d))) for c, d in chunks]
+        assert record_derivations(s, edges, batch=7) == len(edges) >= len(docs)
+        stored = s.execute(text(
+            "select count(*) filter (where derived_version = provenance.row_version("
+            "'sources.chunks', derived_row_id) and source_version = provenance.row_version("
+            "'sources.documents', source_row_id)), count(*) from provenance.derivations")).one()
+        assert stored == (len(edges), len(edges))
+    with pytest.raises(BadInput, match="does not exist or is not visible"), \
+            bound_session(app_engine, ident) as s:
+        record_derivations(s, [*edges, ((CHUNKS, _rid(chunks[0][0])), (DOCS, _rid(secret)))])
+    with bound_session(app_engine, ident) as s:
+        assert s.execute(text("select count(*) from provenance.derivations")).scalar_one() == len(edges)
 
 
 def test_activity_rules(app_engine: Engine, tenant_factory: TenantMaker) -> None:
