@@ -3,7 +3,7 @@
 -- statement and stores nothing.
 begin;
 set constraints all immediate;
-select plan(16);
+select plan(19);
 
 select tests.make_tenant('t-dv-1', array['team', 'exec']);
 select tests.make_tenant('t-dv-2', array['team']);
@@ -23,6 +23,23 @@ select d.path, jsonb_build_object('id', d.id) as did, provenance.row_version('so
 grant select on dv to engram_app;
 
 select tests.act_as('t-dv-1', 'alice', array['team'], array['team']);
+select is((select provenance.current_versions(
+              array['sources.documents', 'sources.chunks', 'sources.documents', 'no.such_table',
+                    'sources.documents', 'sources.documents'],
+              array[a.did, a.cid, s.did, a.did, a.did || '{"extra": 1}', o.did])
+             from dv a, dv s, dv o where a.path = 'a.md' and s.path = 'secret.md' and o.path = 'other.md'),
+          (select array[a.dver, a.cver, null, null, null, null]::bytea[] from dv a where a.path = 'a.md'),
+          'current_versions: element by element; null where the row is unseen, the table unknown, '
+          'the id not an id key, or the row another tenant''s');
+select throws_ok($$select provenance.current_versions(array['sources.documents'], '{}'::jsonb[])$$,
+                 '22023', null, 'current_versions: tables and row ids must pair up');
+select is((select provenance.current_versions(array_fill('sources.documents'::text, array[7]),
+              array[a.did, jsonb_build_object('id', upper(a.did ->> 'id')), '{"id": "x"}',
+                    a.did || '{"n": 1}', a.did -> 'id', '[]', null])
+             from dv a where a.path = 'a.md'),
+          (select array[a.dver, null, null, null, null, null, null]::bytea[] from dv a where a.path = 'a.md'),
+          'current_versions: only an id that is exactly {"id": <lower-case uuid>} is read in bulk; '
+          'any other shape (a scalar, an array, null) gives null, never an error');
 select lives_ok($$insert into provenance.derivations (derived_table, derived_row_id, derived_version,
                                                        source_table, source_row_id, source_version)
                   select 'sources.chunks', cid, cver, 'sources.documents', did, dver from dv

@@ -119,8 +119,9 @@ def test_derivation_bad_input_is_refused(app_engine: Engine, tenant_factory: Ten
 
 def test_batched_derivations_pin_current_versions_and_refuse_as_a_whole(
         app_engine: Engine, tenant_factory: TenantMaker) -> None:
-    """``record_derivations`` sends the versions it read; the database keeps them only when
-    each is the current version of a row the writer sees, else the batch stores nothing."""
+    """``record_derivations`` stores each edge with its rows' current versions, in batches; a
+    batch naming a row the writer cannot see stores nothing. (Forged and stale written
+    versions, which this writer never sends, are refused in sql_checks/25.)"""
     t = tenant_factory("team", "exec")
     docs = [put(app_engine, t, f"d{i}.md", f"Document {i} about the harbour. " * 5) for i in range(30)]
     with bound_session(app_engine, t.identity("alice", write=("exec",))) as s:

@@ -72,40 +72,21 @@ def _json(value: Any) -> str:
     return json.dumps(value)
 
 
-# One INSERT per batch, its rows from arrays in order. The versions of the id-keyed rows it
-# names are read here, one provenance.row_versions probe per table, and the database checks
-# them once per statement (tg_derivations__check_versions, migration 0019); a row of any
-# other table (or an unknown one) gets no version here and is pinned, or refused with its
-# message, by the row trigger. So a batch of edges is two probes per table, not two
-# row_version calls per edge, and the statement-level chain trigger runs once per batch.
+# One INSERT per batch, its rows from arrays in order, with the versions of the rows it names
+# read by provenance.current_versions (one row_versions probe per table; migration 0019)
+# from the derived ends followed by the source ends. The database checks them once per
+# statement (tg_derivations__check_versions). An end current_versions gives no version (a
+# composite key, an unknown table) is pinned, or refused with its message, by the row
+# trigger. So a batch is two probes per table, not two row_version calls per edge, and the
+# statement-level chain trigger runs once per batch.
 _DERIVATIONS = """
-    with e as materialized (
-        select x.dt, x.di, x.st, x.si, x.ord
-          from unnest(cast(:dt as text[]), cast(:di as jsonb[]), cast(:st as text[]),
-                      cast(:si as jsonb[])) with ordinality as x(dt, di, st, si, ord)),
-    ends as materialized (
-        select e.dt as tab, e.di as rid from e union all select e.st, e.si from e where e.st is not null),
-    named as materialized (select distinct ends.tab from ends),
-    tabs as materialized (  -- the catalog checks once per table, not per row
-        select named.tab from named
-         where to_regclass(named.tab) in (select provenance.chained_tables())
-           and provenance.key_columns(to_regclass(named.tab)) = array['id']),
-    keyed as materialized (
-        select ends.tab, array_agg(distinct cast(ends.rid ->> 'id' as uuid)) as ids
-          from ends join tabs on tabs.tab = ends.tab
-         where jsonb_typeof(ends.rid) = 'object'
-           and (select array_agg(j) from jsonb_object_keys(ends.rid) as j) = array['id']
-           and ends.rid ->> 'id' ~ '^[0-9a-f]{8}-([0-9a-f]{4}-){3}[0-9a-f]{12}$'
-         group by ends.tab),
-    v as materialized (
-        select keyed.tab, cast(r.id as text) as id, r.version
-          from keyed cross join lateral provenance.row_versions(to_regclass(keyed.tab), keyed.ids) r)
+    with v as materialized (select provenance.current_versions(cast(:dt as text[]) || cast(:st as text[]),
+                                                  cast(:di as jsonb[]) || cast(:si as jsonb[])) as a)
     insert into provenance.derivations (relation, derived_table, derived_row_id, derived_version,
                                         source_table, source_row_id, source_version)
-    select :r, e.dt, e.di, dv.version, e.st, e.si, sv.version
-      from e
-      left join v dv on dv.tab = e.dt and dv.id = e.di ->> 'id'
-      left join v sv on sv.tab = e.st and sv.id = e.si ->> 'id'
+    select :r, e.dt, e.di, v.a[e.ord], e.st, e.si, v.a[cast(:n as int) + e.ord]
+      from unnest(cast(:dt as text[]), cast(:di as jsonb[]), cast(:st as text[]), cast(:si as jsonb[]))
+           with ordinality as e(dt, di, st, si, ord), v
      order by e.ord"""
 
 
@@ -118,7 +99,8 @@ def record_derivations(session: Session, edges: list[tuple[RowRef, RowRef]], *,
         raise BadInput(f"relation {relation!r} is not one of {', '.join(RELATIONS)}")
     for start in range(0, len(edges), batch):
         part = edges[start:start + batch]
-        params = {"r": relation, "dt": [d[0] for d, _ in part], "di": [_json(d[1]) for d, _ in part],
+        params = {"r": relation, "n": len(part),
+                  "dt": [d[0] for d, _ in part], "di": [_json(d[1]) for d, _ in part],
                   "st": [s[0] for _, s in part], "si": [_json(s[1]) for _, s in part]}
         try:
             session.execute(text(_DERIVATIONS), params)
