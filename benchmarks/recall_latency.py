@@ -566,6 +566,74 @@ def superuser_session(admin: Engine, identity: Identity, role_settings: list[tup
         yield session
 
 
+# -- the peer: the hybrid query a PostgreSQL user writes by hand -------------------------
+
+# One SQL function, as the hybrid-search pattern Supabase documents is usually written: a
+# full-text OR query ranked by ts_rank (top ``pool``), a pgvector HNSW cosine top ``pool``,
+# fused by reciprocal rank fusion (k = ``rrf_k``), the best ``match_count`` chunks with their
+# text. It filters by the tenant it is given; it runs as engram_app under the same forced RLS,
+# identity, pool and role settings (hnsw.ef_search, iterative scans) as Engram's statement.
+# No SET clause, so PostgreSQL may inline it like any SQL function a user writes.
+PEER_FUNCTION = """
+create schema if not exists peer;
+grant usage on schema peer to engram_app;
+create or replace function peer.hybrid_search(p_tenant uuid, query_text text,
+                                              query_embedding vector, match_count int,
+                                              pool int, rrf_k int)
+returns table (id uuid, document_id uuid, text text, score double precision)
+language sql stable
+as $peer$
+    with terms as (
+        select replace(websearch_to_tsquery('english', query_text)::text, ' & ', ' | ')::tsquery
+               as q
+    ),
+    full_text as (
+        select m.id, row_number() over (order by m.rank desc, m.id) as rank_ix
+          from (select c.id, ts_rank(c.lexical, t.q) as rank
+                  from sources.chunks c, terms t
+                 where c.tenant_id = p_tenant and c.lexical @@ t.q
+                 order by rank desc
+                 limit pool) m
+    ),
+    semantic as (
+        select n.id, row_number() over (order by n.distance, n.id) as rank_ix
+          from (select c.id, c.embedding <=> query_embedding as distance
+                  from sources.chunks c
+                 where c.tenant_id = p_tenant and c.embedding is not null
+                 order by c.embedding <=> query_embedding
+                 limit pool) n
+    )
+    select c.id, c.document_id, c.text,
+           coalesce(1.0 / (rrf_k + f.rank_ix), 0.0) + coalesce(1.0 / (rrf_k + s.rank_ix), 0.0)
+      from full_text f
+      full outer join semantic s on s.id = f.id
+      join sources.chunks c on c.tenant_id = p_tenant and c.id = coalesce(f.id, s.id)
+     order by 4 desc, 1
+     limit match_count
+$peer$;
+grant execute on function peer.hybrid_search(uuid, text, vector, int, int, int) to engram_app;
+"""
+PEER_CALL = text("select id, document_id, text, score from peer.hybrid_search("
+                 ":tenant, :question, :query_embedding, 10, 40, 60)").bindparams(
+    bindparam("query_embedding", type_=Vector(EMBEDDING_DIMENSION)))
+
+
+def create_peer(admin: Engine) -> None:
+    with admin.begin() as conn:
+        conn.execute(text(PEER_FUNCTION))
+
+
+def peer_recall(app: Engine, embedder: Any, reader: Identity, tenant: uuid.UUID, q: str
+                ) -> tuple[float, list[Any]]:
+    """The peer's whole call (ms): embed the question, bind the identity, run the function."""
+    started = time.perf_counter()
+    vector = embedder.embed_query(q)
+    with bound_session(app, reader) as s:
+        rows = s.execute(PEER_CALL, {"tenant": tenant, "question": q,
+                                     "query_embedding": vector}).all()
+    return (time.perf_counter() - started) * 1000.0, rows
+
+
 def run_ms(session: Session, stmt: Any, params: dict[str, Any]) -> tuple[float, list[Any]]:
     started = time.perf_counter()
     rows = session.execute(stmt, params).all()
@@ -609,6 +677,8 @@ class Figures:
     reranked: dict[str, list[tuple[int, int]]] = field(default_factory=lambda: defaultdict(list))
     explain: dict[str, list[tuple[float, float]]] = field(
         default_factory=lambda: {"app": [], "su": []})
+    engram_ms: list[float] = field(default_factory=list)
+    peer_ms: list[float] = field(default_factory=list)
 
 
 def lane_shapes() -> dict[str, PlanShape]:
@@ -639,14 +709,26 @@ def measure(label: str, t: Tenant, recallers: dict[str, Recaller], embedder: Any
     rng = np.random.default_rng([seed, 99, t.size])
     reader = Identity.of(t.org, "reader", read=["team"])
     questions = questions_for(t, n, rng)
+    warm_up = questions_for(t, 3, np.random.default_rng([seed, 98, t.size]))
     any_recaller = next(iter(recallers.values()))
     full = any_recaller.statement(FULL_PLAN)
     shapes = lane_shapes()
-    for r in recallers.values():  # warm up: models, plans, caches
-        for q in questions[:2]:
+    plain = recallers["no reranker"]
+    for r in recallers.values():  # warm up: models, plans, connections (other questions)
+        for q in warm_up:
             r.trace(reader, q)
+            peer_recall(app, embedder, reader, t.id, q)
     assert t.vectors is not None
     for i, q in enumerate(questions):
+        # Engram's recall() (what a caller gets) vs the peer, side by side, alternating which
+        # goes first; both embed this question for the first time here.
+        for who in (("engram", "peer") if i % 2 == 0 else ("peer", "engram")):
+            if who == "engram":
+                started = time.perf_counter()
+                plain.recall(reader, q)
+                fig.engram_ms.append((time.perf_counter() - started) * 1000.0)
+            else:
+                fig.peer_ms.append(peer_recall(app, embedder, reader, t.id, q)[0])
         for name, r in recallers.items():
             started = time.perf_counter()
             _, trace = r.trace(reader, q)
@@ -752,6 +834,13 @@ def report(fig: Figures, dense_k: int) -> None:
     diff = ", ".join(f"{lane} {n}" for lane, n in fig.row_diffs.most_common()) or "none"
     print(f"  same rows in {fig.same_rows}/{fig.queries} queries; rows only one side returned, "
           f"by lane: {diff}")
+    e50, p50_ = statistics.median(fig.engram_ms), statistics.median(fig.peer_ms)
+    per_query_peer = statistics.median(x / y for x, y in zip(fig.engram_ms, fig.peer_ms, strict=True))
+    print(f"peer (hand-written hybrid SQL function: ts_rank OR top 40 + HNSW top 40, RRF k=60, top 10 "
+          f"with text; same pool, identity and query embedder; both embed the question): Engram "
+          f"recall() p50/p95 {e50:.1f}/{pct(fig.engram_ms, 0.95):.1f} ms, peer "
+          f"{p50_:.1f}/{pct(fig.peer_ms, 0.95):.1f} ms: ratio of p50s {e50 / p50_:.2f}x "
+          f"(median per-query ratio {per_query_peer:.2f}x; goal <= 2.0x)")
     o50 = statistics.median(fig.one_ms)
     p50 = statistics.median(fig.apart_ms)
     pt50 = statistics.median(fig.apart_timeline_ms)
@@ -762,6 +851,133 @@ def report(fig: Figures, dense_k: int) -> None:
           f"ratio {o50 / pt50:.3f}")
     print("  lane p50 ms: " + ", ".join(f"{lane} {statistics.median(v):.1f}"
                                         for lane, v in fig.lane_ms.items()))
+
+
+@contextmanager
+def corpus_database(keep: Path | None) -> Iterator[tuple[Database, bool]]:
+    """The benchmark's database and whether it is fresh: a throwaway one, or with ``--keep
+    DIR`` one kept under DIR (built on the first run, then started and migrated to head)."""
+    if keep is None:
+        with scratch_database() as db:
+            yield db, True
+        return
+    from orchestrator.db.migrate import migrate
+    from orchestrator.db.server import free_port
+
+    keep.mkdir(parents=True, exist_ok=True)
+    keep.chmod(0o755)
+    home = keep / "home"
+    fresh = not (keep / MANIFEST).exists()
+    if fresh and home.exists():
+        raise SystemExit(f"{home} exists without {MANIFEST} (an interrupted build?): remove {keep}")
+    db = Database(Settings(home=home, db_port=free_port(), db_name="engram_bench"))
+    try:
+        db.start_embedded()
+        migrate(db)
+        yield db, fresh
+    finally:
+        if db.server.pid() is not None:
+            db.server.stop()
+
+
+MANIFEST = "corpus.json"
+TENANT_FIELDS = ("org", "size", "share", "documents")
+
+
+def save_manifest(keep: Path, args: argparse.Namespace, tenants: list[Tenant]) -> None:
+    body = {"chunks": args.chunks, "tenants": args.tenants, "largest": args.largest,
+            "smallest": args.smallest, "seed": args.seed, "embed": args.embed,
+            "version": GENERATOR_VERSION, "corpus": [
+                {**{f: getattr(t, f) for f in TENANT_FIELDS}, "id": str(t.id),
+                 "scope_id": str(t.scope_id), "chunk_ids": [str(c) for c in t.chunk_ids],
+                 "titles": t.titles, "entities": t.entities, "memory": dict(t.memory)}
+                for t in tenants]}
+    (keep / MANIFEST).write_text(json.dumps(body))
+
+
+def load_manifest(keep: Path, args: argparse.Namespace, texts: list[str],
+                  vectors: np.ndarray[Any, Any]) -> list[Tenant]:
+    body = json.loads((keep / MANIFEST).read_text())
+    wanted = {"chunks": args.chunks, "tenants": args.tenants, "largest": args.largest,
+              "smallest": args.smallest, "seed": args.seed, "embed": args.embed,
+              "version": GENERATOR_VERSION}
+    if {k: body[k] for k in wanted} != wanted:
+        raise SystemExit(f"{keep} holds another corpus ({ {k: body[k] for k in wanted} }); "
+                         "give the same options or another --keep folder")
+    tenants, pos = [], 0
+    for row in body["corpus"]:
+        t = Tenant(row["org"], uuid.UUID(row["id"]), uuid.UUID(row["scope_id"]), row["size"],
+                   row["share"], chunk_ids=[uuid.UUID(c) for c in row["chunk_ids"]],
+                   titles=row["titles"], entities=row["entities"], documents=row["documents"],
+                   memory=Counter(row["memory"]))
+        t.texts, t.vectors = texts[pos: pos + t.size], vectors[pos: pos + t.size]
+        pos += t.size
+        tenants.append(t)
+    return tenants
+
+
+def build_corpus(db: Database, admin: Engine, app: Engine, args: argparse.Namespace, sizes: list[int],
+                 words: Words, texts: list[str], vectors: np.ndarray[Any, Any], embedder: Any
+                 ) -> list[Tenant]:
+    settings = db.settings
+    definition = drop_chunk_hnsw(admin)
+    print(f"HNSW: {CHUNK_HNSW} dropped by the superuser before the bulk load "
+          f"(rebuilt after it with the same definition)" if definition
+          else "HNSW: no chunk HNSW index (not the pgvector tier); nothing dropped")
+    t0 = time.perf_counter()
+    tenants: list[Tenant] = []
+    pos = 0
+    for n, size in enumerate(sizes):
+        t = create_tenant(admin, f"bench-{n:02d}-{uuid.uuid4().hex[:6]}", size, size / args.chunks)
+        t.texts = texts[pos: pos + size]
+        t.vectors = vectors[pos: pos + size]
+        load_sources(app, t, t.texts, t.vectors, words, np.random.default_rng([args.seed, 1, n]),
+                     embedder.model_name)
+        pos += size
+        tenants.append(t)
+    load_s = time.perf_counter() - t0
+    print(f"bulk load: {args.chunks} chunks in {sum(t.documents for t in tenants)} documents, "
+          f"{len(tenants)} tenants, through engram_app (documents by executemany, each "
+          f"document's chunks by one insert, embeddings written back by one update per "
+          f"1000 chunks): {load_s:.0f}s")
+    print(f"  tenant sizes (chunks): {sizes}")
+    t0 = time.perf_counter()
+    for n, t in enumerate(tenants):
+        load_memory(app, t, words, np.random.default_rng([args.seed, 2, n]))
+    rows, embed_s = embed_memory(db, embedder, settings, [t.id for t in tenants])
+    total_memory: Counter[str] = Counter()
+    for t in tenants:
+        total_memory.update(t.memory)
+    print(f"memory rows (all tenants): {dict(total_memory)}; written in "
+          f"{time.perf_counter() - t0 - embed_s:.0f}s, {rows} rows embedded by the queue worker "
+          f"as engram_worker in {embed_s:.0f}s")
+    if definition:
+        print(f"HNSW rebuilt after the load in {create_chunk_hnsw(admin, definition):.0f}s: "
+              f"{definition}")
+    t0 = time.perf_counter()
+    with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("vacuum analyze"))
+        stats_rows = conn.execute(text("select count(*) from recall.lexical_stats")).scalar()
+    print(f"vacuum analyze: {time.perf_counter() - t0:.0f}s")
+    if args.no_compact:
+        print(f"recall.lexical_stats: {stats_rows} delta rows (one per chunk-inserting "
+              "statement; --no-compact: left as the load wrote them)")
+    else:
+        # What the derive scheduler does every tick (DeriveScheduler.compact_statistics,
+        # as engram_worker), so the statistics are read as production reads them.
+        worker = make_app_engine(db.role_url("engram_worker"), pool_size=1)
+        try:
+            with worker.begin() as conn:
+                compacted = conn.execute(select(func.recall.compact_all_lexical_stats(
+                    settings.derive_compact_min_deltas))).scalar_one()
+        finally:
+            worker.dispose()
+        with admin.connect() as conn:
+            after = conn.execute(text("select count(*) from recall.lexical_stats")).scalar()
+        print(f"recall.lexical_stats: {stats_rows} delta rows after the load (one per "
+              f"chunk-inserting statement), compacted as the derive scheduler does "
+              f"({compacted} tenants): {after} rows")
+    return tenants
 
 
 def main() -> None:
@@ -778,6 +994,9 @@ def main() -> None:
     ap.add_argument("--vector-cache", type=Path, default=None, help="a .npy file to reuse vectors")
     ap.add_argument("--vectors-only", action="store_true",
                     help="embed the stream into --vector-cache and stop")
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="keep the built database in this folder and reuse it on later runs with "
+                         "the same corpus options (migrated to head each time)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--no-compact", action="store_true",
                     help="leave the BM25 statistic deltas uncompacted (production compacts them "
@@ -789,8 +1008,8 @@ def main() -> None:
     sizes = tenant_sizes(args.chunks, args.tenants, args.largest, args.smallest)
     words = Words(vocabulary())
     print(f"machine: {os.cpu_count()} CPU cores shared with other engineers' jobs (load average "
-          f"{os.getloadavg()[0]:.1f} at start): absolute milliseconds are noisy; the ratios below "
-          "are measured side by side in the same run")
+          f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())} at start): absolute milliseconds "
+          "are noisy; the ratios below are measured side by side in the same run")
     started = time.perf_counter()
     # The vectors first (no database needed): --vectors-only fills the cache and stops.
     embedder = Embedder.from_settings(Settings())
@@ -803,51 +1022,22 @@ def main() -> None:
           f"{'first sentence' if args.embed == 'lead' else 'whole text'}: {vector_note}")
     if args.vectors_only:
         return
-    with scratch_database() as db:
+    with corpus_database(args.keep) as (db, fresh):
         settings = db.settings
         admin = create_engine(db.admin_url())
         app = make_app_engine(db.app_url())
         try:
             embedder = Embedder.from_settings(settings)
-            definition = drop_chunk_hnsw(admin)
-            print(f"HNSW: {CHUNK_HNSW} dropped by the superuser before the bulk load "
-                  f"(rebuilt after it with the same definition)" if definition
-                  else "HNSW: no chunk HNSW index (not the pgvector tier); nothing dropped")
-            t0 = time.perf_counter()
-            tenants: list[Tenant] = []
-            pos = 0
-            for n, size in enumerate(sizes):
-                t = create_tenant(admin, f"bench-{n:02d}-{uuid.uuid4().hex[:6]}", size,
-                                  size / args.chunks)
-                t.texts = texts[pos: pos + size]
-                t.vectors = vectors[pos: pos + size]
-                load_sources(app, t, t.texts, t.vectors, words, np.random.default_rng([args.seed, 1, n]),
-                             embedder.model_name)
-                pos += size
-                tenants.append(t)
-            load_s = time.perf_counter() - t0
-            print(f"bulk load: {args.chunks} chunks in {sum(t.documents for t in tenants)} documents, "
-                  f"{len(tenants)} tenants, through engram_app (documents by executemany, each "
-                  f"document's chunks by one insert, embeddings written back by one update per "
-                  f"1000 chunks): {load_s:.0f}s")
-            print(f"  tenant sizes (chunks): {sizes}")
-            t0 = time.perf_counter()
-            for n, t in enumerate(tenants):
-                load_memory(app, t, words, np.random.default_rng([args.seed, 2, n]))
-            rows, embed_s = embed_memory(db, embedder, settings, [t.id for t in tenants])
-            total_memory: Counter[str] = Counter()
-            for t in tenants:
-                total_memory.update(t.memory)
-            print(f"memory rows (all tenants): {dict(total_memory)}; written in "
-                  f"{time.perf_counter() - t0 - embed_s:.0f}s, {rows} rows embedded by the queue worker "
-                  f"as engram_worker in {embed_s:.0f}s")
-            if definition:
-                print(f"HNSW rebuilt after the load in {create_chunk_hnsw(admin, definition):.0f}s: "
-                      f"{definition}")
-            t0 = time.perf_counter()
-            with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                conn.execute(text("vacuum analyze"))
-                stats_rows = conn.execute(text("select count(*) from recall.lexical_stats")).scalar()
+            if fresh:
+                tenants = build_corpus(db, admin, app, args, sizes, words, texts, vectors, embedder)
+                if args.keep is not None:
+                    save_manifest(args.keep, args, tenants)
+            else:
+                tenants = load_manifest(args.keep, args, texts, vectors) if args.keep else []
+                print(f"corpus: reused from {args.keep} (built earlier with the same options; "
+                      "migrated to head)")
+            create_peer(admin)
+            with admin.connect() as conn:
                 version = conn.execute(text("show server_version")).scalar()
                 shared = conn.execute(text("show shared_buffers")).scalar()
                 jit = conn.execute(text("show jit")).scalar()
@@ -856,28 +1046,9 @@ def main() -> None:
                     "join pg_roles r on r.oid = s.setrole where r.rolname = 'engram_app' "
                     "and s.setdatabase = (select oid from pg_database "
                     "where datname = current_database())")).scalars()]
-            print(f"vacuum analyze: {time.perf_counter() - t0:.0f}s; PostgreSQL {version}, "
-                  f"shared_buffers {shared}, jit {jit}; engram_app's role settings "
-                  f"{', '.join('='.join(s) for s in role_settings)} (also set for the superuser's "
-                  "transactions)")
-            if args.no_compact:
-                print(f"recall.lexical_stats: {stats_rows} delta rows (one per chunk-inserting "
-                      "statement; --no-compact: left as the load wrote them)")
-            else:
-                # What the derive scheduler does every tick (DeriveScheduler.compact_statistics,
-                # as engram_worker), so the statistics are read as production reads them.
-                worker = make_app_engine(db.role_url("engram_worker"), pool_size=1)
-                try:
-                    with worker.begin() as conn:
-                        compacted = conn.execute(select(func.recall.compact_all_lexical_stats(
-                            settings.derive_compact_min_deltas))).scalar_one()
-                finally:
-                    worker.dispose()
-                with admin.connect() as conn:
-                    after = conn.execute(text("select count(*) from recall.lexical_stats")).scalar()
-                print(f"recall.lexical_stats: {stats_rows} delta rows after the load (one per "
-                      f"chunk-inserting statement), compacted as the derive scheduler does "
-                      f"({compacted} tenants): {after} rows")
+            print(f"PostgreSQL {version}, shared_buffers {shared}, jit {jit}; engram_app's role "
+                  f"settings {', '.join('='.join(s) for s in role_settings)} (also set for the "
+                  "superuser's transactions)")
             print(f"corpus ready in {time.perf_counter() - started:.0f}s")
 
             recallers = {"no reranker": Recaller(app, settings, embedder=embedder,
@@ -899,14 +1070,18 @@ def main() -> None:
                 report(fig, settings.recall_dense_k)
                 figures.append(fig)
             print("\n=== summary (ms; ratios measured in the same run) ===")
-            print(f"{'tenant':>9s} {'chunks':>7s} {'total p50/p95':>15s} {'+reranker p50/p95':>18s} "
+            print(f"{'tenant':>9s} {'chunks':>7s} {'recall p50/p95':>15s} {'peer p50/p95':>13s} "
+                  f"{'/peer':>6s} {'trace p50/p95':>14s} {'+reranker p50/p95':>18s} "
                   f"{'stmt p50':>9s} {'RLS/su':>7s} {'one/apart':>9s} {'dense R@k':>9s}")
             for fig in figures:
                 plain = fig.stages["no reranker"]["total"]
                 rr = fig.stages.get("reranker", {}).get("total", [])
                 rr_cell = f"{pct(rr, 0.5):.0f}/{pct(rr, 0.95):.0f}" if rr else "-"
+                e, pe = fig.engram_ms, fig.peer_ms
                 print(f"{fig.label:>9s} {fig.tenant.size:7d} "
-                      f"{pct(plain, 0.5):>7.0f}/{pct(plain, 0.95):<7.0f} {rr_cell:>18s} "
+                      f"{pct(e, 0.5):>7.1f}/{pct(e, 0.95):<7.1f} {pct(pe, 0.5):>6.1f}/{pct(pe, 0.95):<6.1f} "
+                      f"{statistics.median(e) / statistics.median(pe):6.2f} "
+                      f"{pct(plain, 0.5):>7.0f}/{pct(plain, 0.95):<6.0f} {rr_cell:>18s} "
                       f"{statistics.median(fig.app_ms):9.1f} "
                       f"{statistics.median(fig.app_ms) / statistics.median(fig.su_ms):7.3f} "
                       f"{statistics.median(fig.one_ms) / statistics.median(fig.apart_ms):9.3f} "
