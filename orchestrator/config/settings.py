@@ -103,6 +103,20 @@ class Settings(BaseSettings):
     # Side effects of a recall: a provenance receipt per answer, access counters of the
     # facts it served.
     recall_receipts: bool = True
+    # Recall's fixed cost (orchestrator/recall/plans.py, query_cache.py; docs/recall.md):
+    # one reused plan per tenant size class (a decade of visible chunks, re-read every
+    # recall_size_ttl_s), the dense lane's HNSW candidate list by visible chunks (the
+    # largest threshold at or below the tenant's count wins), and a per-tenant, per-model
+    # LRU cache of query embeddings (0 turns it off).
+    recall_plan_reuse: bool = True
+    recall_size_ttl_s: float = 60.0
+    recall_ef_search_by_chunks: dict[int, int] = Field(default_factory=lambda: {0: 200})
+    recall_query_cache_size: int = 4096
+    # A receipt is sealed in its recall and its chain event queued (migration 0040); the
+    # recalling process appends the queue to the chain recall_chain_delay_s after a receipt
+    # and every recall_chain_interval_s (also what other, killed processes left).
+    recall_chain_delay_s: float = 0.05
+    recall_chain_interval_s: float = 2.0
 
     # Torch worker (orchestrator/worker). Model names are Hugging Face ids; a *_path
     # points at a local directory and wins over the name. The default embedding

@@ -1126,13 +1126,46 @@ class _Builder:
         return select(rows, scope_objects.label("scope_objects"))
 
 
+# The statement's only bind parameters: what changes from one recall to the next.
+RUNTIME_PARAMETERS = frozenset({"question", "query_embedding", "mode", "session"})
+
+
+def _inline_constants(stmt: Select[Any]) -> Select[Any]:
+    """Render every other value (pool sizes, weights, lane names) as a literal in the SQL.
+
+    A reused (generic) plan is made without the values of bind parameters: a ``LIMIT $1``
+    the planner cannot see is estimated as a tenth of the input, which can turn an index
+    walk into a sort. With the constants in the text, only the question, its embedding, the
+    mode and the session are unknown to the plan, and none of them decides a plan's shape.
+    """
+    # Every element once (CTEs are shared by several lanes: a plain walk revisits them).
+    seen: set[int] = set()
+    stack: list[Any] = [stmt]
+    while stack:
+        element = stack.pop()
+        if id(element) in seen:
+            continue
+        seen.add(id(element))
+        if isinstance(element, BindParameter) and element.key not in RUNTIME_PARAMETERS:
+            element.literal_execute = True
+        stack.extend(element.get_children())
+    return stmt
+
+
 def build_recall_statement(shape: PlanShape = FULL_PLAN,
                            limits: StatementLimits | None = None,
-                           index_tier: str = "pgvector") -> Select[Any]:
-    """The recall statement for ``shape``; parameters ``question``, ``query_embedding``, ``mode``.
+                           index_tier: str = "pgvector", *,
+                           size_class: int | None = None) -> Select[Any]:
+    """The recall statement for ``shape``; parameters ``question``, ``query_embedding``, ``mode``,
+    ``session``; every other value is a literal in its text.
 
-    Production passes ``FULL_PLAN`` and the installation's index tier
-    (``engram.installation``); other shapes exist for the plan study.
+    Production passes ``FULL_PLAN``, the installation's index tier (``engram.installation``)
+    and the caller's tenant size class (``recall.plan_cache``): the class is a comment in the
+    text, so each class is its own prepared statement with its own reused plan. Other shapes
+    exist for the plan study.
     """
     lim = limits or StatementLimits.from_settings(get_settings())
-    return _Builder(shape, lim, index_tier).build()
+    stmt = _Builder(shape, lim, index_tier).build()
+    if size_class is not None:
+        stmt = stmt.prefix_with(f"/* engram recall {shape.name}, tenant size class {size_class} */")
+    return _inline_constants(stmt)

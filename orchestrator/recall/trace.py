@@ -64,6 +64,8 @@ class Trace:
     side_effect_statements: int = 0
     touched_claims: int = 0
     receipt_id: uuid.UUID | None = None
+    embedding_cached: bool = False
+    plan_note: str = ""
 
     def format(self) -> str:
         lines = [f"recall trace: {self.question!r}" + (f" asked by {self.asker}" if self.asker
@@ -71,6 +73,9 @@ class Trace:
                  f"plan {self.plan}; mode {self.mode or 'none'}; budget {self.budget_tokens} "
                  f"tokens; {self.statements} statement(s) after binding the identity"
                  + (f"; working memory of session {self.session!r}" if self.session else "")]
+        lines.append("query embedding: " + ("from the cache (this tenant, this model)"
+                                            if self.embedding_cached else "computed")
+                     + (f"; {self.plan_note}" if self.plan_note else ""))
         if "chunks" in self.corpus:
             lines.append(f"lexical corpus (visible): {self.corpus.get('chunks')} chunks, average "
                          f"length {self._num(self.corpus.get('avg_length'))}")
@@ -118,7 +123,8 @@ class Trace:
             lines.append(f"     suppressed {dropped}: near-duplicate of {twin} ({sim:.3f})")
         lines.append(f"5. budget: kept the first {self.kept} of {len(self.ordered)}, "
                      f"{self.used_tokens} of {self.budget_tokens} tokens")
-        lines.append(f"6. side effects: {self.touched_claims} fact access counter(s) bumped; "
+        lines.append(f"6. side effects: {self.touched_claims} fact access counter(s) to bump "
+                     "(in the background); "
                      + (f"receipt {self.receipt_id}" if self.receipt_id else "no receipt")
                      + f" ({self.side_effect_statements} statement(s))")
         lines.append("timings: " + ", ".join(f"{k} {v:.1f} ms" for k, v in self.timings_ms.items()))
