@@ -110,7 +110,7 @@ def test_statement_is_one_round_trip(notes, recaller, app_engine):
     # here the receipt only (no fact was served, so no access counter is bumped).
     assert len(sent) == 3, sent
     assert "bind_identity" in sent[0]
-    assert "lexical_matches" in sent[1] and "graph_walk" in sent[1] and "causal_lane" in sent[1]
+    assert "lexical_candidates" in sent[1] and "graph_walk" in sent[1] and "causal_lane" in sent[1]
     assert "provenance.receipts" in sent[2]
     assert trace.statements == 1 and trace.side_effect_statements == 1
     assert trace.receipt_id is not None and trace.touched_claims == 0

@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     # the token budget and input limits.
     recall_dense_k: int = 40
     recall_lexical_k: int = 40
+    # The lexical lane scores at most this many chunks, those of the rarest query terms
+    # first (exact whenever the query terms' document frequencies sum to it or less).
+    recall_lexical_rows: int = 2000
     recall_title_docs: int = 8
     recall_title_chunks: int = 3
     recall_title_max_words: int = 16

@@ -79,6 +79,10 @@ class Trace:
         if "chunks" in self.corpus:
             lines.append(f"lexical corpus (visible): {self.corpus.get('chunks')} chunks, average "
                          f"length {self._num(self.corpus.get('avg_length'))}")
+        if self.corpus.get("terms"):
+            terms = sorted(self.corpus["terms"], key=lambda t: (t[1], t[0]))
+            lines.append("lexical terms, rarest first (df: chunks scored): " + ", ".join(
+                f"{lexeme} {df}: {'all' if took == df else took}" for lexeme, df, took in terms))
         if self.corpus.get("seeds") is not None:
             lines.append("entity seeds: " + (", ".join(self.corpus["seeds"]) or "none"))
         lines.append("1. candidate pools")
