@@ -111,7 +111,9 @@ from orchestrator.db.session import bound_session
 from orchestrator.ingest import knowledge as kn
 from orchestrator.ingest import memory as mem
 from orchestrator.recall import Recaller
+from orchestrator.recall.service import close_background
 from orchestrator.recall.plan import FULL_PLAN, MEMORY_LANES, SOURCE_LANES, PlanShape
+from orchestrator.recall.plans import size_class, transaction_settings
 
 GENERATOR_VERSION = 1
 BLOCK = 1000  # chunks per generator block (the stream's unit of determinism)
@@ -629,14 +631,14 @@ def peer_recall(app: Engine, embedder: Any, reader: Identity, tenant: uuid.UUID,
     started = time.perf_counter()
     vector = embedder.embed_query(q)
     with bound_session(app, reader) as s:
-        rows = s.execute(PEER_CALL, {"tenant": tenant, "question": q,
-                                     "query_embedding": vector}).all()
+        rows = list(s.execute(PEER_CALL, {"tenant": tenant, "question": q,
+                                          "query_embedding": vector}).all())
     return (time.perf_counter() - started) * 1000.0, rows
 
 
 def run_ms(session: Session, stmt: Any, params: dict[str, Any]) -> tuple[float, list[Any]]:
     started = time.perf_counter()
-    rows = session.execute(stmt, params).all()
+    rows = list(session.execute(stmt, params).all())
     return (time.perf_counter() - started) * 1000.0, rows
 
 
@@ -679,6 +681,13 @@ class Figures:
         default_factory=lambda: {"app": [], "su": []})
     engram_ms: list[float] = field(default_factory=list)
     peer_ms: list[float] = field(default_factory=list)
+    custom_ms: list[float] = field(default_factory=list)
+    generic_ms: list[float] = field(default_factory=list)
+    same_plan_rows: int = 0
+    lexical_recall: list[float] = field(default_factory=list)
+    lexical_scored: list[int] = field(default_factory=list)
+    lexical_matching: list[int] = field(default_factory=list)
+    plan_note: str = ""
 
 
 def lane_shapes() -> dict[str, PlanShape]:
@@ -704,21 +713,32 @@ def lanes_apart(fig: Figures, session: Session, recaller: Recaller, shapes: dict
 
 def measure(label: str, t: Tenant, recallers: dict[str, Recaller], embedder: Any, admin: Engine,
             app: Engine, role_settings: list[tuple[str, str]], n: int, seed: int,
-            dense_k: int) -> Figures:
+            settings: Settings) -> Figures:
     fig = Figures(label, t)
     rng = np.random.default_rng([seed, 99, t.size])
     reader = Identity.of(t.org, "reader", read=["team"])
     questions = questions_for(t, n, rng)
     warm_up = questions_for(t, 3, np.random.default_rng([seed, 98, t.size]))
     any_recaller = next(iter(recallers.values()))
-    full = any_recaller.statement(FULL_PLAN)
     shapes = lane_shapes()
     plain = recallers["no reranker"]
+    # The lexical lane without its row budget: what exact BM25 over the visible corpus returns.
+    unbounded = Recaller(app, settings.model_copy(update={"recall_lexical_rows": 2**62}),
+                         embedder=embedder, reranker=plain.reranker)
     for r in recallers.values():  # warm up: models, plans, connections (other questions)
         for q in warm_up:
             r.trace(reader, q)
             peer_recall(app, embedder, reader, t.id, q)
     assert t.vectors is not None
+    # The statement and transaction settings recall uses for this tenant: the plan of its size
+    # class (reused), its hnsw.ef_search. Both roles run them below.
+    visible = plain.sizes.get(t.org)
+    assert visible is not None
+    full = any_recaller.statement(FULL_PLAN, size_class(visible))
+    plan = transaction_settings(visible, settings)
+    su_settings = [*role_settings, *plan.items()]
+    fig.plan_note = (f"size class {size_class(visible)} ({visible} visible chunks); "
+                     + ", ".join(f"{k}={v}" for k, v in plan.items()))
     for i, q in enumerate(questions):
         # Engram's recall() (what a caller gets) vs the peer, side by side, alternating which
         # goes first; both embed this question for the first time here.
@@ -743,30 +763,50 @@ def measure(label: str, t: Tenant, recallers: dict[str, Recaller], embedder: Any
             else:
                 fig.reranker_notes.add(f"{name}: {trace.reranker}")
             if name == "no reranker":
+                fig.lexical_scored.append(sum(took for _, _, took in trace.corpus.get("terms", [])))
+                fig.lexical_matching.append(sum(df for _, df, _ in trace.corpus.get("terms", [])))
                 fig.pools["entity seeds"] += len(trace.corpus.get("seeds") or [])
                 for lane, pool in trace.pools.items():
                     fig.pools[lane] += len(pool)
                 dense = {it.key.rsplit(":", 1)[-1] for it in trace.pools.get("dense", [])}
-                k = min(dense_k, t.size)
+                k = min(settings.recall_dense_k, t.size)
                 exact = np.argsort(-(t.vectors @ embedder.embed_query(q)))[:k]
                 truth = {str(t.chunk_ids[j]) for j in exact}
                 fig.dense_recall.append(len(dense & truth) / k)
                 fig.dense_filled += len(dense) >= k
         params = {"question": q, "query_embedding": embedder.embed_query(q), "mode": None}
+        # The lexical lane with its budget (the trace above) vs without one.
+        bounded = {it.key.rsplit(":", 1)[-1] for it in trace.pools.get("lexical", [])} \
+            if "no reranker" in recallers else set()
+        with bound_session(app, reader, settings=plan) as s:
+            exact_rows = s.execute(unbounded.statement(shapes["lexical"]), params).mappings().all()
+        exact_lexical = {str(r["chunk_id"]) for r in exact_rows if r["lexical_rank"] is not None}
+        if exact_lexical:
+            fig.lexical_recall.append(len(bounded & exact_lexical) / len(exact_lexical))
+        # Plan reuse: the same statement planned for this call (custom) vs the reused plan.
+        order = ("custom", "generic") if i % 2 == 0 else ("generic", "custom")
+        plans: dict[str, list[Any]] = {}
+        for how in order:
+            with bound_session(app, reader,
+                               settings={**plan, "plan_cache_mode": f"force_{how}_plan"}) as s:
+                ms, plans[how] = run_ms(s, full, params)
+            (fig.custom_ms if how == "custom" else fig.generic_ms).append(ms)
+        fig.same_plan_rows += (Counter(map(row_key, plans["custom"]))
+                               == Counter(map(row_key, plans["generic"])))
         # RLS vs superuser: the same statement, alternating which runs first.
         order = ("app", "su") if i % 2 == 0 else ("su", "app")
         got: dict[str, list[Any]] = {}
         for who in order:
             if who == "app":
-                with bound_session(app, reader) as s:
+                with bound_session(app, reader, settings=plan) as s:
                     ms, got[who] = run_ms(s, full, params)
                 fig.app_ms.append(ms)
             else:
-                with superuser_session(admin, reader, role_settings) as s:
+                with superuser_session(admin, reader, su_settings) as s:
                     ms, got[who] = run_ms(s, full, params)
                 fig.su_ms.append(ms)
         # The two source lanes alone as the superuser (their engram_app times are in lanes_apart).
-        with superuser_session(admin, reader, role_settings) as s:
+        with superuser_session(admin, reader, su_settings) as s:
             for lane in ("dense", "lexical"):
                 ms, _ = run_ms(s, any_recaller.statement(shapes[lane]), params)
                 fig.lane_su_ms[lane].append(ms)
@@ -777,7 +817,7 @@ def measure(label: str, t: Tenant, recallers: dict[str, Recaller], embedder: Any
             for key in (a - b) + (b - a):
                 fig.row_diffs[key[0]] += 1
         # One statement vs its lanes apart, in one bound transaction.
-        with bound_session(app, reader) as s:
+        with bound_session(app, reader, settings=plan) as s:
             if i % 2:
                 lanes_apart(fig, s, any_recaller, shapes, params)
             ms, _ = run_ms(s, full, params)
@@ -789,14 +829,14 @@ def measure(label: str, t: Tenant, recallers: dict[str, Recaller], embedder: Any
     for q in questions[:3]:
         params = {"question": q, "query_embedding": embedder.embed_query(q), "mode": None}
         for _ in range(3):
-            with bound_session(app, reader) as s:
+            with bound_session(app, reader, settings=plan) as s:
                 fig.explain["app"].append(explain_ms(s, full, params))
-            with superuser_session(admin, reader, role_settings) as s:
+            with superuser_session(admin, reader, su_settings) as s:
                 fig.explain["su"].append(explain_ms(s, full, params))
     return fig
 
 
-def report(fig: Figures, dense_k: int) -> None:
+def report(fig: Figures, dense_k: int, settings_lexical_k: int = 40) -> None:
     t = fig.tenant
     print(f"\n=== {fig.label} tenant: {t.size} chunks ({t.share:.1%} of the corpus), "
           f"{t.documents} documents; {fig.queries} queries ===")
@@ -819,15 +859,27 @@ def report(fig: Figures, dense_k: int) -> None:
     print(f"dense lane recall@{min(dense_k, t.size)} vs exact search over the same vectors: "
           f"mean {statistics.mean(fig.dense_recall):.3f}, min {min(fig.dense_recall):.3f}; "
           f"pool full in {fig.dense_filled}/{fig.queries} queries")
+    print(f"plan: {fig.plan_note}")
+    c50, g50 = statistics.median(fig.custom_ms), statistics.median(fig.generic_ms)
+    print(f"plan reuse: FULL_PLAN statement planned for each call (custom) p50 {c50:.1f} ms "
+          f"(p95 {pct(fig.custom_ms, 0.95):.1f}) vs the reused plan (generic) p50 {g50:.1f} ms "
+          f"(p95 {pct(fig.generic_ms, 0.95):.1f}): ratio {g50 / c50:.3f}; same rows in "
+          f"{fig.same_plan_rows}/{fig.queries} queries")
+    if fig.lexical_recall:
+        print(f"lexical lane recall@{settings_lexical_k} vs unbounded BM25 (the same lane without "
+              f"its row budget): mean {statistics.mean(fig.lexical_recall):.3f}, min "
+              f"{min(fig.lexical_recall):.3f}; chunks scored p50 "
+              f"{statistics.median(fig.lexical_scored):.0f} of p50 "
+              f"{statistics.median(fig.lexical_matching):.0f} (sum of the query terms' dfs)")
     a50, s50 = statistics.median(fig.app_ms), statistics.median(fig.su_ms)
     per_query = statistics.median(x / y for x, y in zip(fig.app_ms, fig.su_ms, strict=True))
-    print(f"RLS: FULL_PLAN statement as engram_app p50 {a50:.1f} ms (p95 {pct(fig.app_ms, 0.95):.1f}), "
-          f"as superuser p50 {s50:.1f} ms (p95 {pct(fig.su_ms, 0.95):.1f}): ratio {a50 / s50:.3f} "
-          f"(median per-query ratio {per_query:.3f}; goal <= 1.15)")
+    print(f"RLS: FULL_PLAN statement (reused plan) as engram_app p50 {a50:.1f} ms (p95 "
+          f"{pct(fig.app_ms, 0.95):.1f}), as superuser p50 {s50:.1f} ms (p95 {pct(fig.su_ms, 0.95):.1f}): "
+          f"ratio {a50 / s50:.3f} (median per-query ratio {per_query:.3f}; goal <= 1.10)")
     (ap, ae), (sp, se) = ((statistics.median(x[0] for x in fig.explain[who]),
                            statistics.median(x[1] for x in fig.explain[who])) for who in ("app", "su"))
-    print(f"  EXPLAIN ANALYZE (3 questions x 3): engram_app planning {ap:.1f} ms + execution "
-          f"{ae:.1f} ms; superuser planning {sp:.1f} ms + execution {se:.1f} ms")
+    print(f"  EXPLAIN ANALYZE (3 questions x 3, planned for the call): engram_app planning {ap:.1f} ms "
+          f"+ execution {ae:.1f} ms; superuser planning {sp:.1f} ms + execution {se:.1f} ms")
     print("  source lanes alone, p50 ms as engram_app vs superuser: " + ", ".join(
         f"{lane} {statistics.median(fig.lane_ms[lane]):.1f} vs {statistics.median(v):.1f}"
         for lane, v in fig.lane_su_ms.items()))
@@ -1066,28 +1118,33 @@ def main() -> None:
             figures = []
             for label, t in (("largest", tenants[0]), ("smallest", tenants[-1])):
                 fig = measure(label, t, recallers, embedder, admin, app, role_settings, args.queries,
-                              args.seed, settings.recall_dense_k)
-                report(fig, settings.recall_dense_k)
+                              args.seed, settings)
+                report(fig, settings.recall_dense_k, settings.recall_lexical_k)
                 figures.append(fig)
             print("\n=== summary (ms; ratios measured in the same run) ===")
             print(f"{'tenant':>9s} {'chunks':>7s} {'recall p50/p95':>15s} {'peer p50/p95':>13s} "
                   f"{'/peer':>6s} {'trace p50/p95':>14s} {'+reranker p50/p95':>18s} "
-                  f"{'stmt p50':>9s} {'RLS/su':>7s} {'one/apart':>9s} {'dense R@k':>9s}")
+                  f"{'stmt p50':>9s} {'RLS/su':>7s} {'one/apart':>9s} {'dense R@k':>9s} "
+                  f"{'lex R@k':>7s} {'gen/cust':>8s}")
             for fig in figures:
                 plain = fig.stages["no reranker"]["total"]
                 rr = fig.stages.get("reranker", {}).get("total", [])
                 rr_cell = f"{pct(rr, 0.5):.0f}/{pct(rr, 0.95):.0f}" if rr else "-"
                 e, pe = fig.engram_ms, fig.peer_ms
                 print(f"{fig.label:>9s} {fig.tenant.size:7d} "
-                      f"{pct(e, 0.5):>7.1f}/{pct(e, 0.95):<7.1f} {pct(pe, 0.5):>6.1f}/{pct(pe, 0.95):<6.1f} "
+                      f"{statistics.median(e):>7.1f}/{pct(e, 0.95):<7.1f} "
+                      f"{statistics.median(pe):>6.1f}/{pct(pe, 0.95):<6.1f} "
                       f"{statistics.median(e) / statistics.median(pe):6.2f} "
                       f"{pct(plain, 0.5):>7.0f}/{pct(plain, 0.95):<6.0f} {rr_cell:>18s} "
                       f"{statistics.median(fig.app_ms):9.1f} "
                       f"{statistics.median(fig.app_ms) / statistics.median(fig.su_ms):7.3f} "
                       f"{statistics.median(fig.one_ms) / statistics.median(fig.apart_ms):9.3f} "
-                      f"{statistics.mean(fig.dense_recall):9.3f}")
+                      f"{statistics.mean(fig.dense_recall):9.3f} "
+                      f"{statistics.mean(fig.lexical_recall) if fig.lexical_recall else float('nan'):7.3f} "
+                      f"{statistics.median(fig.generic_ms) / statistics.median(fig.custom_ms):8.3f}")
             print(f"whole run: {time.perf_counter() - started:.0f}s")
         finally:
+            close_background()  # chain the receipts before the server stops
             app.dispose()
             admin.dispose()
 

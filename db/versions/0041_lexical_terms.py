@@ -183,10 +183,14 @@ def upgrade() -> None:
                     schema="recall", postgresql_include=["scopes", "chunks"])
     op.execute(TRIGGER)
     op.execute(MAINTENANCE)
-    # Chunks written before this revision: one row per tenant, scope set and lexeme.
+    # Chunks written before this revision: one row per tenant, scope set and lexeme. As the
+    # migrating superuser: under the chunks' forced RLS the owner, with no identity bound,
+    # sees none of them.
+    op.execute("reset role")
     op.execute("insert into recall.lexical_terms (tenant_id, scopes, lexeme, chunks) "
                "select c.tenant_id, c.scopes, l.lexeme, count(*) from sources.chunks c "
                "cross join unnest(c.lexical) as l group by c.tenant_id, c.scopes, l.lexeme")
+    op.execute("set role engram_owner")
     op.execute(POLICIES)
 
 
