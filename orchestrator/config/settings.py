@@ -199,6 +199,8 @@ class Settings(BaseSettings):
     auth_dev_issuer: str = "engram-dev"
     api_host: str = "127.0.0.1"
     api_port: int = 8700
+    # Where `engram recall|prepare|trace` ask a running API first (default: api_host:api_port).
+    api_url: str | None = None
     # development: introspection and GraphiQL on unless set; production: off unless set.
     api_environment: str = "development"
     api_introspection: bool | None = None
