@@ -111,9 +111,9 @@ from orchestrator.db.session import bound_session
 from orchestrator.ingest import knowledge as kn
 from orchestrator.ingest import memory as mem
 from orchestrator.recall import Recaller
-from orchestrator.recall.service import close_background
 from orchestrator.recall.plan import FULL_PLAN, MEMORY_LANES, SOURCE_LANES, PlanShape
 from orchestrator.recall.plans import size_class, transaction_settings
+from orchestrator.recall.service import close_background
 
 GENERATOR_VERSION = 1
 BLOCK = 1000  # chunks per generator block (the stream's unit of determinism)
@@ -1022,6 +1022,8 @@ def build_corpus(db: Database, admin: Engine, app: Engine, args: argparse.Namesp
             with worker.begin() as conn:
                 compacted = conn.execute(select(func.recall.compact_all_lexical_stats(
                     settings.derive_compact_min_deltas))).scalar_one()
+                if conn.execute(text("select to_regproc('recall.fold_lexical_terms')")).scalar():
+                    conn.execute(text("select recall.fold_lexical_terms(1)"))
         finally:
             worker.dispose()
         with admin.connect() as conn:

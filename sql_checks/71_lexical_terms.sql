@@ -1,8 +1,9 @@
--- BM25 document frequencies per scope set and lexeme (0041): appended by the chunk triggers
--- (only when a chunk's terms or scopes change), read under the chunks' rule (allow and
--- deny), never writable by the app, compacted and purged with the tenant.
+-- BM25 document frequencies per scope set and lexeme (0041): deltas appended by the chunk
+-- triggers (one row per statement and scope set; none when a chunk's terms and scopes stay),
+-- folded by fold_lexical_terms, both read under the chunks' rule (allow and deny), never
+-- writable by the app, purged with the tenant.
 begin;
-select plan(14);
+select plan(17);
 
 select tests.make_tenant('t-lt-a', array['team', 'exec']);
 select tests.make_tenant('t-lt-b', array['team']);
@@ -11,42 +12,58 @@ select tests.make_document('t-lt-a', 'team2.md', array['team'], 'river harbour')
 select tests.make_document('t-lt-a', 'exec.md', array['exec'], 'river secret');
 select tests.make_document('t-lt-b', 'b.md', array['team'], 'river delta');
 
-select ok((select relrowsecurity and relforcerowsecurity from pg_class
-            where oid = 'recall.lexical_terms'::regclass), 'lexical_terms has forced RLS');
+-- What a reader's df is: the folded counts plus the deltas not folded yet.
+create temp view df with (security_invoker = true) as
+    select x.lexeme, sum(x.n)::int as df from (
+        select t.lexeme, t.chunks as n from recall.lexical_terms t
+        union all
+        select u.lexeme, d.sign from recall.lexical_term_deltas d
+         cross join unnest(d.lexemes) as u(lexeme)) x
+     group by x.lexeme;
+grant select on df to engram_app;
+
+select ok((select bool_and(relrowsecurity and relforcerowsecurity) from pg_class
+            where oid in ('recall.lexical_terms'::regclass, 'recall.lexical_term_deltas'::regclass)),
+          'both df tables have forced RLS');
+select is((select count(*)::int from recall.lexical_term_deltas where tenant_id = tests.tenant('t-lt-a')), 3,
+          'one delta row per chunk-writing statement and scope set');
 
 select tests.act_as('t-lt-a', 'alice', array['team'], '{}');
-select is((select sum(chunks)::int from recall.lexical_terms where lexeme = 'river'), 2,
+select is((select df from df where lexeme = 'river'), 2,
           'select allow: a team reader''s df of river counts the two team chunks');
-select is((select sum(chunks)::int from recall.lexical_terms where lexeme = 'bridg'), 1,
+select is((select df from df where lexeme = 'bridg'), 1,
           'a chunk counts once however often it repeats the term');
-select is_empty($$select 1 from recall.lexical_terms where lexeme = 'secret'$$,
+select is_empty($$select 1 from df where lexeme = 'secret'$$,
                 'select deny: a term only an unreadable scope holds is invisible');
-select is_empty($$select 1 from recall.lexical_terms where tenant_id = tests.tenant('t-lt-b')$$,
-                'select deny: another tenant''s terms are invisible');
-select throws_ok($$insert into recall.lexical_terms (tenant_id, scopes, lexeme, chunks)
-                   values (tests.tenant('t-lt-a'), array[tests.scope('t-lt-a', 'team')], 'river', 100)$$,
+select is_empty($$select 1 from recall.lexical_term_deltas where tenant_id = tests.tenant('t-lt-b')$$,
+                'select deny: another tenant''s deltas are invisible');
+select throws_ok($$insert into recall.lexical_terms (tenant_id, lexeme, scopes, chunks)
+                   values (tests.tenant('t-lt-a'), 'river', array[tests.scope('t-lt-a', 'team')], 100)$$,
                  '42501', null, 'insert deny: the app cannot forge a df');
+select throws_ok($$select recall.fold_lexical_terms(1)$$, '42501', null,
+                 'fold deny: the app does not fold');
 reset role;
 
 select tests.act_as('t-lt-a', 'alice', array['team', 'exec'], array['team', 'exec']);
-select is((select sum(chunks)::int from recall.lexical_terms where lexeme = 'river'), 3,
+select is((select df from df where lexeme = 'river'), 3,
           'a reader of both scopes sums the df over both scope sets');
 select lives_ok($$update sources.chunks set embedding = null
                    where document_id = (select id from sources.documents where path = 'team.md')$$,
                 'a write that changes no term (an embedding) ...');
-select is((select count(*)::int from recall.lexical_terms where lexeme = 'river'), 3,
-          '... appends no delta');
+select is((select count(*)::int from recall.lexical_term_deltas), 3, '... appends no delta');
 select lives_ok($$update sources.chunks set text = 'harbour only'
                    where document_id = (select id from sources.documents where path = 'team2.md')$$,
                 'a chunk''s text changes');
-select is((select sum(chunks)::int from recall.lexical_terms where lexeme = 'river'), 2,
-          'the term it lost is one chunk rarer');
+select is((select df from df where lexeme = 'river'), 2, 'the term it lost is one chunk rarer');
 reset role;
 
-select is(recall.compact_lexical_stats(tests.tenant('t-lt-a')) >= 1, true, 'compaction runs');
-select is((select count(*)::int from recall.lexical_terms
-            where tenant_id = tests.tenant('t-lt-a') and lexeme = 'river'), 2,
-          'compacted: one row per scope set and lexeme (team and exec)');
+set local role engram_worker;
+select is(recall.fold_lexical_terms(1), 2, 'fold allow: the worker folds every tenant''s deltas');
+reset role;
+select is((select count(*)::int from recall.lexical_term_deltas), 0, 'no delta is left after the fold');
+select is((select array_agg(chunks order by chunks) from recall.lexical_terms
+            where tenant_id = tests.tenant('t-lt-a') and lexeme = 'river'), array[1, 1]::bigint[],
+          'folded: one row per scope set and lexeme (team and exec), the sums of the deltas');
 
 delete from auth.tenants where org_id = 't-lt-b';
 set constraints all immediate;

@@ -137,8 +137,10 @@ def run_worker(db: Database, engine: Engine, worker: QueueWorker, settings: Sett
             say(f"worker: extraction off: {exc}")
         if extractor_app is not None:
             on_batch = _extract_on_ingest(engine, extractor_app, settings, tenants, stop, say)
-    # Receipts a killed recall process left sealed but unchained (migration 0040).
+    # Receipts a killed recall process left sealed but unchained (migration 0040); and, on
+    # the same beat, the BM25 df deltas folded (0041), so a recall unnests few of them.
     chainer = ReceiptChainer(engine, interval_s=max(settings.recall_chain_interval_s, 1.0))
+    chainer.tasks.append(lambda: fold_lexical_terms(engine, settings.recall_fold_min_deltas))
     chainer.start()
     try:
         worker.run_forever(db.psql_url("engram_worker"), stop, on_batch=on_batch)
@@ -177,6 +179,14 @@ def _derive_scheduler(db: Database, worker_engine: Engine, settings: Settings,
 
     return DeriveScheduler(worker_engine, app_engine, settings, tenants=tenants, on_result=on_result,
                            on_tick=on_tick)
+
+
+def fold_lexical_terms(engine: Engine, min_deltas: int) -> int:
+    """Fold the BM25 df deltas of tenants with at least ``min_deltas`` of them (0041)."""
+    from sqlalchemy import func, select
+
+    with engine.begin() as conn:
+        return int(conn.execute(select(func.recall.fold_lexical_terms(min_deltas))).scalar_one())
 
 
 def _extract_on_ingest(worker_engine: Engine, app_engine: Engine, settings: Settings,

@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     # The lexical lane scores at most this many chunks, those of the rarest query terms
     # first (exact whenever the query terms' document frequencies sum to it or less).
     recall_lexical_rows: int = 2000
+    # The worker folds a tenant's BM25 df deltas (one per chunk-writing statement) into the
+    # per-lexeme counts once it has this many (and the derive tick folds all of them).
+    recall_fold_min_deltas: int = 8
     recall_title_docs: int = 8
     recall_title_chunks: int = 3
     recall_title_max_words: int = 16

@@ -351,6 +351,8 @@ class DeriveScheduler:
             with self.worker_engine.begin() as conn:
                 done = int(conn.execute(select(func.recall.compact_all_lexical_stats(
                     self.settings.derive_compact_min_deltas))).scalar_one())
+                # Every tenant's df deltas (0041), however few.
+                conn.execute(select(func.recall.fold_lexical_terms(1)))
         except Exception:  # maintenance: a failure must not stop the derive jobs
             log.exception("derive tick: compacting the BM25 statistics failed")
             return 0

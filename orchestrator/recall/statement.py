@@ -114,7 +114,7 @@ from orchestrator.db.knowledge_models import (
 )
 from orchestrator.db.models import EMBEDDING_DIMENSION, Chunk, Document, Scope
 from orchestrator.recall.plan import FULL_PLAN, PlanShape
-from orchestrator.recall.tables import LexicalStat, LexicalTerm
+from orchestrator.recall.tables import LexicalStat, LexicalTerm, LexicalTermDelta
 
 # The text search configuration sources.tg_chunks__inherit builds chunks.lexical
 # with; the query must be analysed the same way or BM25 compares different tokens.
@@ -501,8 +501,9 @@ class _Builder:
         """The lexical lane on the portable tier: Okapi BM25 over a bounded set of chunks.
 
         1. the query's lexemes, analysed as ``chunks.lexical`` is (``TS_CONFIG``);
-        2. each one's df over the caller's visible corpus: ``recall.lexical_terms`` summed over
-           the scope sets RLS lets the caller see (one index probe per term; 0041), and N
+        2. each one's df over the caller's visible corpus: ``recall.lexical_terms`` and the
+           deltas not folded into it yet, summed over the scope sets RLS lets the caller see
+           (0041), and N
            and the average length from ``recall.lexical_stats``, so a score never depends
            on a hidden row;
         3. candidates: the chunks holding the rarest term, then the next rarest, ... until
@@ -517,14 +518,24 @@ class _Builder:
         lim, tenant = self.lim, self.tenant
         c = Chunk.__table__.c
         lt = LexicalTerm.__table__.c
+        ld = LexicalTermDelta.__table__.c
         cfg = cast(literal(TS_CONFIG), REGCONFIG)
         analysed = (func.unnest(func.tsvector_to_array(func.to_tsvector(cfg, self.question)))
                     .table_valued("lexeme").render_derived(name="query_lexeme"))
         terms = select(analysed.c.lexeme).cte("query_terms")
+        # df: the folded counts (one probe per term) plus the deltas not folded yet (few: the
+        # worker folds them; each is unnested once).
+        delta = func.unnest(ld.lexemes).table_valued("lexeme").render_derived(name="delta_term")
+        counts = union_all(
+            select(lt.lexeme, lt.chunks.label("n"))
+            .where(lt.tenant_id == tenant, lt.lexeme.in_(select(terms.c.lexeme))),
+            select(delta.c.lexeme, cast(ld.sign, BigInteger))
+            .select_from(LexicalTermDelta.__table__.join(delta, true()))
+            .where(ld.tenant_id == tenant, delta.c.lexeme.in_(select(terms.c.lexeme))),
+        ).subquery("lexical_counts")
         term_df = (
-            select(terms.c.lexeme, cast(func.coalesce(func.sum(lt.chunks), 0), BigInteger).label("df"))
-            .select_from(terms.outerjoin(LexicalTerm.__table__,
-                                         and_(lt.tenant_id == tenant, lt.lexeme == terms.c.lexeme)))
+            select(terms.c.lexeme, cast(func.coalesce(func.sum(counts.c.n), 0), BigInteger).label("df"))
+            .select_from(terms.outerjoin(counts, counts.c.lexeme == terms.c.lexeme))
             .group_by(terms.c.lexeme)
             .cte("lexical_df")
         )

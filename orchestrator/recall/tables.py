@@ -15,8 +15,8 @@ from sqlalchemy import (
     BigInteger,
     CheckConstraint,
     DateTime,
-    Index,
     PrimaryKeyConstraint,
+    SmallInteger,
     Text,
 )
 from sqlalchemy import text as sql_text
@@ -48,16 +48,28 @@ class LexicalStat(Base):
 class LexicalTerm(Base):
     __tablename__ = "lexical_terms"
     __table_args__ = (
-        PrimaryKeyConstraint("tenant_id", "id", name="pk_lexical_terms"),
+        PrimaryKeyConstraint("tenant_id", "lexeme", "scopes", name="pk_lexical_terms"),
         CheckConstraint("cardinality(scopes) >= 1", name="ck_lexical_terms_scopes_nonempty"),
-        Index("ix_lexical_terms_tenant_id_lexeme", "tenant_id", "lexeme",
-              postgresql_include=["scopes", "chunks"]),
         {"schema": "recall"},
     )
 
-    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True),
-                                                 server_default=sql_text("auth.tenant_id()"))
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
+    lexeme: Mapped[str] = mapped_column(Text)
+    scopes: Mapped[list[uuid.UUID]] = mapped_column(ARRAY(UUID(as_uuid=True)))
+    chunks: Mapped[int] = mapped_column(BigInteger)
+
+
+class LexicalTermDelta(Base):
+    __tablename__ = "lexical_term_deltas"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "id", name="pk_lexical_term_deltas"),
+        CheckConstraint("cardinality(scopes) >= 1", name="ck_lexical_term_deltas_scopes_nonempty"),
+        CheckConstraint("sign in (-1, 1)", name="ck_lexical_term_deltas_sign"),
+        {"schema": "recall"},
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), server_default=sql_text("uuidv7()"))
     scopes: Mapped[list[uuid.UUID]] = mapped_column(ARRAY(UUID(as_uuid=True)))
-    lexeme: Mapped[str] = mapped_column(Text)
-    chunks: Mapped[int] = mapped_column(BigInteger)
+    sign: Mapped[int] = mapped_column(SmallInteger)
+    lexemes: Mapped[list[str]] = mapped_column(ARRAY(Text))
