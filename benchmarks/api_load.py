@@ -172,7 +172,9 @@ def main() -> None:
         env = env_for(settings, max(counts))
         port = free_port()
         url = f"http://127.0.0.1:{port}/graphql"
-        worker = subprocess.Popen([ENGRAM, "worker", "run", "--no-derive"], env=env,
+        # --no-extract: the write path measured here, not extraction (which the worker would
+        # run on every written document).
+        worker = subprocess.Popen([ENGRAM, "worker", "run", "--no-derive", "--no-extract"], env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         server = subprocess.Popen([ENGRAM, "serve", "--port", str(port)], env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -711,6 +711,30 @@ def lanes_apart(fig: Figures, session: Session, recaller: Recaller, shapes: dict
     fig.apart_timeline_ms.append(total + fig.lane_ms["timeline"][-1])
 
 
+def ef_sweep(t: Tenant, recaller: Recaller, embedder: Any, app: Engine, settings: Settings,
+             efs: list[int], n: int, seed: int) -> None:
+    """The dense lane alone at each hnsw.ef_search: recall@k against exact search, and p50 ms."""
+    reader = Identity.of(t.org, "reader", read=["team"])
+    questions = questions_for(t, n, np.random.default_rng([seed, 97, t.size]))
+    shape = FULL_PLAN.only("only-dense", "dense")
+    stmt = recaller.statement(shape)
+    k = min(settings.recall_dense_k, t.size)
+    assert t.vectors is not None
+    print(f"  dense lane by hnsw.ef_search ({len(questions)} questions, tenant of {t.size} chunks):")
+    for ef in efs:
+        ms, recalls = [], []
+        for q in questions:
+            vector = embedder.embed_query(q)
+            with bound_session(app, reader, settings={"hnsw.ef_search": str(ef)}) as s:
+                took, rows = run_ms(s, stmt, {"question": q, "query_embedding": vector})
+            ms.append(took)
+            found = {str(r.chunk_id) for r in rows if r.dense_rank is not None}
+            exact = np.argsort(-(t.vectors @ vector))[:k]
+            recalls.append(len(found & {str(t.chunk_ids[j]) for j in exact}) / k)
+        print(f"    ef_search {ef:5d}: recall@{k} mean {statistics.mean(recalls):.3f} "
+              f"(min {min(recalls):.3f}), dense lane p50 {statistics.median(ms):.1f} ms")
+
+
 def measure(label: str, t: Tenant, recallers: dict[str, Recaller], embedder: Any, admin: Engine,
             app: Engine, role_settings: list[tuple[str, str]], n: int, seed: int,
             settings: Settings) -> Figures:
@@ -1051,6 +1075,9 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, default=None,
                     help="keep the built database in this folder and reuse it on later runs with "
                          "the same corpus options (migrated to head each time)")
+    ap.add_argument("--ef-sweep", default="",
+                    help="also measure the largest tenant's dense lane at these hnsw.ef_search "
+                         "values, e.g. 200,400,800 (recall against exact search and time)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--no-compact", action="store_true",
                     help="leave the BM25 statistic deltas uncompacted (production compacts them "
@@ -1117,6 +1144,9 @@ def main() -> None:
                 print(f"reranker: {RANDOM_HEAD_NOTE}; available={reranker.available}, "
                       f"max_length {reranker.max_length}, batch {reranker.batch_size}")
                 recallers["reranker"] = Recaller(app, settings, embedder=embedder, reranker=reranker)
+            if args.ef_sweep:
+                ef_sweep(tenants[0], recallers["no reranker"], embedder, app, settings,
+                         [int(x) for x in args.ef_sweep.split(",")], args.queries, args.seed)
             figures = []
             for label, t in (("largest", tenants[0]), ("smallest", tenants[-1])):
                 fig = measure(label, t, recallers, embedder, admin, app, role_settings, args.queries,

@@ -251,3 +251,23 @@ def test_concurrent_chainers_chain_each_receipt_once(tenant_factory: Any, app_en
         report = chain.verify(conn, t.id)[0]
     assert {uuid.UUID(k) for k in counts} == set(receipts) and set(counts.values()) == {1}
     assert report.ok, report
+
+
+def test_the_budget_cut_is_the_longest_fitting_prefix_whatever_its_first_guess() -> None:
+    """budget_cut starts from a guess made from text lengths; the cut is still exact."""
+    import random
+
+    from orchestrator.recall.render import render
+    from orchestrator.recall.tail import Candidate, budget_cut, token_cost
+
+    rng = random.Random(3)
+    for _ in range(200):
+        cands = [Candidate(key=f"k{i}", kind="source", text="word " * rng.randint(1, 300), scopes=())
+                 for i in range(rng.randint(0, 20))]
+        budget = rng.randint(1, 2500)
+        kept, text, cost = budget_cut(cands, budget, 4.0, lambda ev: render("q?", ev))
+        evidence = [c.evidence() for c in cands]
+        best = max(k for k in range(len(cands) + 1)
+                   if token_cost(render("q?", evidence[:k]), 4.0) <= budget)
+        assert kept == best
+        assert text == render("q?", evidence[:kept]) and cost == token_cost(text, 4.0) <= budget

@@ -14,9 +14,12 @@ What changes:
 * **The seal stays in the recall.** ``tg_receipts__seal`` still refuses evidence that is
   not the current version of a row the asker sees, and seals the receipt with
   ``receipt_hash``. An evidence item may now leave its ``version`` out: the trigger pins
-  the version as it is now (one ``provenance.current_versions`` probe per table), so a
+  the version as it is now (one ``provenance.row_versions`` probe per table), so a
   recall hashes each served row once instead of twice. A version that is given is checked
-  exactly as before (23503 absent or invisible, 23514 another version).
+  exactly as before (23503 absent or invisible, 23514 another version). The trigger also
+  resolves each table once and reads each table's rows with one ``row_versions`` probe
+  (0006's and 0016's versions resolved the table and its key per item): 3-4 ms instead of
+  8 ms for a receipt of 18 rows from two tables, measured on the shared machine.
 * **The chain event waits in a queue.** The receipts' INSERT chain trigger is replaced by
   ``tg_receipts__queue_chain``: in the recall's own transaction it writes one row per
   receipt to ``provenance.receipt_queue`` with everything the chain event will carry
@@ -69,19 +72,19 @@ create or replace function provenance.tg_receipts__seal() returns trigger
     set search_path = pg_catalog, pg_temp
 as $$
 declare
-    v_items jsonb[];
-    v_names text[];
-    v_current bytea[];
     v_item jsonb;
+    v_name text;
+    v_table regclass;
+    v_canonical jsonb := '{}';  -- {"<table as written>": "<schema.table>"}
+    v_current jsonb := '{}';    -- {"<table as written> <id>": "<version hex>"}
     v_hex text;
+    v_key text;
     v_clean jsonb := '[]';
 begin
     if jsonb_typeof(new.evidence) is distinct from 'array' then
         raise exception 'receipt evidence must be a JSON array' using errcode = '22023';
     end if;
-    v_items := array(select e.x from jsonb_array_elements(new.evidence) with ordinality as e(x, n)
-                      order by e.n);
-    foreach v_item in array v_items loop
+    for v_item in select x from jsonb_array_elements(new.evidence) as x loop
         if jsonb_typeof(v_item) <> 'object' or jsonb_typeof(v_item -> 'table') <> 'string'
            or jsonb_typeof(v_item -> 'row_id') <> 'object'
            or coalesce(v_item ->> 'version', '0000000000000000000000000000000000000000000000000000000000000000')
@@ -90,22 +93,35 @@ begin
                             '(64 hex digits, or left out for the version as it is now); got %', v_item
                 using errcode = '22023';
         end if;
-        if to_regclass(v_item ->> 'table') is null then
-            raise exception 'evidence names an unknown table %', v_item ->> 'table' using errcode = '22023';
+    end loop;
+    -- Each table named once: resolved, and its id-keyed rows' versions in one probe.
+    for v_name in select distinct x ->> 'table' from jsonb_array_elements(new.evidence) as x loop
+        v_table := to_regclass(v_name);
+        if v_table is null then
+            raise exception 'evidence names an unknown table %', v_name using errcode = '22023';
+        end if;
+        v_canonical := v_canonical || jsonb_build_object(v_name, provenance.table_name(v_table));
+        if v_table in (select provenance.chained_tables())
+           and provenance.key_columns(v_table) = array['id'] then
+            v_current := v_current || coalesce((
+                select jsonb_object_agg(v_name || ' ' || v.id::text, encode(v.version, 'hex'))
+                  from provenance.row_versions(v_table, array(
+                           select (x -> 'row_id' ->> 'id')::uuid from jsonb_array_elements(new.evidence) as x
+                            where x ->> 'table' = v_name and (x -> 'row_id') - 'id'::text = '{}'::jsonb
+                              and x -> 'row_id' ->> 'id' ~ '^[0-9a-f]{8}-([0-9a-f]{4}-){3}[0-9a-f]{12}$'),
+                       new.tenant_id) as v), '{}');
         end if;
     end loop;
-    -- The current versions, one probe per id-keyed table; null for any other item, which
-    -- row_version then answers (and names the problem of).
-    v_names := array(select provenance.table_name(to_regclass(u.x ->> 'table'))
-                       from unnest(v_items) with ordinality as u(x, n) order by u.n);
-    v_current := provenance.current_versions(
-        v_names, array(select u.x -> 'row_id' from unnest(v_items) with ordinality as u(x, n) order by u.n),
-        new.tenant_id);
-    for i in 1 .. coalesce(cardinality(v_items), 0) loop
-        v_item := v_items[i];
-        v_hex := encode(coalesce(v_current[i], provenance.row_version(to_regclass(v_names[i]),
-                                                                     v_item -> 'row_id', new.tenant_id)),
-                        'hex');
+    for v_item in select x from jsonb_array_elements(new.evidence) as x loop
+        v_key := v_item -> 'row_id' ->> 'id';
+        if (v_item -> 'row_id') - 'id'::text = '{}'::jsonb and v_key ~ '^[0-9a-f]{8}-([0-9a-f]{4}-){3}[0-9a-f]{12}$' then
+            v_hex := v_current ->> (v_item ->> 'table' || ' ' || v_key);
+        else
+            v_hex := null;
+        end if;
+        if v_hex is null then
+            v_hex := encode(provenance.row_version(to_regclass(v_item ->> 'table'), v_item -> 'row_id', new.tenant_id), 'hex');
+        end if;
         if v_hex is null then
             raise exception 'evidence %.% does not exist or is not visible', v_item ->> 'table',
                 v_item -> 'row_id' using errcode = '23503';
@@ -116,7 +132,7 @@ begin
                 using errcode = '23514';
         end if;
         v_clean := v_clean || jsonb_build_array(jsonb_build_object(
-            'table', v_names[i], 'row_id', v_item -> 'row_id', 'version', v_hex));
+            'table', v_canonical ->> (v_item ->> 'table'), 'row_id', v_item -> 'row_id', 'version', v_hex));
     end loop;
     new.evidence := v_clean;
     new.asked_by := coalesce(auth.user_id(), new.asked_by);

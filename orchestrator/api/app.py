@@ -31,6 +31,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from orchestrator.api.audit import AuditorEngine
+from orchestrator.api.prepared import PreparedQueries
 from orchestrator.api.schema import RequestContext, build_schema, format_error, validation_rules
 from orchestrator.auth import Identity
 from orchestrator.auth.tokens import TokenVerifier, bearer_token
@@ -84,6 +85,7 @@ class ApiConfig:
     verifier: TokenVerifier
     recaller: Recaller
     auditor_engine: AuditorEngine = field(init=False)
+    prepared: PreparedQueries = field(default_factory=PreparedQueries)
 
     def __post_init__(self) -> None:
         self.auditor_engine = AuditorEngine(self.settings)
@@ -110,6 +112,7 @@ def execute(config: ApiConfig, identity: Identity, data: dict[str, Any]) -> tupl
                 build_schema(), data,
                 context_value=RequestContext(identity, session, config.settings, config.recaller,
                                              config.auditor_engine),
+                query_parser=config.prepared.parse, query_validator=config.prepared.validate,
                 introspection=config.introspection,
                 validation_rules=validation_rules(config.settings, variables),
                 error_formatter=format_error, debug=False, logger=GRAPHQL_LOG)

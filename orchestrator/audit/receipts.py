@@ -82,7 +82,7 @@ def append_served(session: Session, question: str, served: list[tuple[str, uuid.
                   rendered: str) -> uuid.UUID:
     """Recall's receipt in one statement, in the transaction that served the rows: the
     evidence names them without versions, and the seal trigger pins each one as it is now
-    (one ``provenance.current_versions`` probe per table; migration 0040), so every served
+    (one ``provenance.row_versions`` probe per table; migration 0040), so every served
     row is hashed once."""
     evidence = [{"table": t, "row_id": {"id": str(i)}} for t, i in served]
     try:

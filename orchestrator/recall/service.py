@@ -15,11 +15,12 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+import numpy as np
 from sqlalchemy import Connection, Engine, event, func, select
 
 from orchestrator.auth import Identity
@@ -39,7 +40,12 @@ from orchestrator.recall.prepare import PreparedMemory, build_bundle
 from orchestrator.recall.query_cache import QueryEmbeddingCache, model_key
 from orchestrator.recall.render import render
 from orchestrator.recall.result import RecallResult, Served
-from orchestrator.recall.statement import MODES, StatementLimits, build_recall_statement
+from orchestrator.recall.statement import (
+    MODES,
+    StatementLimits,
+    build_recall_statement,
+    runtime_sql,
+)
 from orchestrator.recall.tail import (
     CLAIMS,
     Candidate,
@@ -142,6 +148,7 @@ class Recaller:
         self._reranker = reranker
         self._index_tier = index_tier
         self._statements: dict[tuple[str, int | None], Any] = {}
+        self._sql: dict[tuple[str, int], str] = {}
         self.sizes = TenantSizes(self.settings.recall_size_ttl_s)
         self.query_cache = QueryEmbeddingCache(self.settings.recall_query_cache_size)
         self.access, self._chainer = _background(engine, self.settings)
@@ -197,6 +204,14 @@ class Recaller:
                                           self.index_tier, size_class=size)
             self._statements[key] = stmt
         return stmt
+
+    def sql(self, shape: PlanShape, size: int) -> str:
+        """The driver's text of ``statement(shape, size)`` (``statement.runtime_sql``)."""
+        key = (shape.name, size)
+        found = self._sql.get(key)
+        if found is None:
+            found = self._sql[key] = runtime_sql(self.statement(shape, size))
+        return found
 
     def query_vector(self, identity: Identity, question: str, asker: str | None
                      ) -> tuple[Any, bool]:
@@ -286,10 +301,10 @@ class Recaller:
                 trace.plan_note = (f"tenant size class {klass} ({chunks} visible chunks in the "
                                    f"statistics), " + ("reused plan" if s.recall_plan_reuse
                                                        else "planned for this call"))
-                rows = session.execute(self.statement(shape, klass),
-                                       {"question": req.question, "query_embedding": vector,
-                                        "mode": req.mode, "session": req.session}
-                                       ).mappings().all()
+                rows = [_loaded(row) for row in connection.exec_driver_sql(
+                    self.sql(shape, klass),
+                    {"question": req.question, "query_embedding": vector_text(vector),
+                     "mode": req.mode, "session": req.session}).mappings()]
             trace.statements = len(sent)
             lap("statement")
 
@@ -366,6 +381,20 @@ class Recaller:
             c.rerank = float(score)
         name = getattr(reranker, "model_name", "cross-encoder")
         trace.reranker = f"{name} scored {len(pool)} of {len(candidates)} candidates over full text"
+
+
+def vector_text(vector: Any) -> str:
+    """pgvector's text form of a query vector (what its SQLAlchemy type would send)."""
+    return "[" + ",".join(map(str, np.asarray(vector, dtype=np.float32).tolist())) + "]"
+
+
+def _loaded(row: Mapping[Any, Any]) -> dict[str, Any]:
+    """A row of the recall statement, its embedding parsed from pgvector's text form (the
+    driver hands it over as text: it has no loader for the type)."""
+    out = dict(row)
+    if isinstance(out["embedding"], str):
+        out["embedding"] = np.fromstring(out["embedding"][1:-1], dtype=np.float64, sep=",")
+    return out
 
 
 _BACKGROUND: weakref.WeakKeyDictionary[Engine, tuple[AccessCounts, Any]] = weakref.WeakKeyDictionary()

@@ -80,6 +80,7 @@ from sqlalchemy import (
     true,
     union_all,
 )
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import (
     ARRAY,
     DOUBLE_PRECISION,
@@ -1211,6 +1212,19 @@ def _inline_constants(stmt: Select[Any]) -> Select[Any]:
             element.literal_execute = True
         stack.extend(element.get_children())
     return stmt
+
+
+_DIALECT = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
+
+
+def runtime_sql(stmt: Select[Any]) -> str:
+    """``stmt`` as the driver receives it (psycopg's ``%(name)s`` placeholders): every constant
+    in the text, only the runtime parameters left. Recall sends this text as it is, so
+    SQLAlchemy does not re-render the ninety-kilobyte statement's literals on every call and
+    psycopg finds its prepared statement by the same text each time."""
+    compiled = stmt.compile(dialect=_DIALECT)
+    return compiled.construct_expanded_state(
+        {name: None for name in RUNTIME_PARAMETERS if name in compiled.binds}).statement
 
 
 def build_recall_statement(shape: PlanShape = FULL_PLAN,

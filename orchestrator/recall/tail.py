@@ -331,6 +331,11 @@ def suppress_duplicates(ordered: list[Candidate], threshold: float
     return kept, dropped
 
 
+# About what the item macro adds to an evidence's text (its number, provenance, source and
+# scopes lines): only the first guess of budget_cut uses it, never the cut itself.
+ITEM_OVERHEAD_CHARS = 120
+
+
 def token_cost(text: str, chars_per_token: float) -> int:
     return math.ceil(len(text) / chars_per_token) if text else 0
 
@@ -339,15 +344,37 @@ def budget_cut(ordered: Sequence[Candidate], budget_tokens: int, chars_per_token
                render: Callable[[Sequence[Evidence]], str]) -> tuple[int, str, int]:
     """The longest prefix whose rendering fits: (items kept, rendered string, its cost)."""
     evidence = [c.evidence() for c in ordered]
-    # A longer prefix never renders shorter, so the longest fitting prefix is
-    # found by bisection: O(log n) renders instead of n.
-    lo, lo_text = 0, render([])
-    hi = len(evidence)
+    # A longer prefix never renders shorter, so the longest fitting prefix is found by a
+    # search between [lo, hi]. Each render is the whole prefix, so the first guess comes
+    # from the texts' lengths (each item renders as its text plus a header line): usually
+    # the answer or its neighbour, two or three renders instead of a bisection's log n.
+    fits: dict[int, str | None] = {}
+
+    def tried(k: int) -> bool:
+        if k not in fits:
+            text = render(evidence[:k])
+            fits[k] = text if token_cost(text, chars_per_token) <= budget_tokens else None
+        return fits[k] is not None
+
+    lo, hi = 0, len(evidence)
+    tried(0)
+    limit, spent, estimate = budget_tokens * chars_per_token, 0.0, 0
+    for e in evidence:
+        spent += len(e.text) + ITEM_OVERHEAD_CHARS
+        if spent > limit:
+            break
+        estimate += 1
+    guess: int | None = estimate
     while lo < hi:
-        mid = (lo + hi + 1) // 2
-        text = render(evidence[:mid])
-        if token_cost(text, chars_per_token) <= budget_tokens:
-            lo, lo_text = mid, text
+        mid = min(max(guess, lo + 1), hi) if guess is not None else (lo + hi + 1) // 2
+        guess = None  # the first step only; bisect after it
+        if tried(mid):
+            lo = mid
+            if mid < hi and not tried(mid + 1):
+                hi = mid
         else:
             hi = mid - 1
+            if hi > lo and tried(hi):
+                lo = hi
+    lo_text = fits[lo] or ""
     return lo, lo_text, token_cost(lo_text, chars_per_token)
