@@ -103,6 +103,24 @@ class Settings(BaseSettings):
     # Side effects of a recall: a provenance receipt per answer, access counters of the
     # facts it served.
     recall_receipts: bool = True
+    # Ranking (orchestrator/recall/ranker.py, mmr.py, ppr.py; docs/ranking.md). The learned
+    # ranker orders the candidates unless a cross-encoder is available (it then does); a
+    # tenant's active model is looked up again after rank_model_refresh_s seconds. MMR:
+    # recall_diverse turns it on, recall_mmr_lambda weighs relevance against novelty (1:
+    # merit order), recall_mmr_doc_cap chunks of one document before its others wait.
+    # rank_usage_pooled: pooled-but-not-served candidates a usage row keeps as negatives.
+    recall_learned: bool = True
+    rank_model_refresh_s: float = 60.0
+    recall_diverse: bool = True
+    recall_mmr_lambda: float = 0.85
+    recall_mmr_doc_cap: int = 3
+    rank_usage_rows: bool = True
+    rank_usage_pooled: int = 20
+    # engram rank train: the label window after a recall in which a mark_used counts, the
+    # held-back share of the tenant's history, and the least events a training run needs.
+    rank_label_window_s: float = 3600.0
+    rank_holdout_share: float = 0.25
+    rank_min_events: int = 50
 
     # Torch worker (orchestrator/worker). Model names are Hugging Face ids; a *_path
     # points at a local directory and wins over the name. The default embedding

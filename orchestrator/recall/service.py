@@ -25,8 +25,11 @@ from orchestrator.config import Settings, get_settings
 from orchestrator.db.models import Installation
 from orchestrator.db.session import bound_session
 from orchestrator.errors import BadInput
+from orchestrator.recall.features import RankContext
+from orchestrator.recall.mmr import diversify
 from orchestrator.recall.plan import FULL_PLAN, PlanShape
 from orchestrator.recall.prepare import PreparedMemory, build_bundle
+from orchestrator.recall.ranker import RankModel, apply_learned
 from orchestrator.recall.render import render
 from orchestrator.recall.result import RecallResult, Served
 from orchestrator.recall.statement import MODES, StatementLimits, build_recall_statement
@@ -37,6 +40,7 @@ from orchestrator.recall.tail import (
     assign_merit,
     budget_cut,
     candidates_from_rows,
+    drop_redundant_derived,
     order,
     suppress_duplicates,
 )
@@ -125,11 +129,17 @@ def count_statements(target: Engine | Connection) -> Iterator[list[str]]:
 class Recaller:
     def __init__(self, engine: Engine, settings: Settings | None = None, *,
                  embedder: QueryEmbedder | None = None,
-                 reranker: CrossEncoder | None = None, index_tier: str | None = None) -> None:
+                 reranker: CrossEncoder | None = None, index_tier: str | None = None,
+                 ranker: RankModel | str | None = None) -> None:
+        """``ranker``: a fixed model (or the reason there is none) for every tenant, as an
+        evaluation passes; unset, each tenant's active model, else the packaged default."""
+        from orchestrator.recall.learning import ModelChooser
+
         self.engine = engine
         self.settings = settings or get_settings()
         self._embedder = embedder
         self._reranker = reranker
+        self.models = ModelChooser(self.settings, fixed=ranker)
         self._index_tier = index_tier
         self._statements: dict[str, Any] = {}
 
@@ -171,21 +181,23 @@ class Recaller:
 
     def recall(self, identity: Identity, question: str, asker: str | None = None,
                budget_tokens: int | None = None, mode: str | None = None,
-               session: str | None = None) -> RecallResult:
+               session: str | None = None, channel: str = "python") -> RecallResult:
         """``session`` names the asker's current working-memory session: the working-memory
-        lane reads that session only (every unexpired item of the user when it is None)."""
+        lane reads that session only (every unexpired item of the user when it is None).
+        ``channel`` is what the usage row records (graphql, mcp, python, cli)."""
         return self._run(identity, question, asker, budget_tokens, mode, FULL_PLAN, self._cut,
-                         session)[0]
+                         session, channel)[0]
 
     def trace(self, identity: Identity, question: str, asker: str | None = None,
               budget_tokens: int | None = None, mode: str | None = None,
-              session: str | None = None) -> tuple[RecallResult, Trace]:
+              session: str | None = None, channel: str = "python") -> tuple[RecallResult, Trace]:
         return self._run(identity, question, asker, budget_tokens, mode, FULL_PLAN, self._cut,
-                         session)
+                         session, channel)
 
     def prepare(self, identity: Identity, question: str, asker: str | None = None,
                 budget_tokens: int | None = None, mode: str | None = None,
-                session: str | None = None) -> tuple[PreparedMemory, Trace]:
+                session: str | None = None, channel: str = "python"
+                ) -> tuple[PreparedMemory, Trace]:
         """``memory_prepare``: the same statement and tail, cut into one bundle under one budget."""
         settings = self.settings
 
@@ -193,7 +205,8 @@ class Recaller:
             return build_bundle(req.question, req.asker, req.budget_tokens, ordered, trace,
                                 settings.recall_chars_per_token)
 
-        return self._run(identity, question, asker, budget_tokens, mode, FULL_PLAN, finish, session)
+        return self._run(identity, question, asker, budget_tokens, mode, FULL_PLAN, finish, session,
+                         channel, "prepare")
 
     def study(self, identity: Identity, question: str, shape: PlanShape, asker: str | None = None,
               budget_tokens: int | None = None) -> tuple[RecallResult, Trace]:
@@ -212,7 +225,8 @@ class Recaller:
     def _run(self, identity: Identity, question: str, asker: str | None,
              budget_tokens: int | None, mode: str | None, shape: PlanShape,
              finish: Callable[[RecallRequest, list[Candidate], Trace], R],
-             session_id: str | None = None) -> tuple[R, Trace]:
+             session_id: str | None = None, channel: str = "python",
+             operation: str = "recall") -> tuple[R, Trace]:
         s = self.settings
         req = validate(question, asker,
                        s.recall_budget_tokens if budget_tokens is None else budget_tokens, mode, s,
@@ -253,10 +267,20 @@ class Recaller:
 
             self._rerank(req.question, candidates, shape, trace)
             lap("rerank")
+            self._learn(session, identity.org_id, req, vector, candidates, shape, trace)
+            lap("ranker")
             assign_merit(candidates, s.recall_pin_boost)
             trace.fused = [item(c) for c in sorted(candidates, key=lambda c: (-c.rrf, c.key))]
             candidates, trace.precedence = apply_precedence(candidates)
             ordered, dropped = suppress_duplicates(order(candidates), s.recall_duplicate_similarity)
+            ordered, trace.redundant = drop_redundant_derived(ordered)
+            if s.recall_diverse:
+                ordered, deferred = diversify(ordered, s.recall_mmr_lambda, s.recall_mmr_doc_cap)
+                trace.diversity = (f"MMR lambda {s.recall_mmr_lambda}, at most "
+                                   f"{s.recall_mmr_doc_cap} chunk(s) per document before the "
+                                   f"rest; {len(deferred)} deferred by the cap")
+            else:
+                trace.diversity = "off (recall_diverse); merit order"
             trace.ordered = [item(c) for c in ordered]
             trace.suppressed = [(item(a).label, item(b).label, sim) for a, b, sim in dropped]
             lap("order")
@@ -265,6 +289,14 @@ class Recaller:
             lap("budget_render")
             with count_statements(connection) as sent:
                 self._side_effects(session, result, trace)
+                if s.rank_usage_rows:
+                    from orchestrator.recall.learning import record_usage
+
+                    trace.usage_event = record_usage(
+                        session, operation=operation, channel=channel, question=req.question,
+                        report=trace.ranking, served=result.served_rows(), pooled=ordered,
+                        model_id=trace.model_id, receipt_id=trace.receipt_id,
+                        pooled_limit=s.rank_usage_pooled)
             trace.side_effect_statements = len(sent)
             lap("side_effects")
         return result, trace
@@ -281,6 +313,27 @@ class Recaller:
 
             trace.receipt_id = append_served(session, result.question, served, result.rendered)
 
+    def _learn(self, session: Any, org: str, req: RecallRequest, vector: Any,
+               candidates: list[Candidate], shape: PlanShape, trace: Trace) -> None:
+        """The learned ranker's scores (``c.learned``), unless the shape, the settings or a
+        cross-encoder that already scored the pool say otherwise; the trace says which."""
+        ctx = RankContext(req.question, req.asker, vector, list(trace.corpus.get("seeds") or ()))
+        refused: str | None = None
+        if any(c.rerank is not None for c in candidates):
+            model: RankModel | str | None = "the cross-encoder orders the candidates"
+        elif not shape.learned:
+            model = f"off in plan shape {shape.name}"
+        elif not self.settings.recall_learned:
+            model = "off (recall_learned)"
+        else:
+            model, trace.model_id, refused = self.models.model_for(session, org)
+        report = apply_learned(candidates, ctx, model)
+        if refused:
+            report.note = f"{refused}; {report.note}"
+        trace.ranker, trace.ppr, trace.ranking = report.note, report.ppr, report
+        for stage, ms in (report.timings_ms or {}).items():
+            trace.timings_ms[f"ranker.{stage}"] = ms
+
     def _rerank(self, question: str, candidates: list[Candidate], shape: PlanShape,
                 trace: Trace) -> None:
         if not shape.rerank:
@@ -289,7 +342,7 @@ class Recaller:
         reranker = self.reranker
         if not reranker.available:
             note = getattr(reranker, "note", None) or "no cross-encoder is available"
-            trace.reranker = f"unavailable ({note}); fused order is used"
+            trace.reranker = f"unavailable ({note})"
             return
         # The reranker sees the complete chunk text, never a truncated one; the
         # pool it scores is the best fused candidates plus every direct subject.
