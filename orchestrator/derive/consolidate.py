@@ -35,6 +35,13 @@ at 0.9 give 0.99. Every
 observation is written with its true confidence; only those at or above 0.65
 are recallable (``memory.recallable_observations``).
 
+**Quality gates** (``orchestrator.derive.quality``): a claim whose sentence is
+not prose (code, a URL, markup, numbers, a log line) is not evidence for an
+observation; and groups that would write the same observation (the same
+sentences in the same scope set and partition, e.g. one sentence that
+co-mentions several entities) are **one** observation: the group with the most
+sources (then the smallest key) keeps it, with every such group's claims.
+
 ``observation_key`` (a hash of the group) is the observation's identity: a
 rerun updates an observation in place when its sources or confidence changed,
 leaves it alone when they did not, and deletes it when its group no longer has
@@ -50,6 +57,7 @@ import math
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import delete, func, insert, select, text, update
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
@@ -60,6 +68,7 @@ from orchestrator.config import Settings
 from orchestrator.db.knowledge_models import RECALLABLE_CONFIDENCE, Observation, effective_claims
 from orchestrator.derive.digest import Digester
 from orchestrator.derive.extract import AUTHOR_ROLE, BOOKKEEPING_PREDICATES
+from orchestrator.derive.quality import plausible_statement
 from orchestrator.derive.service import job_lock
 from orchestrator.errors import BadInput
 
@@ -168,7 +177,10 @@ def consolidate(session: Session, *, min_evidence: int = MIN_EVIDENCE,
     ).all()
     groups: dict[_GroupKey, _Group] = defaultdict(_Group)
     extracted: set[uuid.UUID] = set()
+    gates = settings.derive_quality_gates if settings is not None else True
     for r in rows:
+        if gates and not plausible_statement(r.text):
+            continue
         key: _GroupKey = (tuple(sorted(r.scopes)), r.perspective_key, r.subject_id, r.predicate,
                           r.object_id, r.object_value, r.object_datatype)
         g = groups[key]
@@ -182,6 +194,8 @@ def consolidate(session: Session, *, min_evidence: int = MIN_EVIDENCE,
     for g in groups.values():
         g.count_sources(documents)
     wanted = {observation_key(k): (k, g) for k, g in groups.items() if g.corroborated(min_evidence)}
+    if gates:
+        wanted = _one_per_text(wanted)
 
     stored = {key: (oid, round(float(conf), 9), frozenset(claims))
               for oid, key, conf, claims in session.execute(
@@ -231,6 +245,30 @@ def consolidate(session: Session, *, min_evidence: int = MIN_EVIDENCE,
     if started:
         end_activity(session)
     return report
+
+
+def _one_per_text(wanted: dict[str, tuple[_GroupKey, _Group]]) -> dict[str, tuple[_GroupKey, _Group]]:
+    """Groups that would say the same thing (same scopes, partition and sentences) as one:
+    the best-sourced group (then the smallest key) keeps it, with all of their claims."""
+    by_text: dict[tuple[Any, ...], list[str]] = defaultdict(list)
+    for okey, (gkey, group) in wanted.items():
+        texts = frozenset(" ".join(t.split()).lower() for _, t in group.claims)
+        by_text[(gkey[0], gkey[1], texts)].append(okey)
+    out: dict[str, tuple[_GroupKey, _Group]] = {}
+    for okeys in by_text.values():
+        best = min(okeys, key=lambda k: (-len(wanted[k][1].sources), k))
+        gkey, group = wanted[best]
+        if len(okeys) > 1:
+            merged = _Group(sources=dict(group.sources))
+            seen: set[uuid.UUID] = set()
+            for k in sorted(okeys):
+                for claim in wanted[k][1].claims:
+                    if claim[0] not in seen:
+                        seen.add(claim[0])
+                        merged.claims.append(claim)
+            group = merged
+        out[best] = (gkey, group)
+    return out
 
 
 def _differs(old: tuple[uuid.UUID, float, frozenset[uuid.UUID]], group: _Group) -> bool:

@@ -75,6 +75,7 @@ from orchestrator.derive.nlp import (
     load_spacy,
     read,
 )
+from orchestrator.derive.quality import mask_markup
 from orchestrator.derive.service import ServiceTenant, job_lock, service_session, service_tenants
 from orchestrator.errors import BadInput
 from orchestrator.ingest.knowledge import (
@@ -231,10 +232,12 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
     size = settings.extract_batch_chunks
 
     def parse(batch: list[_Chunk]) -> list[list[Sentence]]:
-        texts = [c.text for c in batch]
+        # Code, URLs, markup and log lines become spaces of the same length (offsets hold).
+        gates = settings.derive_quality_gates
+        texts = [mask_markup(c.text) if gates else c.text for c in batch]
         docs = list(nlp.pipe(texts, batch_size=size))
         mentions = choice.backend.mentions(texts, docs)
-        return [read(d, m, c.anchor) for c, d, m in zip(batch, docs, mentions, strict=True)]
+        return [read(d, m, c.anchor, gates=gates) for c, d, m in zip(batch, docs, mentions, strict=True)]
 
     # The next batch is parsed while this one is written: the writes wait on the
     # database's own process, so parsing and writing use both cores. spaCy objects

@@ -47,6 +47,7 @@ from orchestrator.audit.lineage import begin_activity, end_activity, record_deri
 from orchestrator.config import Settings
 from orchestrator.db.knowledge_models import Entity, Profile, current_claims
 from orchestrator.derive.digest import input_digest
+from orchestrator.derive.quality import plausible_entity, plausible_statement
 from orchestrator.derive.service import SERVICE_USER, job_lock
 from orchestrator.derive.summarize import get_summarizer
 
@@ -116,7 +117,12 @@ def refresh(session: Session, *, entity_type: str = PERSON, max_sentences: int =
                or_(c.epistemic_kind == "world_fact", c.epistemic_kind.in_(PERSPECTIVE_KINDS)))
         .order_by(c.id)
     ).all()
+    gates = settings.derive_quality_gates if settings is not None else True
     for claim_id, subject, scopes, text_, perspective, name in about_people:
+        # Quality gates (orchestrator.derive.quality): no profile of a name that is code, a
+        # URL or a number, and no sentence in it that is not prose.
+        if gates and (not plausible_entity(name) or not plausible_statement(text_)):
+            continue
         wanted[(subject, None, perspective, tuple(sorted(scopes)))].append((claim_id, text_))
         names[subject] = name
     own = session.execute(
@@ -125,6 +131,8 @@ def refresh(session: Session, *, entity_type: str = PERSON, max_sentences: int =
         .order_by(c.id)
     ).all()
     for claim_id, author, scopes, text_ in own:
+        if gates and not plausible_statement(text_):
+            continue
         wanted[(None, author, f"user:{author}", tuple(sorted(scopes)))].append((claim_id, text_))
 
     stored_rows = session.execute(

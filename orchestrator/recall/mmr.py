@@ -4,9 +4,8 @@ Order of work (``diversify``), after duplicates are suppressed (``tail.suppress_
 
 1. within each identity group (directly named sources first, then the rest;
    the group order never changes), pick greedily the candidate maximising
-   ``lambda * relevance - (1 - lambda) * max cosine to those already picked``,
-   where relevance is the candidate's merit scaled to [0, 1] within the group and
-   the cosine is over the candidates' embeddings (an item without one is never
+   ``lambda * merit - (1 - lambda) * max cosine to those already picked``
+   (merit is in [0, 1] over the whole pool, plus the pinned boost), and the cosine is over the candidates' embeddings (an item without one is never
    penalised, and penalises nothing);
 2. the **per-document cap**: once ``doc_cap`` chunks of one document are picked,
    the document's other chunks wait until every other candidate is placed, in
@@ -41,9 +40,9 @@ def _mmr_group(group: list[Candidate], lam: float, doc_cap: int,
     """(picked in MMR order, deferred by the document cap)."""
     if not group:
         return [], []
-    merits = np.array([c.merit for c in group], dtype=np.float64)
-    lo, hi = float(merits.min()), float(merits.max())
-    rel = np.ones(len(group)) if hi == lo else (merits - lo) / (hi - lo)
+    # Merit is already scaled to [0, 1] over the whole pool (plus the pinned boost); scaling
+    # it again within a group would make the group's last item worth nothing.
+    rel = np.array([c.merit for c in group], dtype=np.float64)
     vecs = [_unit(c) for c in group]
     dim = next((v.shape[0] for v in vecs if v is not None), 0)
     mat = np.zeros((len(group), max(dim, 1)))

@@ -275,7 +275,9 @@ class Recaller:
             ordered, dropped = suppress_duplicates(order(candidates), s.recall_duplicate_similarity)
             ordered, trace.redundant = drop_redundant_derived(ordered)
             if s.recall_diverse:
+                started = time.perf_counter()
                 ordered, deferred = diversify(ordered, s.recall_mmr_lambda, s.recall_mmr_doc_cap)
+                trace.timings_ms["mmr"] = (time.perf_counter() - started) * 1000.0
                 trace.diversity = (f"MMR lambda {s.recall_mmr_lambda}, at most "
                                    f"{s.recall_mmr_doc_cap} chunk(s) per document before the "
                                    f"rest; {len(deferred)} deferred by the cap")

@@ -289,11 +289,14 @@ def _current_claim(c: Any) -> ColumnElement[bool]:
 def _ranked(inner: Any, name: str, order: tuple[str, ...]) -> Any:
     """``inner`` (already bounded) with a 1-based ``rank`` in ``order``, as a CTE.
 
-    ``order`` names columns of ``inner``; a leading ``-`` sorts that one descending.
+    ``order`` names columns of ``inner``; a leading ``-`` sorts that one descending. The
+    last one is the row's id: it only makes the bound above deterministic, and never a
+    rank, so rows tied on every other column share one (competition) rank instead of
+    being told apart by a random id.
     """
     sub = inner.subquery(f"{name}_pool")
     cols = [sub.c[c[1:]].desc() if c.startswith("-") else sub.c[c] for c in order]
-    return select(sub, func.row_number().over(order_by=cols).label("rank")).cte(name)
+    return select(sub, func.rank().over(order_by=cols[:-1] or cols).label("rank")).cte(name)
 
 
 class _Builder:
