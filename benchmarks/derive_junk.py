@@ -97,7 +97,7 @@ def main() -> None:
             summary = ingest_paths(run_settings, app, ident, [args.folder], collection="readme",
                                    scopes=["docs"])
             print(f"{label}: {summary.files} files, {summary.chunks} chunks; "
-                  + derive_tenant(app, worker, run_settings, embedder, org, tenant_id))
+                  + derive_tenant(app, worker, run_settings, embedder, org, tenant_id, "docs"))
             rows[label], examples[label] = count(app, org, args.examples)
         worker.dispose()
     keys = list(rows["before (gates off)"].keys() | rows["after (gates on)"].keys())

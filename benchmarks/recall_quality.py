@@ -221,7 +221,7 @@ def print_categories(results: dict[str, list[dict[str, float]]], categories: lis
 
 
 def derive_tenant(app: Engine, worker: Engine, settings: Settings, embedder: Any, org: str,
-                  tenant_id: uuid.UUID) -> str:
+                  tenant_id: uuid.UUID, scope: str = "memory") -> str:
     """Every derive job over one tenant, with the embedding queue drained before and after
     (RAPTOR and the memory lanes read embeddings); returns a one-line summary."""
     from orchestrator.derive.jobs import run_jobs
@@ -229,7 +229,7 @@ def derive_tenant(app: Engine, worker: Engine, settings: Settings, embedder: Any
 
     queue = QueueWorker(worker, embedder, settings, tenants=[tenant_id])
     queue.drain()
-    ident = Identity.of(org, "deriver", write=["memory"])
+    ident = Identity.of(org, "deriver", write=[scope])
     t0 = time.perf_counter()
     results = run_jobs(lambda: bound_session(app, ident), settings, org)
     embedded = queue.drain().rows
