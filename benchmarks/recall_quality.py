@@ -364,10 +364,19 @@ def fanoutqa_main() -> None:
         description="Recall quality on FanOutQA dev over the wiki summaries (--dataset fanoutqa)")
     ap.add_argument("--questions", type=int, default=None, help="score only the first N")
     ap.add_argument("--shapes", default="all", help="all, or names from PLAN_STUDY")
+    ap.add_argument("--cv", action="store_true",
+                    help="the learned ranker under 2-fold cross-validation (odd/even questions)")
+    ap.add_argument("--extra-groups", type=Path, default=None,
+                    help="saved ranking groups added to both folds' training (e.g. LoCoMo dev)")
+    ap.add_argument("--save-groups", type=Path, default=None,
+                    help="write the fused shape's ranking groups here (for train_ranker.py)")
     args = ap.parse_args()
 
     import bm25s
     import Stemmer
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import rank_data
 
     from orchestrator.worker.embedder import Embedder
 
@@ -375,12 +384,24 @@ def fanoutqa_main() -> None:
     corpus, questions = fanoutqa_load(questions_path, corpus_path)
     questions = questions[: args.questions]
     shapes = parse_shapes(args.shapes)
+    if args.cv and not any(s.name == "fused" for s in shapes):
+        shapes.append(PLAN_STUDY["fused"])
+    runs: list[Any] = []
+    same: dict[str, str] = {}
+    for shape in shapes:
+        twin = next((r for r in runs if r.same_plan(shape)), None)
+        if twin is None:
+            runs.append(shape)
+        else:
+            same[f"engram: {shape.name}"] = twin.name
     print(f"FanOutQA dev sub-questions: {questions_path}\nwiki corpus: {corpus_path} "
           f"({len(corpus)} pages)\n{len(questions)} sub-questions whose evidence page is in the "
           "corpus, one relevant document each")
     results: dict[str, list[dict[str, float]]] = defaultdict(list)
     timings: dict[str, float] = defaultdict(float)
+    groups: dict[int, list[Any]] = defaultdict(list)  # fold (question index % 2) -> groups
     with embedded_database() as (settings, admin, app, _worker_url):
+        settings = settings.model_copy(update={"rank_usage_rows": False})
         embedder = Embedder.from_settings(settings)
         recaller = Recaller(app, settings, embedder=embedder)
         rr = recaller.reranker
@@ -395,12 +416,16 @@ def fanoutqa_main() -> None:
         t0 = time.perf_counter()
         texts, pages, matrix = fanoutqa_ingest(app, settings, embedder, org, corpus)
         print(f"ingested {len(corpus)} pages ({len(texts)} chunks) as one tenant in "
-              f"{time.perf_counter() - t0:.0f}s; embeddings: {embedder.model_name}")
+              f"{time.perf_counter() - t0:.0f}s; embeddings: {embedder.model_name}", flush=True)
+        ident = Identity.of(org, "reader", read=["wiki"])
+        with bound_session(app, ident) as session:
+            page_of = {f"chunk:{cid}": path for cid, path in session.execute(text(
+                "select c.id, d.path from sources.chunks c join sources.documents d "
+                "on d.tenant_id = c.tenant_id and d.id = c.document_id")).all()}
         stemmer = Stemmer.Stemmer("english")
         bm = bm25s.BM25()
         bm.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False),
                  show_progress=False)
-        ident = Identity.of(org, "reader", read=["wiki"])
         recaller.study(ident, "warm up", shapes[0])
         for n, q in enumerate(questions, 1):
             relevant = [q.title]
@@ -410,16 +435,46 @@ def fanoutqa_main() -> None:
                 scores_for(distinct([pages[i] for i in docs[0]]), relevant))
             order = np.argsort(-(matrix @ embedder.embed_query(q.question)))[:100]
             results["ref: exact dense"].append(scores_for(distinct([pages[i] for i in order]), relevant))
-            for shape in shapes:
+            for shape in runs:
                 t1 = time.perf_counter()
-                res, _ = recaller.study(ident, q.question, shape,
-                                        budget_tokens=settings.recall_max_budget_tokens)
+                res, trace = recaller.study(ident, q.question, shape,
+                                            budget_tokens=settings.recall_max_budget_tokens)
                 timings[shape.name] += time.perf_counter() - t1
-                ranking = [e.source.path for e in res.evidence if e.source is not None]
+                ranking = [e.source.path if e.source is not None else f"position-{i}"
+                           for i, e in enumerate(res.evidence)]
                 results[f"engram: {shape.name}"].append(scores_for(distinct(ranking), relevant))
+                if shape.name == "fused":
+                    g = rank_data.group_from_trace(trace, "fanoutqa",
+                                                   lambda k, t=q.title: page_of.get(k) == t)
+                    if g is not None:
+                        groups[n % 2].append(g)
             if n % 100 == 0:
                 print(f"  {n}/{len(questions)} questions", flush=True)
-    print_table(results, timings)
+        if args.save_groups is not None:
+            rank_data.save([g for gs in groups.values() for g in gs], args.save_groups)
+            print(f"saved {sum(len(g) for g in groups.values())} groups to {args.save_groups}")
+        if args.cv:
+            extra = rank_data.load(args.extra_groups) if args.extra_groups else None
+            if args.extra_groups and extra is None:
+                raise SystemExit(f"{args.extra_groups}: no usable groups (see above)")
+            folds = {}
+            for fold in (0, 1):
+                train_on = groups[1 - fold] + (extra or [])
+                folds[fold], _ = rank_data.as_model(rank_data.fit(train_on), {"cv_fold": fold},
+                                                    f"cv-{fold}", name="cv")
+                print(f"fold {fold}: trained on {len(train_on)} groups ({len(extra or [])} extra)",
+                      flush=True)
+            cv = {fold: Recaller(app, settings, embedder=embedder, ranker=folds[fold])
+                  for fold in (0, 1)}
+            for n, q in enumerate(questions, 1):
+                t1 = time.perf_counter()
+                res, _ = cv[n % 2].study(ident, q.question, PLAN_STUDY["learned"],
+                                         budget_tokens=settings.recall_max_budget_tokens)
+                timings["learned (CV)"] += time.perf_counter() - t1
+                ranking = [e.source.path if e.source is not None else f"position-{i}"
+                           for i, e in enumerate(res.evidence)]
+                results["engram: learned (CV)"].append(scores_for(distinct(ranking), [q.title]))
+    print_table(results, timings, same)
 
 
 def requested_dataset() -> str:
@@ -523,6 +578,9 @@ def main() -> None:
     tenants: list[Tenant] = []
     lambdas = [float(x) for x in args.lambdas.split(",") if x.strip()]
     with embedded_database() as (settings, admin, app, worker_url):
+        # Usage rows off: at the maximal budget every candidate is served, which no user's
+        # recall does; the statement, the tail and the receipt are what is timed.
+        settings = settings.model_copy(update={"rank_usage_rows": False})
         embedder = Embedder.from_settings(settings)
         recaller = Recaller(app, settings, embedder=embedder)
         rr = recaller.reranker
