@@ -264,14 +264,15 @@ class Engram:
     def recall(self, question: str, *, asker: str | None = None, budget_tokens: int | None = None,
                mode: str | None = None, session: str | None = None) -> RecallResult:
         """``session``: the asker's current working-memory session (all of theirs when None)."""
-        return self.recaller.recall(self.identity, question, asker, budget_tokens, mode, session)
+        return self.recaller.recall(self.identity, question, asker, budget_tokens, mode, session,
+                                    self.channel)
 
     def memory_prepare(self, question: str, *, asker: str | None = None,
                        budget_tokens: int | None = None, mode: str | None = None,
                        session: str | None = None) -> PreparedMemory:
         """One bundle under one budget: keyed facts, evidence, lessons, episodes, documents."""
         return self.recaller.prepare(self.identity, question, asker, budget_tokens, mode,
-                                     session)[0]
+                                     session, self.channel)[0]
 
 
 def _id(value: uuid.UUID | str, what: str = "document") -> uuid.UUID:

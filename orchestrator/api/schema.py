@@ -184,7 +184,7 @@ def resolve_memory_prepare(_: None, info: Any, question: str, asker: str | None 
                            sessionId: str | None = None  # noqa: N803
                            ) -> dict[str, Any]:
     ctx, recaller = _recaller(info)
-    b = recaller.prepare(ctx.identity, question, asker, budgetTokens, mode, sessionId)[0]
+    b = recaller.prepare(ctx.identity, question, asker, budgetTokens, mode, sessionId, "graphql")[0]
     return {"question": b.question, "asker": b.asker, "budgetTokens": b.budget_tokens,
             "usedTokens": b.used_tokens, "rendered": b.rendered,
             "keyedFacts": [_evidence(e) for e in b.keyed_facts],
@@ -202,7 +202,7 @@ def resolve_recall(_: None, info: Any, question: str, asker: str | None = None,
                    sessionId: str | None = None  # noqa: N803
                    ) -> dict[str, Any]:
     ctx, recaller = _recaller(info)
-    result = recaller.recall(ctx.identity, question, asker, budgetTokens, mode, sessionId)
+    result = recaller.recall(ctx.identity, question, asker, budgetTokens, mode, sessionId, "graphql")
     return {"question": result.question, "asker": result.asker,
             "budgetTokens": result.budget_tokens, "usedTokens": result.used_tokens,
             "rendered": result.rendered, "evidence": [_evidence(e) for e in result.evidence]}

@@ -18,6 +18,7 @@ from orchestrator.cli.auth import auth_app
 from orchestrator.cli.derive import derive_app, lifecycle_app
 from orchestrator.cli.ingest import ingest, remember
 from orchestrator.cli.models import models_app
+from orchestrator.cli.rank import rank_app
 from orchestrator.cli.recall import register as register_recall
 from orchestrator.cli.serve import mcp, serve
 from orchestrator.cli.worker import worker_app
@@ -40,6 +41,7 @@ app.add_typer(derive_app, name="derive")
 app.add_typer(lifecycle_app, name="lifecycle")
 app.add_typer(worker_app, name="worker")
 app.add_typer(models_app, name="models")
+app.add_typer(rank_app, name="rank")
 app.command("serve")(serve)
 app.command("mcp")(mcp)
 app.command("ingest")(ingest)

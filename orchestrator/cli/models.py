@@ -8,6 +8,9 @@ network exists). A missing reranker is a warning, not a failure, unless
 same holds for extraction's GLiNER model: configured but absent (or without the
 ``gliner`` package), extraction uses the packaged spaCy model and says so; GLiNER
 weights are not fetched by ``fetch`` (place them in ``ENGRAM_GLINER_MODEL``).
+Both name the learned ranker that ships in the package and say what orders
+evidence: the cross-encoder where its weights exist, else the learned ranker; a
+learned ranker that cannot load is a failure (recall would fall back to fused order).
 """
 
 from __future__ import annotations
@@ -44,6 +47,17 @@ def _registry(settings: Settings) -> list[tuple[str, int, bool]] | str:
     return [(str(r[0]), int(r[1]), bool(r[2])) for r in rows]
 
 
+def _learned_ranker() -> tuple[str, bool, str]:
+    """(model label, usable, where it comes from or why it is refused): the packaged default."""
+    from orchestrator.recall.ranker import RankModel, default_model
+
+    model = default_model()
+    if isinstance(model, RankModel):
+        trained = ", ".join(str(k) for k in (model.card.get("trained_on") or {}))
+        return model.label, True, f"packaged LightGBM LambdaRank model, trained on {trained or '-'}"
+    return "default_ranker.txt", False, model
+
+
 def _extraction_models(settings: Settings) -> list[tuple[str, str, bool, str]]:
     """Extraction's models, from the disk only: spaCy (always used) and GLiNER (when configured)."""
     import importlib.util
@@ -72,6 +86,8 @@ def list_models() -> None:
                       str(loc.path) if loc.path else loc.note)
     for role, name, present, note in _extraction_models(settings):
         table.add_row(role, name, "yes" if present else "no", note)
+    ranker = _learned_ranker()
+    table.add_row("learned ranker (default)", ranker[0], "yes" if ranker[1] else "no", ranker[2])
     out.print(table)
     registry = _registry(settings)
     if isinstance(registry, str):
@@ -114,6 +130,17 @@ def check(
     else:
         err.print(f"[yellow]reranker: {r.note}[/yellow]", highlight=False)
         failed = failed or strict
+    name, usable, note = _learned_ranker()
+    if not usable:
+        err.print(f"[red]learned ranker: {note}; recall falls back to fused (RRF) order[/red]",
+                  highlight=False)
+        failed = True
+    elif r.available:
+        out.print(f"ordering: the cross-encoder {r.model_name} orders evidence; the learned ranker "
+                  f"{name} stands by (a tenant's own trained model replaces it)", highlight=False)
+    else:
+        out.print(f"ordering: the learned ranker {name} orders evidence ({note}); a tenant's "
+                  "own model from `engram rank train` replaces it", highlight=False)
     failed = _check_extraction(settings, strict) or failed
     if failed:
         raise typer.Exit(1)

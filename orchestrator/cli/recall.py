@@ -55,7 +55,7 @@ def _run(question: str, token: str | None, org: str | None, user: str, read: str
         try:
             recaller = Recaller(engine, settings)
             result, trace = (recaller.prepare if prepare else recaller.trace)(
-                identity, question, asker, budget, mode, session)
+                identity, question, asker, budget, mode, session, "cli")
         finally:
             engine.dispose()
     except EngramError as exc:

@@ -5,8 +5,9 @@ Order of work (``diversify``), after duplicates are suppressed (``tail.suppress_
 1. within each identity group (directly named sources first, then the rest;
    the group order never changes), pick greedily the candidate maximising
    ``lambda * merit - (1 - lambda) * max cosine to those already picked``
-   (merit is in [0, 1] over the whole pool, plus the pinned boost), and the cosine is over the candidates' embeddings (an item without one is never
-   penalised, and penalises nothing);
+   (merit is in [0, 1] over the whole pool, plus the pinned boost); the cosine
+   is over the candidates' embeddings (an item without one is never penalised,
+   and penalises nothing);
 2. the **per-document cap**: once ``doc_cap`` chunks of one document are picked,
    the document's other chunks wait until every other candidate is placed, in
    their MMR order (they are deferred, not dropped, so a generous budget still
