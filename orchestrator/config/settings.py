@@ -107,13 +107,15 @@ class Settings(BaseSettings):
     # ranker orders the candidates unless a cross-encoder is available (it then does); a
     # tenant's active model is looked up again after rank_model_refresh_s seconds. MMR:
     # recall_diverse turns it on, recall_mmr_lambda weighs relevance against novelty (1:
-    # merit order), recall_mmr_doc_cap chunks of one document before its others wait.
+    # merit order), recall_mmr_doc_cap chunks of one document before its others wait; only
+    # the first recall_mmr_depth candidates are re-ordered.
     # rank_usage_pooled: pooled-but-not-served candidates a usage row keeps as negatives.
     recall_learned: bool = True
     rank_model_refresh_s: float = 60.0
     recall_diverse: bool = True
     recall_mmr_lambda: float = 0.85
     recall_mmr_doc_cap: int = 3
+    recall_mmr_depth: int = 60
     rank_usage_rows: bool = True
     rank_usage_pooled: int = 20
     # engram rank train: the label window after a recall in which a mark_used counts, the

@@ -32,6 +32,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -76,6 +77,11 @@ STOPWORDS = frozenset((
 ))
 
 
+# Stopwords and single characters are never terms.
+_NOT_TERMS = STOPWORDS | frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+
+
+@lru_cache(maxsize=65536)
 def stem(word: str) -> str:
     """A light suffix strip, enough for question words to meet their inflections."""
     for suffix in ("ing", "ies", "ed", "es", "s"):
@@ -84,9 +90,16 @@ def stem(word: str) -> str:
     return word
 
 
-def terms(text: str) -> set[str]:
+@lru_cache(maxsize=16384)
+def terms(text: str) -> frozenset[str]:
     """Content terms of a text: lowercase words, stopwords out, lightly stemmed."""
-    return {stem(w) for w in _WORD.findall(text.lower()) if w not in STOPWORDS and len(w) > 1}
+    return frozenset(map(stem, words_of(text)[1] - _NOT_TERMS))
+
+
+@lru_cache(maxsize=4096)
+def _first_name(author: str) -> str:
+    """"user:ada@x.org" and "Ada Lovelace" both name "ada"."""
+    return re.split(r"[\s:@]+", author.split(":", 1)[-1])[0] if author else ""
 
 
 @dataclass
@@ -104,35 +117,68 @@ def _when(c: Candidate) -> datetime | None:
     return c.occurred_at or c.updated_at or c.created_at
 
 
-def _ranks(values: Sequence[float], descending: bool) -> list[float]:
+def _ranks(values: Sequence[float] | np.ndarray[Any, Any], descending: bool) -> np.ndarray[Any, Any]:
     """1-based competition ranks (ties share the best rank); NaN stays NaN."""
-    present = sorted((v for v in values if not math.isnan(v)), reverse=descending)
-    first: dict[float, int] = {}
-    for i, v in enumerate(present, 1):
-        first.setdefault(v, i)
-    return [NAN if math.isnan(v) else float(first[v]) for v in values]
+    v = np.asarray(values, dtype=np.float64)
+    present = np.sort(v[~np.isnan(v)])
+    if descending:
+        # 1 + how many are strictly greater
+        ranks = 1.0 + len(present) - np.searchsorted(present, v, side="right")
+    else:
+        ranks = 1.0 + np.searchsorted(present, v, side="left")
+    return np.where(np.isnan(v), np.nan, ranks)
 
 
-def _unit_rows(candidates: Sequence[Candidate]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """(matrix of unit embeddings, mask of rows that have one)."""
+def unit_rows(candidates: Sequence[Candidate]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(matrix of unit embeddings, mask of rows that have one); shared with MMR."""
     dim = next((len(c.embedding) for c in candidates if c.embedding is not None), 0)
     mat = np.zeros((len(candidates), max(dim, 1)), dtype=np.float32)
-    mask = np.zeros(len(candidates), dtype=bool)
-    for i, c in enumerate(candidates):
-        if c.embedding is not None and len(c.embedding) == dim:
-            v = np.asarray(c.embedding, dtype=np.float32)
-            n = float(np.linalg.norm(v))
-            if n > 0:
-                mat[i] = v / n
-                mask[i] = True
+    has = [i for i, c in enumerate(candidates) if c.embedding is not None and len(c.embedding) == dim]
+    if has:
+        mat[has] = np.asarray([candidates[i].embedding for i in has], dtype=np.float32)
+    norms = np.linalg.norm(mat, axis=1)
+    mask = norms > 0
+    mat[mask] /= norms[mask, None]
     return mat, mask
 
 
-def _name_pattern(names: Iterable[str]) -> re.Pattern[str] | None:
-    wanted = sorted({n.strip().lower() for n in names if len(n.strip()) >= 3}, key=len, reverse=True)
-    if not wanted:
-        return None
-    return re.compile(r"\b(?:" + "|".join(re.escape(n) for n in wanted) + r")\b")
+@lru_cache(maxsize=16384)
+def words_of(text: str) -> tuple[str, frozenset[str]]:
+    """(the text in lower case, its set of words): what ``names_in`` looks names up in."""
+    lower = text.lower()
+    return lower, frozenset(_WORD.findall(lower))
+
+
+# first word -> the names that start with it: (name, its words, a pattern for several words)
+Names = dict[str, list[tuple[str, tuple[str, ...], "re.Pattern[str] | None"]]]
+
+
+def prepare_names(names: Iterable[str]) -> Names:
+    """``names`` (3+ characters, lower case) indexed by their first word for ``names_in``."""
+    out: Names = {}
+    for name in names:
+        parts = tuple(_WORD.findall(name))
+        if len(name) >= 3 and parts:
+            out.setdefault(parts[0], []).append((name, parts, _phrase(name) if len(parts) > 1 else None))
+    return out
+
+
+@lru_cache(maxsize=4096)
+def _phrase(name: str) -> re.Pattern[str]:
+    return re.compile(r"\b" + re.escape(name) + r"\b")
+
+
+def names_in(text: str, names: Names) -> set[str]:
+    """Which of the prepared ``names`` the text names as whole words. Only names whose first
+    word is a word of the text are looked at (one set intersection), and a name of several
+    words is searched for only when all its words are there."""
+    lower, words = words_of(text)
+    found: set[str] = set()
+    for first in words.intersection(names):
+        for name, parts, phrase in names[first]:
+            if phrase is None or (words.issuperset(parts) and phrase.search(lower)):
+                found.add(name)
+    return found
 
 
 def feature_matrix(candidates: Sequence[Candidate], ctx: RankContext) -> np.ndarray[Any, Any]:
@@ -171,42 +217,41 @@ def feature_matrix(candidates: Sequence[Candidate], ctx: RankContext) -> np.ndar
     put("lanes", [float(sum(1 for k in x if k.endswith("_rank"))) for x in lanes])
 
     # 2. meaning
-    mat, mask = _unit_rows(candidates)
+    mat, mask = unit_rows(candidates)
     if ctx.query_vector is not None and mask.any():
         q = np.asarray(ctx.query_vector, dtype=np.float32)
         qn = float(np.linalg.norm(q))
         if qn > 0 and q.shape[0] == mat.shape[1]:
             cos = np.where(mask, mat @ (q / qn), np.nan)
             put("cosine", cos)
-            put("cosine_rank", _ranks([float(v) for v in cos], descending=True))
+            put("cosine_rank", _ranks(cos, descending=True))
             put("cosine_gap", np.nanmax(cos) - cos)
     if mask.sum() > 1:
-        gram = mat @ mat.T
+        # For each candidate, its highest cosine to any candidate fused above it.
         order = np.argsort(-np.asarray(rrf), kind="stable")
+        sub = mat[order]
+        gram = sub @ sub.T
+        gram[~mask[order], :] = -np.inf
+        gram[:, ~mask[order]] = -np.inf
+        gram[np.triu_indices(n)] = -np.inf
+        best = gram.max(axis=1)
         dup = np.full(n, np.nan, dtype=np.float32)
-        seen: list[int] = []
-        for i in order:
-            if mask[i] and seen:
-                dup[i] = float(np.max(gram[i, seen]))
-            if mask[i]:
-                seen.append(int(i))
+        dup[order] = np.where(np.isfinite(best) & mask[order], best, np.nan)
         put("duplicate_similarity", dup)
 
     # 3. words
     q_terms = terms(ctx.question)
-    seed_re = _name_pattern(ctx.seeds)
-    question_lower = ctx.question.lower()
+    seed_names = prepare_names({" ".join(n.lower().split()) for n in ctx.seeds})
+    question_words = set(_WORD.findall(ctx.question.lower()))
     hits, seeds_named, author_named, author_asker = [], [], [], []
     for c in candidates:
         t_terms = terms(c.text)
         h = len(q_terms & t_terms)
         hits.append(float(h))
-        seeds_named.append(float(len(set(seed_re.findall(c.text.lower())))) if seed_re else 0.0)
+        seeds_named.append(float(len(names_in(c.text, seed_names))) if seed_names else 0.0)
         author = (c.author or "").strip().lower()
-        first = author.split(":")[-1].split()[0] if author else ""
-        author_named.append(float(bool(first) and len(first) >= 2
-                                  and re.search(r"\b" + re.escape(first) + r"\b", question_lower)
-                                  is not None))
+        first = _first_name(author)
+        author_named.append(float(len(first) >= 2 and first in question_words))
         author_asker.append(float(bool(author) and ctx.asker is not None
                                   and author == ctx.asker.strip().lower()))
     put("term_hits", hits)

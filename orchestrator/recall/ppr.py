@@ -25,19 +25,18 @@ costs well under a millisecond, and the statement stays one bounded walk.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from orchestrator.recall.features import names_in, prepare_names
 from orchestrator.recall.tail import CLAIMS, Candidate
 
 RESTART = 0.15
 ITERATIONS = 30
 TOLERANCE = 1e-6
-MIN_NAME_CHARS = 3
 
 
 @dataclass
@@ -72,28 +71,27 @@ def personalized_pagerank(candidates: Sequence[Candidate], seeds: Sequence[str],
         if c.item_table == CLAIMS and c.fact is not None:
             ends = [entity(n) for n in (_norm(c.fact.subject), _norm(c.fact.object)) if n]
             claim_links.append((i, ends))
-    names = [n for n in entities if len(n) >= MIN_NAME_CHARS]
-    pattern = (re.compile(r"\b(?:" + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
-                          + r")\b") if names else None)
     text_links: list[tuple[int, list[int]]] = []
-    if pattern is not None:
-        for i, c in enumerate(candidates):
-            if c.item_table == CLAIMS and c.fact is not None:
-                continue
-            found = {entities[m] for m in pattern.findall(c.text.lower()) if m in entities}
-            if found:
-                text_links.append((i, sorted(found)))
+    names = prepare_names(entities)
+    for i, c in enumerate(candidates):
+        if c.item_table == CLAIMS and c.fact is not None:
+            continue
+        found = names_in(c.text, names)
+        if found:
+            text_links.append((i, sorted(entities[m] for m in found)))
+    links = claim_links + text_links
+    if not any(ends for _, ends in links):
+        return PprResult(nodes=len(entities), note="no candidate links to the seeds' subgraph")
+    # Nodes: the entities, then only the candidates with a link (the rest score 0).
     n_ent = len(entities)
-    n = n_ent + len(candidates)
-    edges: list[tuple[int, int]] = []
-    for i, ends in claim_links + text_links:
-        for e in ends:
-            edges.append((n_ent + i, e))
-    if not edges:
-        return PprResult(nodes=n_ent, note="no candidate links to the seeds' subgraph")
+    linked = [i for i, ends in links if ends]
+    node_of = {i: n_ent + k for k, i in enumerate(linked)}
+    n = n_ent + len(linked)
+    rows = np.array([node_of[i] for i, ends in links for _ in ends], dtype=np.int64)
+    cols = np.array([e for _, ends in links for e in ends], dtype=np.int64)
     adj = np.zeros((n, n), dtype=np.float64)
-    for a, b in edges:
-        adj[a, b] = adj[b, a] = 1.0
+    adj[rows, cols] = 1.0
+    adj[cols, rows] = 1.0
     degree = adj.sum(axis=1)
     # Column-stochastic transitions; a node without edges keeps its mass at the restart.
     step: np.ndarray[Any, Any] = np.divide(adj, degree[None, :], out=np.zeros_like(adj),
@@ -112,5 +110,6 @@ def personalized_pagerank(candidates: Sequence[Candidate], seeds: Sequence[str],
         p = nxt
         if moved < tolerance:
             break
-    scores = {c.key: float(p[n_ent + i]) for i, c in enumerate(candidates) if p[n_ent + i] > 0}
-    return PprResult(scores=scores, nodes=n, edges=len(edges), iterations=done)
+    mass = p[n_ent:].tolist()
+    scores = {candidates[i].key: m for i, m in zip(linked, mass, strict=True) if m > 0}
+    return PprResult(scores=scores, nodes=n, edges=len(rows), iterations=done)

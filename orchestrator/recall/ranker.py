@@ -86,6 +86,20 @@ def model_from_text(text: str, card: dict[str, Any], *, name: str) -> RankModel:
 
 
 @lru_cache(maxsize=1)
+def _blas() -> Any:
+    from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
+
+    return ThreadpoolController()
+
+
+def single_threaded_blas() -> Any:
+    """A context in which BLAS runs on one thread: the tail's matrices are a few hundred rows,
+    where a BLAS thread pool only adds hand-offs (and, with many recalls at once, contention);
+    measured in benchmarks/ranker_cost.py. Entering and leaving costs a few microseconds."""
+    return _blas().limit(limits=1, user_api="blas")
+
+
+@lru_cache(maxsize=1)
 def default_model() -> RankModel | str:
     """The packaged default model, or the reason it cannot be used (read once per process)."""
     try:

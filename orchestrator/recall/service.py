@@ -29,7 +29,7 @@ from orchestrator.recall.features import RankContext
 from orchestrator.recall.mmr import diversify
 from orchestrator.recall.plan import FULL_PLAN, PlanShape
 from orchestrator.recall.prepare import PreparedMemory, build_bundle
-from orchestrator.recall.ranker import RankModel, apply_learned
+from orchestrator.recall.ranker import RankModel, apply_learned, single_threaded_blas
 from orchestrator.recall.render import render
 from orchestrator.recall.result import RecallResult, Served
 from orchestrator.recall.statement import MODES, StatementLimits, build_recall_statement
@@ -267,7 +267,8 @@ class Recaller:
 
             self._rerank(req.question, candidates, shape, trace)
             lap("rerank")
-            self._learn(session, identity.org_id, req, vector, candidates, shape, trace)
+            with single_threaded_blas():
+                self._learn(session, identity.org_id, req, vector, candidates, shape, trace)
             lap("ranker")
             assign_merit(candidates, s.recall_pin_boost)
             trace.fused = [item(c) for c in sorted(candidates, key=lambda c: (-c.rrf, c.key))]
@@ -276,7 +277,9 @@ class Recaller:
             ordered, trace.redundant = drop_redundant_derived(ordered)
             if s.recall_diverse:
                 started = time.perf_counter()
-                ordered, deferred = diversify(ordered, s.recall_mmr_lambda, s.recall_mmr_doc_cap)
+                with single_threaded_blas():
+                    ordered, deferred = diversify(ordered, s.recall_mmr_lambda,
+                                                  s.recall_mmr_doc_cap, s.recall_mmr_depth)
                 trace.timings_ms["mmr"] = (time.perf_counter() - started) * 1000.0
                 trace.diversity = (f"MMR lambda {s.recall_mmr_lambda}, at most "
                                    f"{s.recall_mmr_doc_cap} chunk(s) per document before the "

@@ -322,27 +322,35 @@ def _unit(v: Any) -> np.ndarray[Any, Any] | None:
 def suppress_duplicates(ordered: list[Candidate], threshold: float
                         ) -> tuple[list[Candidate], list[tuple[Candidate, Candidate, float]]]:
     """Keep candidates in order, dropping any near-duplicate of one already kept."""
+    vecs = [_unit(c.embedding) for c in ordered]
+    dims = {v.shape[0] for v in vecs if v is not None}
+    dim = dims.pop() if len(dims) == 1 else None
+    # One matrix product instead of one per candidate; rows of another size never compare.
+    gram = None
+    if dim is not None:
+        mat = np.zeros((len(ordered), dim))
+        for i, v in enumerate(vecs):
+            if v is not None:
+                mat[i] = v
+        gram = mat @ mat.T
     kept: list[Candidate] = []
-    kept_vecs: list[np.ndarray[Any, Any]] = []
-    kept_with_vecs: list[Candidate] = []
+    kept_rows: list[int] = []  # rows of kept candidates that have a vector
     kept_texts: dict[str, Candidate] = {}
     dropped: list[tuple[Candidate, Candidate, float]] = []
-    for c in ordered:
+    for i, c in enumerate(ordered):
         norm_text = " ".join(c.text.split()).lower()
         if norm_text in kept_texts:
             dropped.append((c, kept_texts[norm_text], 1.0))
             continue
-        vec = _unit(c.embedding)
-        if vec is not None and kept_vecs:
-            sims = np.stack(kept_vecs) @ vec
+        if gram is not None and vecs[i] is not None and kept_rows:
+            sims = gram[i, kept_rows]
             best = int(np.argmax(sims))
             if float(sims[best]) >= threshold:
-                dropped.append((c, kept_with_vecs[best], float(sims[best])))
+                dropped.append((c, ordered[kept_rows[best]], float(sims[best])))
                 continue
         kept.append(c)
-        if vec is not None:
-            kept_vecs.append(vec)
-            kept_with_vecs.append(c)
+        if vecs[i] is not None:
+            kept_rows.append(i)
         kept_texts[norm_text] = c
     return kept, dropped
 
