@@ -55,7 +55,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -364,46 +364,30 @@ def fanoutqa_main() -> None:
         description="Recall quality on FanOutQA dev over the wiki summaries (--dataset fanoutqa)")
     ap.add_argument("--questions", type=int, default=None, help="score only the first N")
     ap.add_argument("--shapes", default="all", help="all, or names from PLAN_STUDY")
-    ap.add_argument("--cv", action="store_true",
-                    help="the learned ranker under 2-fold cross-validation (odd/even questions)")
-    ap.add_argument("--extra-groups", type=Path, default=None,
-                    help="saved ranking groups added to both folds' training (e.g. LoCoMo dev)")
-    ap.add_argument("--save-groups", type=Path, default=None,
-                    help="write the fused shape's ranking groups here (for train_ranker.py)")
+    add_learning_options(ap)
     args = ap.parse_args()
+    if args.merge:
+        finish_part(merge_parts(args.merge), args)
+        return
 
     import bm25s
     import Stemmer
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import rank_data
 
     from orchestrator.worker.embedder import Embedder
 
     questions_path, corpus_path = fanoutqa_files()
     corpus, questions = fanoutqa_load(questions_path, corpus_path)
     questions = questions[: args.questions]
-    shapes = parse_shapes(args.shapes)
-    if args.cv and not any(s.name == "fused" for s in shapes):
-        shapes.append(PLAN_STUDY["fused"])
-    runs: list[Any] = []
-    same: dict[str, str] = {}
-    for shape in shapes:
-        twin = next((r for r in runs if r.same_plan(shape)), None)
-        if twin is None:
-            runs.append(shape)
-        else:
-            same[f"engram: {shape.name}"] = twin.name
+    runs, same = plan_runs(parse_shapes(args.shapes), args)
     print(f"FanOutQA dev sub-questions: {questions_path}\nwiki corpus: {corpus_path} "
           f"({len(corpus)} pages)\n{len(questions)} sub-questions whose evidence page is in the "
           "corpus, one relevant document each")
-    results: dict[str, list[dict[str, float]]] = defaultdict(list)
-    timings: dict[str, float] = defaultdict(float)
-    groups: dict[int, list[Any]] = defaultdict(list)  # fold (question index % 2) -> groups
+    part = Part("fanoutqa", same=same)
     with embedded_database() as (settings, admin, app, _worker_url):
         settings = settings.model_copy(update={"rank_usage_rows": False})
         embedder = Embedder.from_settings(settings)
         recaller = Recaller(app, settings, embedder=embedder)
+        recaller.keep_candidates = args.cv or args.part_out is not None
         rr = recaller.reranker
         print(f"reranker: {'available' if rr.available else 'unavailable'} "
               f"({getattr(rr, 'note', '') or getattr(rr, 'model_name', '')})")
@@ -426,55 +410,27 @@ def fanoutqa_main() -> None:
         bm = bm25s.BM25()
         bm.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False),
                  show_progress=False)
-        recaller.study(ident, "warm up", shapes[0])
+        recaller.study(ident, "warm up", runs[0])
         for n, q in enumerate(questions, 1):
             relevant = [q.title]
             tokens = bm25s.tokenize([q.question], stopwords="en", stemmer=stemmer, show_progress=False)
             docs, _ = bm.retrieve(tokens, k=min(100, len(texts)), show_progress=False)
-            results["ref: BM25 (bm25s)"].append(
-                scores_for(distinct([pages[i] for i in docs[0]]), relevant))
+            part.add("ref: BM25 (bm25s)", scores_for(distinct([pages[i] for i in docs[0]]), relevant))
             order = np.argsort(-(matrix @ embedder.embed_query(q.question)))[:100]
-            results["ref: exact dense"].append(scores_for(distinct([pages[i] for i in order]), relevant))
+            part.add("ref: exact dense", scores_for(distinct([pages[i] for i in order]), relevant))
             for shape in runs:
                 t1 = time.perf_counter()
                 res, trace = recaller.study(ident, q.question, shape,
                                             budget_tokens=settings.recall_max_budget_tokens)
-                timings[shape.name] += time.perf_counter() - t1
-                ranking = [e.source.path if e.source is not None else f"position-{i}"
-                           for i, e in enumerate(res.evidence)]
-                results[f"engram: {shape.name}"].append(scores_for(distinct(ranking), relevant))
+                part.timings[shape.name] += time.perf_counter() - t1
+                part.add(f"engram: {shape.name}", score_served(part.dataset, res, relevant, {}))
+                part.cost(shape, trace)
                 if shape.name == "fused":
-                    g = rank_data.group_from_trace(trace, "fanoutqa",
-                                                   lambda k, t=q.title: page_of.get(k) == t)
-                    if g is not None:
-                        groups[n % 2].append(g)
+                    part.keep(n % 2, "", trace, relevant, 0, {},
+                              lambda k, t=q.title: page_of.get(k) == t)
             if n % 100 == 0:
                 print(f"  {n}/{len(questions)} questions", flush=True)
-        if args.save_groups is not None:
-            rank_data.save([g for gs in groups.values() for g in gs], args.save_groups)
-            print(f"saved {sum(len(g) for g in groups.values())} groups to {args.save_groups}")
-        if args.cv:
-            extra = rank_data.load(args.extra_groups) if args.extra_groups else None
-            if args.extra_groups and extra is None:
-                raise SystemExit(f"{args.extra_groups}: no usable groups (see above)")
-            folds = {}
-            for fold in (0, 1):
-                train_on = groups[1 - fold] + (extra or [])
-                folds[fold], _ = rank_data.as_model(rank_data.fit(train_on), {"cv_fold": fold},
-                                                    f"cv-{fold}", name="cv")
-                print(f"fold {fold}: trained on {len(train_on)} groups ({len(extra or [])} extra)",
-                      flush=True)
-            cv = {fold: Recaller(app, settings, embedder=embedder, ranker=folds[fold])
-                  for fold in (0, 1)}
-            for n, q in enumerate(questions, 1):
-                t1 = time.perf_counter()
-                res, _ = cv[n % 2].study(ident, q.question, PLAN_STUDY["learned"],
-                                         budget_tokens=settings.recall_max_budget_tokens)
-                timings["learned (CV)"] += time.perf_counter() - t1
-                ranking = [e.source.path if e.source is not None else f"position-{i}"
-                           for i, e in enumerate(res.evidence)]
-                results["engram: learned (CV)"].append(scores_for(distinct(ranking), [q.title]))
-    print_table(results, timings, same)
+    finish_part(part, args)
 
 
 def requested_dataset() -> str:
@@ -487,15 +443,6 @@ def requested_dataset() -> str:
     known, rest = ap.parse_known_args()
     sys.argv = [sys.argv[0], *rest]
     return str(known.dataset)
-
-
-@dataclass
-class Tenant:
-    conv: Conversation
-    org: str
-    derived: bool
-    chunk_turn: dict[str, str]  # candidate key -> the turn it is (or was extracted from)
-    claim_turn: dict[uuid.UUID, str]
 
 
 def turn_maps(app: Engine, org: str, derived: bool) -> tuple[dict[str, str], dict[uuid.UUID, str]]:
@@ -535,63 +482,38 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--conversations", type=int, default=None)
+    ap.add_argument("--only", default="", help="only these conversations (sample ids, a,b)")
     ap.add_argument("--questions", type=int, default=None, help="per conversation")
     ap.add_argument("--shapes", default="all", help="all, or names from PLAN_STUDY")
     ap.add_argument("--derive", action="store_true",
                     help="also a derived copy of every conversation (every derive job run over it)")
-    ap.add_argument("--cv", action="store_true",
-                    help="the learned ranker under cross-validation by conversation")
-    ap.add_argument("--extra-groups", type=Path, default=None,
-                    help="saved ranking groups added to every fold's training (train_ranker.py)")
-    ap.add_argument("--lambdas", default="", help="MMR lambdas to re-score the CV shape with")
-    ap.add_argument("--save-groups", type=Path, default=None,
-                    help="write the fused shape's ranking groups here (for train_ranker.py)")
+    add_learning_options(ap)
     args = ap.parse_args()
+    if args.merge:
+        finish_part(merge_parts(args.merge), args)
+        return
 
     import bm25s
     import Stemmer
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import rank_data
-
     from orchestrator.worker.embedder import Embedder
 
     convs = load(args.data, args.conversations)
-    shapes = parse_shapes(args.shapes)
-    if args.cv and not any(s.name == "fused" for s in shapes):
-        shapes.append(PLAN_STUDY["fused"])
-    # Shapes that run the same plan as one before them are run once and reported for both.
-    runs: list[Any] = []
-    same: dict[str, str] = {}
-    for shape in shapes:
-        twin = next((r for r in runs if r.same_plan(shape)), None)
-        if twin is None:
-            runs.append(shape)
-        else:
-            same[f"engram: {shape.name}"] = twin.name
+    if args.only:
+        wanted = {x.strip() for x in args.only.split(",") if x.strip()}
+        convs = [c for c in convs if c.sample_id in wanted]
+    runs, same = plan_runs(parse_shapes(args.shapes), args)
     modes = [False, True] if args.derive else [False]
-    results: dict[str, list[dict[str, float]]] = defaultdict(list)
-    timings: dict[str, float] = defaultdict(float)
-    categories: dict[bool, list[int]] = defaultdict(list)
-    groups: dict[str, list[Any]] = defaultdict(list)  # conversation -> its fused groups
-    costs: list[tuple[float, int]] = []  # (ranker + PPR + MMR ms, candidates) per recall
-    tenants: list[Tenant] = []
-    lambdas = [float(x) for x in args.lambdas.split(",") if x.strip()]
+    part = Part("locomo", same=same)
     with embedded_database() as (settings, admin, app, worker_url):
-        # Usage rows off: at the maximal budget every candidate is served, which no user's
-        # recall does; the statement, the tail and the receipt are what is timed.
         settings = settings.model_copy(update={"rank_usage_rows": False})
         embedder = Embedder.from_settings(settings)
         recaller = Recaller(app, settings, embedder=embedder)
+        recaller.keep_candidates = args.cv or args.part_out is not None
         rr = recaller.reranker
         print(f"reranker: {'available' if rr.available else 'unavailable'} "
               f"({getattr(rr, 'note', '') or getattr(rr, 'model_name', '')})")
-        from orchestrator.recall.ranker import default_model
-
-        shipped = default_model()
-        print(f"learned ranker (shapes full, learned): "
-              f"{shipped.label if not isinstance(shipped, str) else shipped}")
-        print("shapes: " + ", ".join(s.name for s in shapes)
+        print("shapes: " + ", ".join(s.name for s in runs)
               + ("; every conversation also derived" if args.derive else "; no derive jobs")
               + ("; learned (CV by conversation)" if args.cv else ""))
         stemmer = Stemmer.Stemmer("english")
@@ -611,8 +533,6 @@ def main() -> None:
                           flush=True)
                 chunk_turn, claim_turn = turn_maps(app, org, derived)
                 chunk_turn.update({f"knowledge.fact_claim:{k}": v for k, v in claim_turn.items()})
-                tenant = Tenant(conv, org, derived, chunk_turn, claim_turn)
-                tenants.append(tenant)
                 ids = [t[0] for t in conv.turns]
                 corpus = [f"{t[1]}: {t[2]}" for t in conv.turns]
                 bm = bm25s.BM25()
@@ -620,83 +540,250 @@ def main() -> None:
                                         show_progress=False), show_progress=False)
                 matrix = np.stack([vectors[i] for i in ids])
                 ident = Identity.of(org, "evaluator", read=["memory"])
+                t0 = time.perf_counter()
                 for question, evidence, category in conv.questions[: args.questions]:
-                    categories[derived].append(category)
-                    q_tokens = bm25s.tokenize([question], stopwords="en", stemmer=stemmer,
-                                              show_progress=False)
-                    docs, _ = bm.retrieve(q_tokens, k=min(20, len(ids)), show_progress=False)
+                    part.categories[tag].append(category)
                     if not derived:
-                        results["ref: BM25 (bm25s)"].append(
-                            scores_for([ids[i] for i in docs[0]], evidence))
+                        q_tokens = bm25s.tokenize([question], stopwords="en", stemmer=stemmer,
+                                                  show_progress=False)
+                        docs, _ = bm.retrieve(q_tokens, k=min(20, len(ids)), show_progress=False)
+                        part.add("ref: BM25 (bm25s)", scores_for([ids[i] for i in docs[0]], evidence))
                         qv = embedder.embed_query(question)
                         order = np.argsort(-(matrix @ qv))[:20]
-                        results["ref: exact dense"].append(
-                            scores_for([ids[i] for i in order], evidence))
+                        part.add("ref: exact dense", scores_for([ids[i] for i in order], evidence))
                     for shape in runs:
                         t1 = time.perf_counter()
                         res, trace = recaller.study(ident, question, shape,
                                                     budget_tokens=settings.recall_max_budget_tokens)
-                        timings[shape.name + tag] += time.perf_counter() - t1
-                        results[f"engram: {shape.name}{tag}"].append(
-                            scores_for(served_ranking(res, claim_turn), evidence))
-                        if shape.learned:
-                            t = trace.timings_ms
-                            costs.append((sum(v for k, v in t.items() if k.startswith("ranker."))
-                                          + t.get("mmr", 0.0), len(trace.fused)))
+                        part.timings[shape.name + tag] += time.perf_counter() - t1
+                        part.add(f"engram: {shape.name}{tag}",
+                                 score_served(part.dataset, res, evidence, claim_turn))
+                        part.cost(shape, trace)
                         if shape.name == "fused":
                             ev = set(evidence)
-                            g = rank_data.group_from_trace(
-                                trace, f"locomo{'-derive' if derived else ''}:{conv.sample_id}",
-                                lambda k, ev=ev, m=chunk_turn: m.get(k) in ev)  # type: ignore[misc]
-                            if g is not None:
-                                groups[conv.sample_id].append(g)
-        if args.save_groups is not None:
-            rank_data.save([g for gs in groups.values() for g in gs], args.save_groups)
-            print(f"saved {sum(len(g) for g in groups.values())} groups to {args.save_groups}")
-        if args.cv:
-            extra = rank_data.load(args.extra_groups) if args.extra_groups else None
-            if args.extra_groups and extra is None:
-                raise SystemExit(f"{args.extra_groups}: no usable groups (see above)")
-            folds: dict[str, Any] = {}
-            for conv in convs:
-                train_on = [g for cid, gs in groups.items() if cid != conv.sample_id for g in gs]
-                train_on += extra or []
-                t0 = time.perf_counter()
-                artifact = rank_data.fit(train_on)
-                folds[conv.sample_id], _ = rank_data.as_model(
-                    artifact, {"cv_fold": conv.sample_id}, f"cv-{conv.sample_id}", name="cv")
-                print(f"fold {conv.sample_id}: trained on {len(train_on)} groups "
-                      f"({len(extra or [])} extra) in {time.perf_counter() - t0:.1f}s", flush=True)
-            for lam in [settings.recall_mmr_lambda, *[x for x in lambdas
-                                                      if x != settings.recall_mmr_lambda]]:
-                name = "learned (CV)" if lam == settings.recall_mmr_lambda else f"learned (CV) mmr {lam}"
-                fold_settings = settings.model_copy(update={"recall_mmr_lambda": lam})
-                for tenant in tenants:
-                    tag = " +derive" if tenant.derived else ""
-                    cv_recaller = Recaller(app, fold_settings, embedder=embedder,
-                                           ranker=folds[tenant.conv.sample_id])
-                    ident = Identity.of(tenant.org, "evaluator", read=["memory"])
-                    for question, evidence, _ in tenant.conv.questions[: args.questions]:
-                        t1 = time.perf_counter()
-                        res, _ = cv_recaller.study(ident, question, PLAN_STUDY["learned"],
-                                                   budget_tokens=settings.recall_max_budget_tokens)
-                        timings[name + tag] += time.perf_counter() - t1
-                        results[f"engram: {name}{tag}"].append(
-                            scores_for(served_ranking(res, tenant.claim_turn), evidence))
+                            part.keep(conv.sample_id, tag, trace, evidence, category, claim_turn,
+                                      lambda k, ev=ev, m=chunk_turn: m.get(k) in ev)  # type: ignore[misc]
+                print(f"  {len(conv.questions[: args.questions])} questions in "
+                      f"{time.perf_counter() - t0:.0f}s", flush=True)
         if worker is not None:
             worker.dispose()
+    finish_part(part, args)
+
+
+# -- learning: groups, parts, cross-validation by replay --------------------------------------
+
+
+def add_learning_options(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--cv", action="store_true",
+                    help="the learned ranker under cross-validation (LoCoMo: by conversation; "
+                         "FanOutQA: odd/even questions)")
+    ap.add_argument("--extra-groups", type=Path, action="append", default=[],
+                    help="saved ranking groups added to every fold's training (repeatable)")
+    ap.add_argument("--lambdas", default="", help="MMR lambdas to re-score the CV shape with")
+    ap.add_argument("--save-groups", type=Path, default=None,
+                    help="write the fused shape's ranking groups here (for train_ranker.py)")
+    ap.add_argument("--part-out", type=Path, default=None,
+                    help="write this run's scores and kept candidates here for --merge")
+    ap.add_argument("--merge", type=Path, nargs="+", default=None,
+                    help="combine parts written by --part-out (then --cv, --shipped)")
+    ap.add_argument("--shipped", action="store_true",
+                    help="also replay every question with the packaged default model (in-sample: "
+                         "it was trained on these questions)")
+
+
+def plan_runs(shapes: list[Any], args: Any) -> tuple[list[Any], dict[str, str]]:
+    """Shapes to run (the ``fused`` one added when learning needs its groups); shapes that run
+    the same plan as one before them are run once and reported for both."""
+    if (args.cv or args.save_groups or args.part_out) and not any(s.name == "fused" for s in shapes):
+        shapes.append(PLAN_STUDY["fused"])
+    runs: list[Any] = []
+    same: dict[str, str] = {}
+    for shape in shapes:
+        twin = next((r for r in runs if r.same_plan(shape)), None)
+        if twin is None:
+            runs.append(shape)
+        else:
+            same[f"engram: {shape.name}"] = twin.name
+    return runs, same
+
+
+def score_served(dataset: str, res: Any, truth: list[str], claim_turn: dict[uuid.UUID, str]
+                 ) -> dict[str, float]:
+    if dataset == "fanoutqa":
+        ranking = [e.source.path if e.source is not None else f"position-{i}"
+                   for i, e in enumerate(res.evidence)]
+        return scores_for(distinct(ranking), truth)
+    return scores_for(served_ranking(res, claim_turn), truth)
+
+
+@dataclass
+class Kept:
+    fold: Any  # LoCoMo: the conversation; FanOutQA: question parity
+    tag: str  # "" or " +derive"
+    replay: Any
+    corpus: dict[str, Any]
+    truth: list[str]
+    category: int
+    claim_turn: dict[uuid.UUID, str]
+
+
+@dataclass
+class Part:
+    dataset: str
+    results: dict[str, list[dict[str, float]]] = field(default_factory=lambda: defaultdict(list))
+    timings: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    categories: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    groups: dict[Any, list[Any]] = field(default_factory=lambda: defaultdict(list))
+    kept: list[Kept] = field(default_factory=list)
+    costs: list[tuple[float, int]] = field(default_factory=list)
+    same: dict[str, str] = field(default_factory=dict)
+
+    def add(self, name: str, scores: dict[str, float]) -> None:
+        self.results[name].append(scores)
+
+    def cost(self, shape: Any, trace: Any) -> None:
+        if shape.learned:
+            t = trace.timings_ms
+            self.costs.append((sum(v for k, v in t.items() if k.startswith("ranker."))
+                               + t.get("mmr", 0.0), len(trace.fused)))
+
+    def keep(self, fold: Any, tag: str, trace: Any, truth: list[str], category: int,
+             claim_turn: dict[uuid.UUID, str], relevant: Any) -> None:
+        import rank_data
+
+        g = rank_data.group_from_trace(trace, f"{self.dataset}{tag.strip()}:{fold}", relevant)
+        if g is not None:
+            self.groups[fold].append(g)
+        if trace.replay is not None:
+            self.kept.append(Kept(fold, tag, trace.replay, dict(trace.corpus), truth, category,
+                                  claim_turn))
+
+
+def merge_parts(paths: list[Path]) -> Part:
+    import pickle
+
+    merged: Part | None = None
+    for path in paths:
+        part: Part = pickle.loads(path.read_bytes())  # noqa: S301 - our own files
+        if merged is None:
+            merged = Part(part.dataset, same=dict(part.same))
+        if part.dataset != merged.dataset:
+            raise SystemExit(f"{path}: a {part.dataset} part cannot merge with {merged.dataset}")
+        for k, v in part.results.items():
+            merged.results[k] += v
+        for k, t in part.timings.items():
+            merged.timings[k] += t
+        for k, c in part.categories.items():
+            merged.categories[k] += c
+        for k, g in part.groups.items():
+            merged.groups[k] += g
+        merged.kept += part.kept
+        merged.costs += part.costs
+        merged.same.update(part.same)
+    assert merged is not None
+    print(f"merged {len(paths)} part(s): {len(merged.kept)} kept recalls")
+    return merged
+
+
+def finish_part(part: Part, args: Any) -> None:
+    """Save what was asked for, cross-validate by replay, print the tables."""
+    import pickle
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import rank_data
+
+    if args.save_groups is not None:
+        rank_data.save([g for gs in part.groups.values() for g in gs], args.save_groups)
+        print(f"saved {sum(len(g) for g in part.groups.values())} groups to {args.save_groups}")
+    if args.part_out is not None:
+        plain = Part(part.dataset, dict(part.results), dict(part.timings), dict(part.categories),
+                     dict(part.groups), part.kept, part.costs, part.same)
+        args.part_out.write_bytes(pickle.dumps(plain))
+        print(f"wrote {args.part_out} ({len(part.kept)} kept recalls)")
+    if args.cv:
+        cross_validate(part, args)
+    if args.shipped:
+        from orchestrator.recall.ranker import default_model
+
+        model = default_model()
+        if isinstance(model, str):
+            raise SystemExit(model)
+        replay_all(part, model, f"learned (shipped {model.version}, in-sample)", None)
+    report(part)
+
+
+def replay_all(part: Part, model: Any, name: str, folds: dict[Any, Any] | None,
+               lam: float | None = None) -> None:
+    from orchestrator.config import Settings
+
+    settings = Settings()
+    if lam is not None:
+        settings = settings.model_copy(update={"recall_mmr_lambda": lam})
+    from orchestrator.recall.trace import Trace
+
+    recallers: dict[Any, Recaller] = {}
+    t0 = time.perf_counter()
+    for k in part.kept:
+        ranker = folds[k.fold] if folds is not None else model
+        key = id(ranker)
+        if key not in recallers:
+            recallers[key] = Recaller(None, settings, ranker=ranker)  # type: ignore[arg-type]
+        req = k.replay[0]
+        trace = Trace(req.question, req.asker, "learned", req.mode, req.budget_tokens,
+                      corpus=k.corpus)
+        trace.replay = k.replay
+        t1 = time.perf_counter()
+        res, _ = recallers[key].replay(trace, PLAN_STUDY["learned"])
+        part.timings[name + k.tag] += time.perf_counter() - t1
+        part.add(f"engram: {name}{k.tag}", score_served(part.dataset, res, k.truth, k.claim_turn))
+    print(f"{name}: replayed {len(part.kept)} recalls in {time.perf_counter() - t0:.0f}s", flush=True)
+
+
+def cross_validate(part: Part, args: Any) -> None:
+    """A model per fold trained on every other fold's groups (and --extra-groups), then every
+    kept recall of the fold replayed with it."""
+    import rank_data
+
+    from orchestrator.config import Settings
+
+    extra: list[Any] = []
+    for path in args.extra_groups:
+        found = rank_data.load(path)
+        if found is None:
+            raise SystemExit(f"{path}: no usable groups (see above)")
+        extra += found
+    folds: dict[Any, Any] = {}
+    for fold in sorted(part.groups, key=str):
+        train_on = [g for f, gs in part.groups.items() if f != fold for g in gs] + extra
+        t0 = time.perf_counter()
+        folds[fold], _ = rank_data.as_model(rank_data.fit(train_on), {"cv_fold": str(fold)},
+                                            f"cv-{fold}", name="cv")
+        print(f"fold {fold}: trained on {len(train_on)} groups ({len(extra)} extra) in "
+              f"{time.perf_counter() - t0:.1f}s", flush=True)
+    default_lambda = Settings().recall_mmr_lambda
+    replay_all(part, None, "learned (CV)", folds)
+    for lam in [float(x) for x in args.lambdas.split(",") if x.strip()]:
+        if lam != default_lambda:
+            replay_all(part, None, f"learned (CV) mmr {lam}", folds, lam)
+
+
+def report(part: Part) -> None:
+    results = part.results
     ordered = dict(sorted(results.items(), key=lambda kv: (
         kv[0].startswith("engram"), kv[0].endswith("+derive"), kv[0])))
-    print_table(ordered, timings, same)
-    systems = [k for k in ordered if k.startswith("engram: ")
-               and any(w in k for w in ("full", "fused", "learned"))]
-    print_categories(ordered, categories[False], [k for k in systems if not k.endswith("+derive")])
-    if args.derive:
-        print_categories(ordered, categories[True], [k for k in systems if k.endswith("+derive")])
-    if costs:
-        ms = sorted(c for c, _ in costs)
-        sizes = sorted(n for _, n in costs)
-        print(f"\nranker + PPR + MMR per recall: p50 {ms[len(ms) // 2]:.2f} ms, p95 "
+    print_table(ordered, part.timings, part.same)
+    if part.dataset == "locomo":
+        systems = [k for k in ordered if k.startswith("engram: ")
+                   and any(w in k for w in ("full", "fused", "learned"))]
+        print_categories(ordered, part.categories.get("", []),
+                         [k for k in systems if not k.endswith("+derive")])
+        if part.categories.get(" +derive"):
+            print_categories(ordered, part.categories[" +derive"],
+                             [k for k in systems if k.endswith("+derive")])
+    if part.costs:
+        ms = sorted(c for c, _ in part.costs)
+        sizes = sorted(n for _, n in part.costs)
+        print(f"\nranker + PPR + MMR per recall (wall): p50 {ms[len(ms) // 2]:.2f} ms, p95 "
               f"{ms[int(len(ms) * 0.95)]:.2f} ms over {len(ms)} recalls with a median of "
               f"{sizes[len(sizes) // 2]} candidates (benchmarks/ranker_cost.py measures 200)")
 

@@ -12,6 +12,7 @@ narrower shape for the plan study and is not reachable from ``recall``.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -140,6 +141,8 @@ class Recaller:
         self._embedder = embedder
         self._reranker = reranker
         self.models = ModelChooser(self.settings, fixed=ranker)
+        # Evaluation: keep each recall's candidates in its trace, for ``replay``.
+        self.keep_candidates = False
         self._index_tier = index_tier
         self._statements: dict[str, Any] = {}
 
@@ -265,30 +268,10 @@ class Recaller:
                 trace.pools[kind] = [item(c) for c in candidates if c.kind == kind]
             lap("hydrate")
 
-            self._rerank(req.question, candidates, shape, trace)
-            lap("rerank")
-            with single_threaded_blas():
-                self._learn(session, identity.org_id, req, vector, candidates, shape, trace)
-            lap("ranker")
-            assign_merit(candidates, s.recall_pin_boost)
-            trace.fused = [item(c) for c in sorted(candidates, key=lambda c: (-c.rrf, c.key))]
-            candidates, trace.precedence = apply_precedence(candidates)
-            ordered, dropped = suppress_duplicates(order(candidates), s.recall_duplicate_similarity)
-            ordered, trace.redundant = drop_redundant_derived(ordered)
-            if s.recall_diverse:
-                started = time.perf_counter()
-                with single_threaded_blas():
-                    ordered, deferred = diversify(ordered, s.recall_mmr_lambda,
-                                                  s.recall_mmr_doc_cap, s.recall_mmr_depth)
-                trace.timings_ms["mmr"] = (time.perf_counter() - started) * 1000.0
-                trace.diversity = (f"MMR lambda {s.recall_mmr_lambda}, at most "
-                                   f"{s.recall_mmr_doc_cap} chunk(s) per document before the "
-                                   f"rest; {len(deferred)} deferred by the cap")
-            else:
-                trace.diversity = "off (recall_diverse); merit order"
-            trace.ordered = [item(c) for c in ordered]
-            trace.suppressed = [(item(a).label, item(b).label, sim) for a, b, sim in dropped]
-            lap("order")
+            if self.keep_candidates:
+                trace.replay = (req, vector, copy.deepcopy(candidates))
+            ordered = self._order(session, identity.org_id, req, vector, candidates, shape, trace,
+                                  lap)
 
             result = finish(req, ordered, trace)
             lap("budget_render")
@@ -317,6 +300,53 @@ class Recaller:
             from orchestrator.audit.receipts import append_served
 
             trace.receipt_id = append_served(session, result.question, served, result.rendered)
+
+    def _order(self, session: Any, org: str, req: RecallRequest, vector: Any,
+               candidates: list[Candidate], shape: PlanShape, trace: Trace,
+               lap: Callable[[str], None]) -> list[Candidate]:
+        """The tail's ranking: cross-encoder, learned ranker, merit, precedence, the
+        identity-aware order, duplicates, redundant derived items, MMR."""
+        s = self.settings
+        self._rerank(req.question, candidates, shape, trace)
+        lap("rerank")
+        with single_threaded_blas():
+            self._learn(session, org, req, vector, candidates, shape, trace)
+        lap("ranker")
+        assign_merit(candidates, s.recall_pin_boost)
+        trace.fused = [item(c) for c in sorted(candidates, key=lambda c: (-c.rrf, c.key))]
+        candidates, trace.precedence = apply_precedence(candidates)
+        ordered, dropped = suppress_duplicates(order(candidates), s.recall_duplicate_similarity)
+        ordered, trace.redundant = drop_redundant_derived(ordered)
+        if s.recall_diverse:
+            started = time.perf_counter()
+            with single_threaded_blas():
+                ordered, deferred = diversify(ordered, s.recall_mmr_lambda,
+                                              s.recall_mmr_doc_cap, s.recall_mmr_depth)
+            trace.timings_ms["mmr"] = (time.perf_counter() - started) * 1000.0
+            trace.diversity = (f"MMR lambda {s.recall_mmr_lambda}, at most "
+                               f"{s.recall_mmr_doc_cap} chunk(s) per document before the "
+                               f"rest; {len(deferred)} deferred by the cap")
+        else:
+            trace.diversity = "off (recall_diverse); merit order"
+        trace.ordered = [item(c) for c in ordered]
+        trace.suppressed = [(item(a).label, item(b).label, sim) for a, b, sim in dropped]
+        lap("order")
+        return ordered
+
+    def replay(self, trace: Trace, shape: PlanShape) -> tuple[RecallResult, Trace]:
+        """Evaluation only: the tail and the budget cut again over the candidates a recall's
+        statement returned (kept in ``trace.replay`` when ``keep_candidates`` is set), with
+        this recaller's ranker and settings. The statement's rows do not depend on the
+        ranker, so this is the recall this recaller would serve, without running the
+        statement again (cross-validation trains a model per fold after the recalls)."""
+        if trace.replay is None:
+            raise BadInput("this trace kept no candidates (Recaller.keep_candidates was off)")
+        req, vector, kept = trace.replay
+        again = Trace(req.question, req.asker, shape.name, req.mode, req.budget_tokens,
+                      session=req.session, corpus=dict(trace.corpus))
+        candidates = copy.deepcopy(kept)
+        ordered = self._order(None, "", req, vector, candidates, shape, again, lambda _: None)
+        return self._cut(req, ordered, again), again
 
     def _learn(self, session: Any, org: str, req: RecallRequest, vector: Any,
                candidates: list[Candidate], shape: PlanShape, trace: Trace) -> None:

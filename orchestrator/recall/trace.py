@@ -71,6 +71,7 @@ class Trace:
     touched_claims: int = 0
     receipt_id: uuid.UUID | None = None
     model_id: uuid.UUID | None = None  # the tenant's stored model that ranked, if one did
+    replay: tuple[Any, Any, list[Candidate]] | None = None  # evaluation: see Recaller.replay
     usage_event: uuid.UUID | None = None
 
     def format(self) -> str:
