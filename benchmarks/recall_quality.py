@@ -712,6 +712,16 @@ def finish_part(part: Part, args: Any) -> None:
     report(part)
 
 
+class NoCrossEncoder:
+    """Replays run without a cross-encoder, as the recalls they replay did (none ships)."""
+
+    available = False
+    note = "none in a replay (no cross-encoder weights ship in any installable package)"
+
+    def score(self, query: str, passages: Any) -> list[float]:
+        raise AssertionError("never called: unavailable")
+
+
 def replay_all(part: Part, model: Any, name: str, folds: dict[Any, Any] | None,
                lam: float | None = None) -> None:
     from orchestrator.config import Settings
@@ -727,7 +737,8 @@ def replay_all(part: Part, model: Any, name: str, folds: dict[Any, Any] | None,
         ranker = folds[k.fold] if folds is not None else model
         key = id(ranker)
         if key not in recallers:
-            recallers[key] = Recaller(None, settings, ranker=ranker)  # type: ignore[arg-type]
+            recallers[key] = Recaller(None, settings, ranker=ranker,  # type: ignore[arg-type]
+                                      reranker=NoCrossEncoder())
         req = k.replay[0]
         trace = Trace(req.question, req.asker, "learned", req.mode, req.budget_tokens,
                       corpus=k.corpus)

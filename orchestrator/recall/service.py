@@ -269,7 +269,8 @@ class Recaller:
             lap("hydrate")
 
             if self.keep_candidates:
-                trace.replay = (req, vector, copy.deepcopy(candidates))
+                # Shallow copies: the tail changes only scalar fields (merit, scores, bits).
+                trace.replay = (req, vector, [copy.copy(c) for c in candidates])
             ordered = self._order(session, identity.org_id, req, vector, candidates, shape, trace,
                                   lap)
 
@@ -311,23 +312,22 @@ class Recaller:
         lap("rerank")
         with single_threaded_blas():
             self._learn(session, org, req, vector, candidates, shape, trace)
-        lap("ranker")
-        assign_merit(candidates, s.recall_pin_boost)
-        trace.fused = [item(c) for c in sorted(candidates, key=lambda c: (-c.rrf, c.key))]
-        candidates, trace.precedence = apply_precedence(candidates)
-        ordered, dropped = suppress_duplicates(order(candidates), s.recall_duplicate_similarity)
-        ordered, trace.redundant = drop_redundant_derived(ordered)
-        if s.recall_diverse:
-            started = time.perf_counter()
-            with single_threaded_blas():
-                ordered, deferred = diversify(ordered, s.recall_mmr_lambda,
-                                              s.recall_mmr_doc_cap, s.recall_mmr_depth)
-            trace.timings_ms["mmr"] = (time.perf_counter() - started) * 1000.0
-            trace.diversity = (f"MMR lambda {s.recall_mmr_lambda}, at most "
-                               f"{s.recall_mmr_doc_cap} chunk(s) per document before the "
-                               f"rest; {len(deferred)} deferred by the cap")
-        else:
-            trace.diversity = "off (recall_diverse); merit order"
+            lap("ranker")
+            assign_merit(candidates, s.recall_pin_boost)
+            trace.fused = [item(c) for c in sorted(candidates, key=lambda c: (-c.rrf, c.key))]
+            candidates, trace.precedence = apply_precedence(candidates)
+            ordered, dropped = suppress_duplicates(order(candidates), s.recall_duplicate_similarity)
+            ordered, trace.redundant = drop_redundant_derived(ordered)
+            if s.recall_diverse:
+                started = time.perf_counter()
+                ordered, deferred = diversify(ordered, s.recall_mmr_lambda, s.recall_mmr_doc_cap,
+                                              s.recall_mmr_depth)
+                trace.timings_ms["mmr"] = (time.perf_counter() - started) * 1000.0
+                trace.diversity = (f"MMR lambda {s.recall_mmr_lambda}, at most "
+                                   f"{s.recall_mmr_doc_cap} chunk(s) per document before the "
+                                   f"rest; {len(deferred)} deferred by the cap")
+            else:
+                trace.diversity = "off (recall_diverse); merit order"
         trace.ordered = [item(c) for c in ordered]
         trace.suppressed = [(item(a).label, item(b).label, sim) for a, b, sim in dropped]
         lap("order")
@@ -344,7 +344,7 @@ class Recaller:
         req, vector, kept = trace.replay
         again = Trace(req.question, req.asker, shape.name, req.mode, req.budget_tokens,
                       session=req.session, corpus=dict(trace.corpus))
-        candidates = copy.deepcopy(kept)
+        candidates = [copy.copy(c) for c in kept]
         ordered = self._order(None, "", req, vector, candidates, shape, again, lambda _: None)
         return self._cut(req, ordered, again), again
 

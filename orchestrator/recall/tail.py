@@ -384,6 +384,11 @@ def budget_cut(ordered: Sequence[Candidate], budget_tokens: int, chars_per_token
                render: Callable[[Sequence[Evidence]], str]) -> tuple[int, str, int]:
     """The longest prefix whose rendering fits: (items kept, rendered string, its cost)."""
     evidence = [c.evidence() for c in ordered]
+    if evidence and sum(len(e.text) for e in evidence) * 2 <= budget_tokens * chars_per_token:
+        # Everything fits with room to spare (a generous budget): one render proves it.
+        text = render(evidence)
+        if token_cost(text, chars_per_token) <= budget_tokens:
+            return len(evidence), text, token_cost(text, chars_per_token)
     # A longer prefix never renders shorter, so the longest fitting prefix is
     # found by bisection: O(log n) renders instead of n.
     lo, lo_text = 0, render([])
