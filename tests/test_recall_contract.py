@@ -105,12 +105,14 @@ def test_statement_is_one_round_trip(notes, recaller, app_engine):
         result, trace = recaller.trace(notes, "the office move")
     assert result.evidence
     # bind_identity, the one recall statement every lane rides in, then the side effects:
-    # here the receipt only (no fact was served, so no access counter is bumped).
-    assert len(sent) == 3, sent
+    # the receipt and the usage rows (no fact was served, so no access counter is bumped;
+    # the tenant's ranking model was read by the warm-up recall and is cached).
+    assert len(sent) == 4, sent
     assert "bind_identity" in sent[0]
     assert "lexical_matches" in sent[1] and "graph_walk" in sent[1] and "causal_lane" in sent[1]
     assert "provenance.receipts" in sent[2]
-    assert trace.statements == 1 and trace.side_effect_statements == 1
+    assert "memory.rank_events" in sent[3] and "memory.usage_ledger" in sent[3]
+    assert trace.statements == 1 and trace.side_effect_statements == 2
     assert trace.receipt_id is not None and trace.touched_claims == 0
 
 

@@ -40,7 +40,8 @@ not prose (code, a URL, markup, numbers, a log line) is not evidence for an
 observation; and groups that would write the same observation (the same
 sentences in the same scope set and partition, e.g. one sentence that
 co-mentions several entities) are **one** observation: the group with the most
-sources (then the smallest key) keeps it, with every such group's claims.
+sources (then a statement before a co-mention, then the smallest key) is written,
+the others are not.
 
 ``observation_key`` (a hash of the group) is the observation's identity: a
 rerun updates an observation in place when its sources or confidence changed,
@@ -249,26 +250,16 @@ def consolidate(session: Session, *, min_evidence: int = MIN_EVIDENCE,
 
 def _one_per_text(wanted: dict[str, tuple[_GroupKey, _Group]]) -> dict[str, tuple[_GroupKey, _Group]]:
     """Groups that would say the same thing (same scopes, partition and sentences) as one:
-    the best-sourced group (then the smallest key) keeps it, with all of their claims."""
+    the best-sourced group keeps it (then a statement before a bookkeeping co-mention, then
+    the smallest key); the others are not written (the same sentences are its evidence)."""
     by_text: dict[tuple[Any, ...], list[str]] = defaultdict(list)
     for okey, (gkey, group) in wanted.items():
         texts = frozenset(" ".join(t.split()).lower() for _, t in group.claims)
         by_text[(gkey[0], gkey[1], texts)].append(okey)
-    out: dict[str, tuple[_GroupKey, _Group]] = {}
-    for okeys in by_text.values():
-        best = min(okeys, key=lambda k: (-len(wanted[k][1].sources), k))
-        gkey, group = wanted[best]
-        if len(okeys) > 1:
-            merged = _Group(sources=dict(group.sources))
-            seen: set[uuid.UUID] = set()
-            for k in sorted(okeys):
-                for claim in wanted[k][1].claims:
-                    if claim[0] not in seen:
-                        seen.add(claim[0])
-                        merged.claims.append(claim)
-            group = merged
-        out[best] = (gkey, group)
-    return out
+    keep = {min(okeys, key=lambda k: (-len(wanted[k][1].sources),
+                                      wanted[k][0][3] in BOOKKEEPING_PREDICATES, k))
+            for okeys in by_text.values()}
+    return {k: v for k, v in wanted.items() if k in keep}
 
 
 def _differs(old: tuple[uuid.UUID, float, frozenset[uuid.UUID]], group: _Group) -> bool:

@@ -3,7 +3,7 @@
 Order of work, where each gate sits:
 
 1. ``mask_markup`` (extraction, before parsing): fenced and indented code blocks,
-   inline code, URLs and e-mail addresses, Markdown images and badges, link
+   inline code and HTML ``code``/``pre`` elements, URLs and e-mail addresses, Markdown images and badges, link
    targets, HTML tags, table rows, heading/emphasis/list markers and log lines
    are overwritten with spaces of the same length. The parser then never sees
    them, while every character offset of the remaining prose stays where it was
@@ -35,6 +35,8 @@ _LINK_TARGET = re.compile(r"(?<=\])\([^)\n]*\)|(?<=\])\[[^\]\n]*\]")
 _REF_DEF = re.compile(r"^[ \t]*\[[^\]\n]+\]:[^\n]*$", re.M)
 _URL = re.compile(r"\b(?:https?|ftp|file)://\S+|\bwww\.\S+|\b[\w.+-]+@[\w-]+\.[\w.-]+")
 _HTML = re.compile(r"<[^>\n]{1,200}>")
+# What HTML marks as code or preformatted, with its content.
+_HTML_CODE = re.compile(r"<(code|pre|kbd|samp)\b[^>]*>.*?</\1\s*>", re.S | re.I)
 _TABLE = re.compile(r"^[ \t]*\|[^\n]*$|^[^\n|]*\|[ \t]*:?-{3,}[^\n]*$", re.M)
 _LOG = re.compile(r"^[^\n]*(?:\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}|\b\d{2}:\d{2}:\d{2}\b"
                   r"|\[(?:INFO|WARN|WARNING|ERROR|DEBUG|TRACE|FATAL)\]"
@@ -59,7 +61,8 @@ def mask_markup(text: str) -> str:
     """``text`` with code, URLs, markup and log lines overwritten by spaces (same length)."""
     out = _FENCE.sub(_blank, text)
     out = _INDENTED.sub(_blank, out)
-    for pattern in (_INLINE_CODE, _IMAGE, _LINK_TARGET, _REF_DEF, _URL, _HTML, _TABLE, _LOG, _SHELL):
+    for pattern in (_HTML_CODE, _INLINE_CODE, _IMAGE, _LINK_TARGET, _REF_DEF, _URL, _HTML, _TABLE, _LOG,
+                    _SHELL):
         out = pattern.sub(_blank, out)
     out = _MARKERS.sub(_blank, out)
     # Link text stays ("see [the guide](...)" reads "see the guide"), its brackets go.

@@ -109,7 +109,7 @@ class Trace:
         for it in self.fused:
             lines.append(f"     {it.label}: rrf {self._num(it.rrf)}" +
                          (" [direct]" if it.direct else "") + (" [pinned]" if it.pinned else ""))
-        lines.append(f"3. reranker (cross-encoder): {self.reranker}")
+        lines.append(f"3. reranker: {self.reranker}")
         lines.append(f"   learned ranker: {self.ranker}")
         lines.append(f"   personalized PageRank: {self.ppr}")
         p = self.precedence
