@@ -88,14 +88,22 @@ def fit(groups: Sequence[Group], rounds: int | None = None) -> str:
                  [len(g.labels) for g in groups], rounds=rounds or TRAIN_ROUNDS)
 
 
-def as_model(artifact: str, trained_on: dict[str, Any], version: str, name: str = "default") -> Any:
+def kinds(groups: Sequence[Group]) -> list[int]:
+    """The kind codes the groups hold (the card records them: see ranker.place_unseen)."""
+    col = FEATURES.index("kind")
+    return sorted({int(k) for g in groups for k in np.unique(g.matrix[:, col]).tolist()})
+
+
+def as_model(artifact: str, trained_on: dict[str, Any], version: str, name: str = "default",
+             seen: list[int] | None = None) -> Any:
     from orchestrator.recall.learning import POSITION_BIAS
     from orchestrator.recall.ranker import TRAIN_PARAMS, TRAIN_ROUNDS, model_card, model_from_text
 
     card = model_card(version=version, text=artifact, trained_on=trained_on,
                       params={**TRAIN_PARAMS, "rounds": TRAIN_ROUNDS}, metrics={},
                       position_bias="none: labels are judged evidence, not feedback on served "
-                                    f"positions (tenant models use {POSITION_BIAS.split(' (')[0]})")
+                                    f"positions (tenant models use {POSITION_BIAS.split(' (')[0]})",
+                      kinds=seen)
     return model_from_text(artifact, card, name=name), card
 
 

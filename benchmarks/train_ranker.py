@@ -74,7 +74,8 @@ def main() -> None:
     print("training on " + ", ".join(f"{n} {k} groups" for k, n in sorted(counts.items())), flush=True)
     artifact = rank_data.fit(train_on)
     version = datetime.now(UTC).strftime("%Y%m%d") + "-" + rank_data.feature_code_digest()
-    model, card = rank_data.as_model(artifact, {**sources, "groups": counts}, version)
+    model, card = rank_data.as_model(artifact, {**sources, "groups": counts}, version,
+                                     seen=rank_data.kinds(train_on))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "default_ranker.txt").write_text(artifact)
     rank_data.write_card(card, args.out / "default_ranker.json")

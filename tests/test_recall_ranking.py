@@ -282,3 +282,38 @@ def test_a_tenant_model_trained_on_planted_feedback_learns_it_and_only_from_that
     with bound_session(app_engine, a.identity("user0", read=("team",))) as s, \
             pytest.raises(BadInput, match="service identity"):
         train_tenant(s, a.org, tuned)
+
+
+def test_every_plan_study_shape_runs_and_learned_and_fused_differ_only_in_the_ranker(
+        tenant_factory, app_engine, embedder, settings):
+    from orchestrator.recall import PLAN_STUDY
+
+    t = tenant_factory("team")
+    alice = t.identity("alice", write=("team",))
+    write_documents(app_engine, alice, embedder, NOTES, settings)
+    recaller = recaller_with(app_engine, settings, embedder, recall_receipts=False,
+                             rank_usage_rows=False)
+    for name, shape in PLAN_STUDY.items():
+        result, trace = recaller.study(alice, "boiler service in March", shape)
+        assert trace.plan == name and result.evidence, name
+    assert PLAN_STUDY["learned"].same_plan(PLAN_STUDY["full"])
+    assert not PLAN_STUDY["fused"].same_plan(PLAN_STUDY["full"])
+    _, learned = recaller.study(alice, "boiler service in March", PLAN_STUDY["learned"])
+    _, fused = recaller.study(alice, "boiler service in March", PLAN_STUDY["fused"])
+    assert learned.ranker.startswith("default ") and fused.ranker == (
+        "off in plan shape fused; fused order is used")
+    assert {it.key for it in learned.ordered} == {it.key for it in fused.ordered}
+
+
+def test_kinds_the_model_never_saw_are_placed_by_their_fused_score():
+    from orchestrator.recall.features import KIND_CODES
+    from orchestrator.recall.ranker import place_unseen
+
+    m = np.zeros((4, len(FEATURES)), dtype=np.float32)
+    m[:, FEATURES.index("kind")] = [0, 0, 0, KIND_CODES["session note"]]
+    m[:, FEATURES.index("rrf")] = [0.3, 0.2, 0.1, 0.25]
+    scores = np.array([3.0, 1.0, 2.0, -9.0])
+    assert place_unseen(scores, m, [KIND_CODES["source"]]) == 1
+    # fused above two of the three known candidates: two thirds up the model's scores
+    assert scores[3] == pytest.approx(np.quantile([1.0, 2.0, 3.0], 2 / 3))
+    assert place_unseen(scores, m, None) == 0

@@ -296,7 +296,8 @@ def train_tenant(session: Session, org: str, settings: Settings, *, since: datet
                      rounds=rounds or 100)
     card = model_card(version="pending", text=artifact,
                       trained_on={"tenant": org, "events": fit.events, "rows": len(fit.labels)},
-                      params={"rounds": rounds or 100}, metrics={}, position_bias=POSITION_BIAS)
+                      params={"rounds": rounds or 100}, metrics={}, position_bias=POSITION_BIAS,
+                      kinds=fit.matrix[:, FEATURES.index("kind")])
     new = model_from_text(artifact, card, name="tenant")
     rrf = FEATURES.index("rrf")
     report.figures["new"] = ndcg_at(new.score(test.matrix), test.labels, test.groups)

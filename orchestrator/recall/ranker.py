@@ -117,12 +117,38 @@ def default_model() -> RankModel | str:
 
 
 def model_card(*, version: str, text: str, trained_on: dict[str, Any], params: dict[str, Any],
-               metrics: dict[str, Any], position_bias: str) -> dict[str, Any]:
-    """What ships beside a model file (and is stored beside a tenant's model)."""
-    return {"version": version, "sha256": hashlib.sha256(text.encode()).hexdigest(),
+               metrics: dict[str, Any], position_bias: str,
+               kinds: Any = None) -> dict[str, Any]:
+    """What ships beside a model file (and is stored beside a tenant's model). ``kinds``: the
+    kind codes (``features.KIND_CODES``) of the training rows; see ``place_unseen``."""
+    card: dict[str, Any] = {"version": version, "sha256": hashlib.sha256(text.encode()).hexdigest(),
             "feature_version": FEATURE_VERSION, "features": list(FEATURES), "objective": "lambdarank",
             "trained_on": trained_on, "params": params, "metrics": metrics,
             "position_bias": position_bias}
+    if kinds is not None:
+        card["kinds"] = sorted({int(k) for k in np.asarray(kinds).tolist() if k == k})
+    return card
+
+
+def place_unseen(scores: np.ndarray[Any, Any], matrix: np.ndarray[Any, Any],
+                 seen_kinds: Any) -> int:
+    """Candidates of a kind the model never saw in training (a session note, a decision, a
+    catalog for a model trained on dialogue) get no score of the model's own: each is put at
+    the same quantile of the model's scores as its fused (RRF) score holds among the
+    candidates the model knows. Changes ``scores`` in place; returns how many were placed."""
+    if seen_kinds is None:
+        return 0
+    kind = matrix[:, FEATURES.index("kind")]
+    unseen = ~np.isin(kind, np.asarray(list(seen_kinds), dtype=kind.dtype))
+    if not unseen.any() or unseen.all():
+        return 0
+    rrf = matrix[:, FEATURES.index("rrf")].astype(np.float64)
+    known_rrf = np.sort(rrf[~unseen])
+    known_scores = np.sort(scores[~unseen])
+    # share of known candidates fused at or below each unseen one -> that quantile of scores
+    share = np.searchsorted(known_rrf, rrf[unseen], side="right") / len(known_rrf)
+    scores[unseen] = np.quantile(known_scores, np.clip(share, 0.0, 1.0))
+    return int(unseen.sum())
 
 
 # LambdaRank settings shared by the default model and the tenants' models: small trees
@@ -199,10 +225,13 @@ def apply_learned(candidates: list[Any], ctx: Any, model: RankModel | str | None
             log.warning("learned ranker %s failed: %s", model.label, exc)
             report.note = f"{model.label} failed ({type(exc).__name__}: {exc}); fused order is used"
         else:
+            placed = place_unseen(scores, matrix, model.card.get("kinds"))
             for c, s in zip(candidates, scores, strict=True):
                 c.learned = float(s)
             report.model = model.label
-            report.note = f"{model.label} scored {len(candidates)} candidates"
+            report.note = f"{model.label} scored {len(candidates)} candidates" + (
+                f" ({placed} of kinds it was not trained on placed by their fused score)"
+                if placed else "")
     t3 = time.perf_counter()
     report.timings_ms = {"ppr": (t1 - t0) * 1000, "features": (t2 - t1) * 1000,
                          "predict": (t3 - t2) * 1000}
