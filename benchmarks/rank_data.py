@@ -73,9 +73,10 @@ def load(path: Path) -> list[Group] | None:
         return None
     out: list[Group] = []
     start = 0
+    # Each access to an array of an npz file decompresses it again: read each once.
+    matrix, labels = data["matrix"], data["labels"]
     for source, size in zip(data["sources"], data["sizes"], strict=True):
-        out.append(Group(str(source), data["matrix"][start:start + size],
-                         data["labels"][start:start + size]))
+        out.append(Group(str(source), matrix[start:start + size], labels[start:start + size]))
         start += int(size)
     return out
 
