@@ -112,6 +112,8 @@ from orchestrator.ingest import knowledge as kn
 from orchestrator.ingest import memory as mem
 from orchestrator.recall import Recaller
 from orchestrator.recall.plan import FULL_PLAN, MEMORY_LANES, SOURCE_LANES, PlanShape
+from orchestrator.recall.plans import size_class, transaction_settings
+from orchestrator.recall.service import close_background
 
 GENERATOR_VERSION = 1
 BLOCK = 1000  # chunks per generator block (the stream's unit of determinism)
@@ -566,9 +568,77 @@ def superuser_session(admin: Engine, identity: Identity, role_settings: list[tup
         yield session
 
 
+# -- the peer: the hybrid query a PostgreSQL user writes by hand -------------------------
+
+# One SQL function, as the hybrid-search pattern Supabase documents is usually written: a
+# full-text OR query ranked by ts_rank (top ``pool``), a pgvector HNSW cosine top ``pool``,
+# fused by reciprocal rank fusion (k = ``rrf_k``), the best ``match_count`` chunks with their
+# text. It filters by the tenant it is given; it runs as engram_app under the same forced RLS,
+# identity, pool and role settings (hnsw.ef_search, iterative scans) as Engram's statement.
+# No SET clause, so PostgreSQL may inline it like any SQL function a user writes.
+PEER_FUNCTION = """
+create schema if not exists peer;
+grant usage on schema peer to engram_app;
+create or replace function peer.hybrid_search(p_tenant uuid, query_text text,
+                                              query_embedding vector, match_count int,
+                                              pool int, rrf_k int)
+returns table (id uuid, document_id uuid, text text, score double precision)
+language sql stable
+as $peer$
+    with terms as (
+        select replace(websearch_to_tsquery('english', query_text)::text, ' & ', ' | ')::tsquery
+               as q
+    ),
+    full_text as (
+        select m.id, row_number() over (order by m.rank desc, m.id) as rank_ix
+          from (select c.id, ts_rank(c.lexical, t.q) as rank
+                  from sources.chunks c, terms t
+                 where c.tenant_id = p_tenant and c.lexical @@ t.q
+                 order by rank desc
+                 limit pool) m
+    ),
+    semantic as (
+        select n.id, row_number() over (order by n.distance, n.id) as rank_ix
+          from (select c.id, c.embedding <=> query_embedding as distance
+                  from sources.chunks c
+                 where c.tenant_id = p_tenant and c.embedding is not null
+                 order by c.embedding <=> query_embedding
+                 limit pool) n
+    )
+    select c.id, c.document_id, c.text,
+           coalesce(1.0 / (rrf_k + f.rank_ix), 0.0) + coalesce(1.0 / (rrf_k + s.rank_ix), 0.0)
+      from full_text f
+      full outer join semantic s on s.id = f.id
+      join sources.chunks c on c.tenant_id = p_tenant and c.id = coalesce(f.id, s.id)
+     order by 4 desc, 1
+     limit match_count
+$peer$;
+grant execute on function peer.hybrid_search(uuid, text, vector, int, int, int) to engram_app;
+"""
+PEER_CALL = text("select id, document_id, text, score from peer.hybrid_search("
+                 ":tenant, :question, :query_embedding, 10, 40, 60)").bindparams(
+    bindparam("query_embedding", type_=Vector(EMBEDDING_DIMENSION)))
+
+
+def create_peer(admin: Engine) -> None:
+    with admin.begin() as conn:
+        conn.execute(text(PEER_FUNCTION))
+
+
+def peer_recall(app: Engine, embedder: Any, reader: Identity, tenant: uuid.UUID, q: str
+                ) -> tuple[float, list[Any]]:
+    """The peer's whole call (ms): embed the question, bind the identity, run the function."""
+    started = time.perf_counter()
+    vector = embedder.embed_query(q)
+    with bound_session(app, reader) as s:
+        rows = list(s.execute(PEER_CALL, {"tenant": tenant, "question": q,
+                                          "query_embedding": vector}).all())
+    return (time.perf_counter() - started) * 1000.0, rows
+
+
 def run_ms(session: Session, stmt: Any, params: dict[str, Any]) -> tuple[float, list[Any]]:
     started = time.perf_counter()
-    rows = session.execute(stmt, params).all()
+    rows = list(session.execute(stmt, params).all())
     return (time.perf_counter() - started) * 1000.0, rows
 
 
@@ -609,6 +679,15 @@ class Figures:
     reranked: dict[str, list[tuple[int, int]]] = field(default_factory=lambda: defaultdict(list))
     explain: dict[str, list[tuple[float, float]]] = field(
         default_factory=lambda: {"app": [], "su": []})
+    engram_ms: list[float] = field(default_factory=list)
+    peer_ms: list[float] = field(default_factory=list)
+    custom_ms: list[float] = field(default_factory=list)
+    generic_ms: list[float] = field(default_factory=list)
+    same_plan_rows: int = 0
+    lexical_recall: list[float] = field(default_factory=list)
+    lexical_scored: list[int] = field(default_factory=list)
+    lexical_matching: list[int] = field(default_factory=list)
+    plan_note: str = ""
 
 
 def lane_shapes() -> dict[str, PlanShape]:
@@ -634,19 +713,42 @@ def lanes_apart(fig: Figures, session: Session, recaller: Recaller, shapes: dict
 
 def measure(label: str, t: Tenant, recallers: dict[str, Recaller], embedder: Any, admin: Engine,
             app: Engine, role_settings: list[tuple[str, str]], n: int, seed: int,
-            dense_k: int) -> Figures:
+            settings: Settings) -> Figures:
     fig = Figures(label, t)
     rng = np.random.default_rng([seed, 99, t.size])
     reader = Identity.of(t.org, "reader", read=["team"])
     questions = questions_for(t, n, rng)
+    warm_up = questions_for(t, 3, np.random.default_rng([seed, 98, t.size]))
     any_recaller = next(iter(recallers.values()))
-    full = any_recaller.statement(FULL_PLAN)
     shapes = lane_shapes()
-    for r in recallers.values():  # warm up: models, plans, caches
-        for q in questions[:2]:
+    plain = recallers["no reranker"]
+    # The lexical lane without its row budget: what exact BM25 over the visible corpus returns.
+    unbounded = Recaller(app, settings.model_copy(update={"recall_lexical_rows": 2**62}),
+                         embedder=embedder, reranker=plain.reranker)
+    for r in recallers.values():  # warm up: models, plans, connections (other questions)
+        for q in warm_up:
             r.trace(reader, q)
+            peer_recall(app, embedder, reader, t.id, q)
     assert t.vectors is not None
+    # The statement and transaction settings recall uses for this tenant: the plan of its size
+    # class (reused), its hnsw.ef_search. Both roles run them below.
+    visible = plain.sizes.get(t.org)
+    assert visible is not None
+    full = any_recaller.statement(FULL_PLAN, size_class(visible))
+    plan = transaction_settings(visible, settings)
+    su_settings = [*role_settings, *plan.items()]
+    fig.plan_note = (f"size class {size_class(visible)} ({visible} visible chunks); "
+                     + ", ".join(f"{k}={v}" for k, v in plan.items()))
     for i, q in enumerate(questions):
+        # Engram's recall() (what a caller gets) vs the peer, side by side, alternating which
+        # goes first; both embed this question for the first time here.
+        for who in (("engram", "peer") if i % 2 == 0 else ("peer", "engram")):
+            if who == "engram":
+                started = time.perf_counter()
+                plain.recall(reader, q)
+                fig.engram_ms.append((time.perf_counter() - started) * 1000.0)
+            else:
+                fig.peer_ms.append(peer_recall(app, embedder, reader, t.id, q)[0])
         for name, r in recallers.items():
             started = time.perf_counter()
             _, trace = r.trace(reader, q)
@@ -661,30 +763,50 @@ def measure(label: str, t: Tenant, recallers: dict[str, Recaller], embedder: Any
             else:
                 fig.reranker_notes.add(f"{name}: {trace.reranker}")
             if name == "no reranker":
+                fig.lexical_scored.append(sum(took for _, _, took in trace.corpus.get("terms", [])))
+                fig.lexical_matching.append(sum(df for _, df, _ in trace.corpus.get("terms", [])))
                 fig.pools["entity seeds"] += len(trace.corpus.get("seeds") or [])
                 for lane, pool in trace.pools.items():
                     fig.pools[lane] += len(pool)
                 dense = {it.key.rsplit(":", 1)[-1] for it in trace.pools.get("dense", [])}
-                k = min(dense_k, t.size)
+                k = min(settings.recall_dense_k, t.size)
                 exact = np.argsort(-(t.vectors @ embedder.embed_query(q)))[:k]
                 truth = {str(t.chunk_ids[j]) for j in exact}
                 fig.dense_recall.append(len(dense & truth) / k)
                 fig.dense_filled += len(dense) >= k
         params = {"question": q, "query_embedding": embedder.embed_query(q), "mode": None}
+        # The lexical lane with its budget (the trace above) vs without one.
+        bounded = {it.key.rsplit(":", 1)[-1] for it in trace.pools.get("lexical", [])} \
+            if "no reranker" in recallers else set()
+        with bound_session(app, reader, settings=plan) as s:
+            exact_rows = s.execute(unbounded.statement(shapes["lexical"]), params).mappings().all()
+        exact_lexical = {str(r["chunk_id"]) for r in exact_rows if r["lexical_rank"] is not None}
+        if exact_lexical:
+            fig.lexical_recall.append(len(bounded & exact_lexical) / len(exact_lexical))
+        # Plan reuse: the same statement planned for this call (custom) vs the reused plan.
+        order = ("custom", "generic") if i % 2 == 0 else ("generic", "custom")
+        plans: dict[str, list[Any]] = {}
+        for how in order:
+            with bound_session(app, reader,
+                               settings={**plan, "plan_cache_mode": f"force_{how}_plan"}) as s:
+                ms, plans[how] = run_ms(s, full, params)
+            (fig.custom_ms if how == "custom" else fig.generic_ms).append(ms)
+        fig.same_plan_rows += (Counter(map(row_key, plans["custom"]))
+                               == Counter(map(row_key, plans["generic"])))
         # RLS vs superuser: the same statement, alternating which runs first.
         order = ("app", "su") if i % 2 == 0 else ("su", "app")
         got: dict[str, list[Any]] = {}
         for who in order:
             if who == "app":
-                with bound_session(app, reader) as s:
+                with bound_session(app, reader, settings=plan) as s:
                     ms, got[who] = run_ms(s, full, params)
                 fig.app_ms.append(ms)
             else:
-                with superuser_session(admin, reader, role_settings) as s:
+                with superuser_session(admin, reader, su_settings) as s:
                     ms, got[who] = run_ms(s, full, params)
                 fig.su_ms.append(ms)
         # The two source lanes alone as the superuser (their engram_app times are in lanes_apart).
-        with superuser_session(admin, reader, role_settings) as s:
+        with superuser_session(admin, reader, su_settings) as s:
             for lane in ("dense", "lexical"):
                 ms, _ = run_ms(s, any_recaller.statement(shapes[lane]), params)
                 fig.lane_su_ms[lane].append(ms)
@@ -695,7 +817,7 @@ def measure(label: str, t: Tenant, recallers: dict[str, Recaller], embedder: Any
             for key in (a - b) + (b - a):
                 fig.row_diffs[key[0]] += 1
         # One statement vs its lanes apart, in one bound transaction.
-        with bound_session(app, reader) as s:
+        with bound_session(app, reader, settings=plan) as s:
             if i % 2:
                 lanes_apart(fig, s, any_recaller, shapes, params)
             ms, _ = run_ms(s, full, params)
@@ -707,14 +829,14 @@ def measure(label: str, t: Tenant, recallers: dict[str, Recaller], embedder: Any
     for q in questions[:3]:
         params = {"question": q, "query_embedding": embedder.embed_query(q), "mode": None}
         for _ in range(3):
-            with bound_session(app, reader) as s:
+            with bound_session(app, reader, settings=plan) as s:
                 fig.explain["app"].append(explain_ms(s, full, params))
-            with superuser_session(admin, reader, role_settings) as s:
+            with superuser_session(admin, reader, su_settings) as s:
                 fig.explain["su"].append(explain_ms(s, full, params))
     return fig
 
 
-def report(fig: Figures, dense_k: int) -> None:
+def report(fig: Figures, dense_k: int, settings_lexical_k: int = 40) -> None:
     t = fig.tenant
     print(f"\n=== {fig.label} tenant: {t.size} chunks ({t.share:.1%} of the corpus), "
           f"{t.documents} documents; {fig.queries} queries ===")
@@ -737,21 +859,40 @@ def report(fig: Figures, dense_k: int) -> None:
     print(f"dense lane recall@{min(dense_k, t.size)} vs exact search over the same vectors: "
           f"mean {statistics.mean(fig.dense_recall):.3f}, min {min(fig.dense_recall):.3f}; "
           f"pool full in {fig.dense_filled}/{fig.queries} queries")
+    print(f"plan: {fig.plan_note}")
+    c50, g50 = statistics.median(fig.custom_ms), statistics.median(fig.generic_ms)
+    print(f"plan reuse: FULL_PLAN statement planned for each call (custom) p50 {c50:.1f} ms "
+          f"(p95 {pct(fig.custom_ms, 0.95):.1f}) vs the reused plan (generic) p50 {g50:.1f} ms "
+          f"(p95 {pct(fig.generic_ms, 0.95):.1f}): ratio {g50 / c50:.3f}; same rows in "
+          f"{fig.same_plan_rows}/{fig.queries} queries")
+    if fig.lexical_recall:
+        print(f"lexical lane recall@{settings_lexical_k} vs unbounded BM25 (the same lane without "
+              f"its row budget): mean {statistics.mean(fig.lexical_recall):.3f}, min "
+              f"{min(fig.lexical_recall):.3f}; chunks scored p50 "
+              f"{statistics.median(fig.lexical_scored):.0f} of p50 "
+              f"{statistics.median(fig.lexical_matching):.0f} (sum of the query terms' dfs)")
     a50, s50 = statistics.median(fig.app_ms), statistics.median(fig.su_ms)
     per_query = statistics.median(x / y for x, y in zip(fig.app_ms, fig.su_ms, strict=True))
-    print(f"RLS: FULL_PLAN statement as engram_app p50 {a50:.1f} ms (p95 {pct(fig.app_ms, 0.95):.1f}), "
-          f"as superuser p50 {s50:.1f} ms (p95 {pct(fig.su_ms, 0.95):.1f}): ratio {a50 / s50:.3f} "
-          f"(median per-query ratio {per_query:.3f}; goal <= 1.15)")
+    print(f"RLS: FULL_PLAN statement (reused plan) as engram_app p50 {a50:.1f} ms (p95 "
+          f"{pct(fig.app_ms, 0.95):.1f}), as superuser p50 {s50:.1f} ms (p95 {pct(fig.su_ms, 0.95):.1f}): "
+          f"ratio {a50 / s50:.3f} (median per-query ratio {per_query:.3f}; goal <= 1.10)")
     (ap, ae), (sp, se) = ((statistics.median(x[0] for x in fig.explain[who]),
                            statistics.median(x[1] for x in fig.explain[who])) for who in ("app", "su"))
-    print(f"  EXPLAIN ANALYZE (3 questions x 3): engram_app planning {ap:.1f} ms + execution "
-          f"{ae:.1f} ms; superuser planning {sp:.1f} ms + execution {se:.1f} ms")
+    print(f"  EXPLAIN ANALYZE (3 questions x 3, planned for the call): engram_app planning {ap:.1f} ms "
+          f"+ execution {ae:.1f} ms; superuser planning {sp:.1f} ms + execution {se:.1f} ms")
     print("  source lanes alone, p50 ms as engram_app vs superuser: " + ", ".join(
         f"{lane} {statistics.median(fig.lane_ms[lane]):.1f} vs {statistics.median(v):.1f}"
         for lane, v in fig.lane_su_ms.items()))
     diff = ", ".join(f"{lane} {n}" for lane, n in fig.row_diffs.most_common()) or "none"
     print(f"  same rows in {fig.same_rows}/{fig.queries} queries; rows only one side returned, "
           f"by lane: {diff}")
+    e50, p50_ = statistics.median(fig.engram_ms), statistics.median(fig.peer_ms)
+    per_query_peer = statistics.median(x / y for x, y in zip(fig.engram_ms, fig.peer_ms, strict=True))
+    print(f"peer (hand-written hybrid SQL function: ts_rank OR top 40 + HNSW top 40, RRF k=60, top 10 "
+          f"with text; same pool, identity and query embedder; both embed the question): Engram "
+          f"recall() p50/p95 {e50:.1f}/{pct(fig.engram_ms, 0.95):.1f} ms, peer "
+          f"{p50_:.1f}/{pct(fig.peer_ms, 0.95):.1f} ms: ratio of p50s {e50 / p50_:.2f}x "
+          f"(median per-query ratio {per_query_peer:.2f}x; goal <= 2.0x)")
     o50 = statistics.median(fig.one_ms)
     p50 = statistics.median(fig.apart_ms)
     pt50 = statistics.median(fig.apart_timeline_ms)
@@ -762,6 +903,133 @@ def report(fig: Figures, dense_k: int) -> None:
           f"ratio {o50 / pt50:.3f}")
     print("  lane p50 ms: " + ", ".join(f"{lane} {statistics.median(v):.1f}"
                                         for lane, v in fig.lane_ms.items()))
+
+
+@contextmanager
+def corpus_database(keep: Path | None) -> Iterator[tuple[Database, bool]]:
+    """The benchmark's database and whether it is fresh: a throwaway one, or with ``--keep
+    DIR`` one kept under DIR (built on the first run, then started and migrated to head)."""
+    if keep is None:
+        with scratch_database() as db:
+            yield db, True
+        return
+    from orchestrator.db.migrate import migrate
+    from orchestrator.db.server import free_port
+
+    keep.mkdir(parents=True, exist_ok=True)
+    keep.chmod(0o755)
+    home = keep / "home"
+    fresh = not (keep / MANIFEST).exists()
+    if fresh and home.exists():
+        raise SystemExit(f"{home} exists without {MANIFEST} (an interrupted build?): remove {keep}")
+    db = Database(Settings(home=home, db_port=free_port(), db_name="engram_bench"))
+    try:
+        db.start_embedded()
+        migrate(db)
+        yield db, fresh
+    finally:
+        if db.server.pid() is not None:
+            db.server.stop()
+
+
+MANIFEST = "corpus.json"
+TENANT_FIELDS = ("org", "size", "share", "documents")
+
+
+def save_manifest(keep: Path, args: argparse.Namespace, tenants: list[Tenant]) -> None:
+    body = {"chunks": args.chunks, "tenants": args.tenants, "largest": args.largest,
+            "smallest": args.smallest, "seed": args.seed, "embed": args.embed,
+            "version": GENERATOR_VERSION, "corpus": [
+                {**{f: getattr(t, f) for f in TENANT_FIELDS}, "id": str(t.id),
+                 "scope_id": str(t.scope_id), "chunk_ids": [str(c) for c in t.chunk_ids],
+                 "titles": t.titles, "entities": t.entities, "memory": dict(t.memory)}
+                for t in tenants]}
+    (keep / MANIFEST).write_text(json.dumps(body))
+
+
+def load_manifest(keep: Path, args: argparse.Namespace, texts: list[str],
+                  vectors: np.ndarray[Any, Any]) -> list[Tenant]:
+    body = json.loads((keep / MANIFEST).read_text())
+    wanted = {"chunks": args.chunks, "tenants": args.tenants, "largest": args.largest,
+              "smallest": args.smallest, "seed": args.seed, "embed": args.embed,
+              "version": GENERATOR_VERSION}
+    if {k: body[k] for k in wanted} != wanted:
+        raise SystemExit(f"{keep} holds another corpus ({ {k: body[k] for k in wanted} }); "
+                         "give the same options or another --keep folder")
+    tenants, pos = [], 0
+    for row in body["corpus"]:
+        t = Tenant(row["org"], uuid.UUID(row["id"]), uuid.UUID(row["scope_id"]), row["size"],
+                   row["share"], chunk_ids=[uuid.UUID(c) for c in row["chunk_ids"]],
+                   titles=row["titles"], entities=row["entities"], documents=row["documents"],
+                   memory=Counter(row["memory"]))
+        t.texts, t.vectors = texts[pos: pos + t.size], vectors[pos: pos + t.size]
+        pos += t.size
+        tenants.append(t)
+    return tenants
+
+
+def build_corpus(db: Database, admin: Engine, app: Engine, args: argparse.Namespace, sizes: list[int],
+                 words: Words, texts: list[str], vectors: np.ndarray[Any, Any], embedder: Any
+                 ) -> list[Tenant]:
+    settings = db.settings
+    definition = drop_chunk_hnsw(admin)
+    print(f"HNSW: {CHUNK_HNSW} dropped by the superuser before the bulk load "
+          f"(rebuilt after it with the same definition)" if definition
+          else "HNSW: no chunk HNSW index (not the pgvector tier); nothing dropped")
+    t0 = time.perf_counter()
+    tenants: list[Tenant] = []
+    pos = 0
+    for n, size in enumerate(sizes):
+        t = create_tenant(admin, f"bench-{n:02d}-{uuid.uuid4().hex[:6]}", size, size / args.chunks)
+        t.texts = texts[pos: pos + size]
+        t.vectors = vectors[pos: pos + size]
+        load_sources(app, t, t.texts, t.vectors, words, np.random.default_rng([args.seed, 1, n]),
+                     embedder.model_name)
+        pos += size
+        tenants.append(t)
+    load_s = time.perf_counter() - t0
+    print(f"bulk load: {args.chunks} chunks in {sum(t.documents for t in tenants)} documents, "
+          f"{len(tenants)} tenants, through engram_app (documents by executemany, each "
+          f"document's chunks by one insert, embeddings written back by one update per "
+          f"1000 chunks): {load_s:.0f}s")
+    print(f"  tenant sizes (chunks): {sizes}")
+    t0 = time.perf_counter()
+    for n, t in enumerate(tenants):
+        load_memory(app, t, words, np.random.default_rng([args.seed, 2, n]))
+    rows, embed_s = embed_memory(db, embedder, settings, [t.id for t in tenants])
+    total_memory: Counter[str] = Counter()
+    for t in tenants:
+        total_memory.update(t.memory)
+    print(f"memory rows (all tenants): {dict(total_memory)}; written in "
+          f"{time.perf_counter() - t0 - embed_s:.0f}s, {rows} rows embedded by the queue worker "
+          f"as engram_worker in {embed_s:.0f}s")
+    if definition:
+        print(f"HNSW rebuilt after the load in {create_chunk_hnsw(admin, definition):.0f}s: "
+              f"{definition}")
+    t0 = time.perf_counter()
+    with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("vacuum analyze"))
+        stats_rows = conn.execute(text("select count(*) from recall.lexical_stats")).scalar()
+    print(f"vacuum analyze: {time.perf_counter() - t0:.0f}s")
+    if args.no_compact:
+        print(f"recall.lexical_stats: {stats_rows} delta rows (one per chunk-inserting "
+              "statement; --no-compact: left as the load wrote them)")
+    else:
+        # What the derive scheduler does every tick (DeriveScheduler.compact_statistics,
+        # as engram_worker), so the statistics are read as production reads them.
+        worker = make_app_engine(db.role_url("engram_worker"), pool_size=1)
+        try:
+            with worker.begin() as conn:
+                compacted = conn.execute(select(func.recall.compact_all_lexical_stats(
+                    settings.derive_compact_min_deltas))).scalar_one()
+        finally:
+            worker.dispose()
+        with admin.connect() as conn:
+            after = conn.execute(text("select count(*) from recall.lexical_stats")).scalar()
+        print(f"recall.lexical_stats: {stats_rows} delta rows after the load (one per "
+              f"chunk-inserting statement), compacted as the derive scheduler does "
+              f"({compacted} tenants): {after} rows")
+    return tenants
 
 
 def main() -> None:
@@ -778,6 +1046,9 @@ def main() -> None:
     ap.add_argument("--vector-cache", type=Path, default=None, help="a .npy file to reuse vectors")
     ap.add_argument("--vectors-only", action="store_true",
                     help="embed the stream into --vector-cache and stop")
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="keep the built database in this folder and reuse it on later runs with "
+                         "the same corpus options (migrated to head each time)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--no-compact", action="store_true",
                     help="leave the BM25 statistic deltas uncompacted (production compacts them "
@@ -789,8 +1060,8 @@ def main() -> None:
     sizes = tenant_sizes(args.chunks, args.tenants, args.largest, args.smallest)
     words = Words(vocabulary())
     print(f"machine: {os.cpu_count()} CPU cores shared with other engineers' jobs (load average "
-          f"{os.getloadavg()[0]:.1f} at start): absolute milliseconds are noisy; the ratios below "
-          "are measured side by side in the same run")
+          f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())} at start): absolute milliseconds "
+          "are noisy; the ratios below are measured side by side in the same run")
     started = time.perf_counter()
     # The vectors first (no database needed): --vectors-only fills the cache and stops.
     embedder = Embedder.from_settings(Settings())
@@ -803,51 +1074,22 @@ def main() -> None:
           f"{'first sentence' if args.embed == 'lead' else 'whole text'}: {vector_note}")
     if args.vectors_only:
         return
-    with scratch_database() as db:
+    with corpus_database(args.keep) as (db, fresh):
         settings = db.settings
         admin = create_engine(db.admin_url())
         app = make_app_engine(db.app_url())
         try:
             embedder = Embedder.from_settings(settings)
-            definition = drop_chunk_hnsw(admin)
-            print(f"HNSW: {CHUNK_HNSW} dropped by the superuser before the bulk load "
-                  f"(rebuilt after it with the same definition)" if definition
-                  else "HNSW: no chunk HNSW index (not the pgvector tier); nothing dropped")
-            t0 = time.perf_counter()
-            tenants: list[Tenant] = []
-            pos = 0
-            for n, size in enumerate(sizes):
-                t = create_tenant(admin, f"bench-{n:02d}-{uuid.uuid4().hex[:6]}", size,
-                                  size / args.chunks)
-                t.texts = texts[pos: pos + size]
-                t.vectors = vectors[pos: pos + size]
-                load_sources(app, t, t.texts, t.vectors, words, np.random.default_rng([args.seed, 1, n]),
-                             embedder.model_name)
-                pos += size
-                tenants.append(t)
-            load_s = time.perf_counter() - t0
-            print(f"bulk load: {args.chunks} chunks in {sum(t.documents for t in tenants)} documents, "
-                  f"{len(tenants)} tenants, through engram_app (documents by executemany, each "
-                  f"document's chunks by one insert, embeddings written back by one update per "
-                  f"1000 chunks): {load_s:.0f}s")
-            print(f"  tenant sizes (chunks): {sizes}")
-            t0 = time.perf_counter()
-            for n, t in enumerate(tenants):
-                load_memory(app, t, words, np.random.default_rng([args.seed, 2, n]))
-            rows, embed_s = embed_memory(db, embedder, settings, [t.id for t in tenants])
-            total_memory: Counter[str] = Counter()
-            for t in tenants:
-                total_memory.update(t.memory)
-            print(f"memory rows (all tenants): {dict(total_memory)}; written in "
-                  f"{time.perf_counter() - t0 - embed_s:.0f}s, {rows} rows embedded by the queue worker "
-                  f"as engram_worker in {embed_s:.0f}s")
-            if definition:
-                print(f"HNSW rebuilt after the load in {create_chunk_hnsw(admin, definition):.0f}s: "
-                      f"{definition}")
-            t0 = time.perf_counter()
-            with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                conn.execute(text("vacuum analyze"))
-                stats_rows = conn.execute(text("select count(*) from recall.lexical_stats")).scalar()
+            if fresh:
+                tenants = build_corpus(db, admin, app, args, sizes, words, texts, vectors, embedder)
+                if args.keep is not None:
+                    save_manifest(args.keep, args, tenants)
+            else:
+                tenants = load_manifest(args.keep, args, texts, vectors) if args.keep else []
+                print(f"corpus: reused from {args.keep} (built earlier with the same options; "
+                      "migrated to head)")
+            create_peer(admin)
+            with admin.connect() as conn:
                 version = conn.execute(text("show server_version")).scalar()
                 shared = conn.execute(text("show shared_buffers")).scalar()
                 jit = conn.execute(text("show jit")).scalar()
@@ -856,28 +1098,9 @@ def main() -> None:
                     "join pg_roles r on r.oid = s.setrole where r.rolname = 'engram_app' "
                     "and s.setdatabase = (select oid from pg_database "
                     "where datname = current_database())")).scalars()]
-            print(f"vacuum analyze: {time.perf_counter() - t0:.0f}s; PostgreSQL {version}, "
-                  f"shared_buffers {shared}, jit {jit}; engram_app's role settings "
-                  f"{', '.join('='.join(s) for s in role_settings)} (also set for the superuser's "
-                  "transactions)")
-            if args.no_compact:
-                print(f"recall.lexical_stats: {stats_rows} delta rows (one per chunk-inserting "
-                      "statement; --no-compact: left as the load wrote them)")
-            else:
-                # What the derive scheduler does every tick (DeriveScheduler.compact_statistics,
-                # as engram_worker), so the statistics are read as production reads them.
-                worker = make_app_engine(db.role_url("engram_worker"), pool_size=1)
-                try:
-                    with worker.begin() as conn:
-                        compacted = conn.execute(select(func.recall.compact_all_lexical_stats(
-                            settings.derive_compact_min_deltas))).scalar_one()
-                finally:
-                    worker.dispose()
-                with admin.connect() as conn:
-                    after = conn.execute(text("select count(*) from recall.lexical_stats")).scalar()
-                print(f"recall.lexical_stats: {stats_rows} delta rows after the load (one per "
-                      f"chunk-inserting statement), compacted as the derive scheduler does "
-                      f"({compacted} tenants): {after} rows")
+            print(f"PostgreSQL {version}, shared_buffers {shared}, jit {jit}; engram_app's role "
+                  f"settings {', '.join('='.join(s) for s in role_settings)} (also set for the "
+                  "superuser's transactions)")
             print(f"corpus ready in {time.perf_counter() - started:.0f}s")
 
             recallers = {"no reranker": Recaller(app, settings, embedder=embedder,
@@ -895,24 +1118,33 @@ def main() -> None:
             figures = []
             for label, t in (("largest", tenants[0]), ("smallest", tenants[-1])):
                 fig = measure(label, t, recallers, embedder, admin, app, role_settings, args.queries,
-                              args.seed, settings.recall_dense_k)
-                report(fig, settings.recall_dense_k)
+                              args.seed, settings)
+                report(fig, settings.recall_dense_k, settings.recall_lexical_k)
                 figures.append(fig)
             print("\n=== summary (ms; ratios measured in the same run) ===")
-            print(f"{'tenant':>9s} {'chunks':>7s} {'total p50/p95':>15s} {'+reranker p50/p95':>18s} "
-                  f"{'stmt p50':>9s} {'RLS/su':>7s} {'one/apart':>9s} {'dense R@k':>9s}")
+            print(f"{'tenant':>9s} {'chunks':>7s} {'recall p50/p95':>15s} {'peer p50/p95':>13s} "
+                  f"{'/peer':>6s} {'trace p50/p95':>14s} {'+reranker p50/p95':>18s} "
+                  f"{'stmt p50':>9s} {'RLS/su':>7s} {'one/apart':>9s} {'dense R@k':>9s} "
+                  f"{'lex R@k':>7s} {'gen/cust':>8s}")
             for fig in figures:
                 plain = fig.stages["no reranker"]["total"]
                 rr = fig.stages.get("reranker", {}).get("total", [])
                 rr_cell = f"{pct(rr, 0.5):.0f}/{pct(rr, 0.95):.0f}" if rr else "-"
+                e, pe = fig.engram_ms, fig.peer_ms
                 print(f"{fig.label:>9s} {fig.tenant.size:7d} "
-                      f"{pct(plain, 0.5):>7.0f}/{pct(plain, 0.95):<7.0f} {rr_cell:>18s} "
+                      f"{statistics.median(e):>7.1f}/{pct(e, 0.95):<7.1f} "
+                      f"{statistics.median(pe):>6.1f}/{pct(pe, 0.95):<6.1f} "
+                      f"{statistics.median(e) / statistics.median(pe):6.2f} "
+                      f"{pct(plain, 0.5):>7.0f}/{pct(plain, 0.95):<6.0f} {rr_cell:>18s} "
                       f"{statistics.median(fig.app_ms):9.1f} "
                       f"{statistics.median(fig.app_ms) / statistics.median(fig.su_ms):7.3f} "
                       f"{statistics.median(fig.one_ms) / statistics.median(fig.apart_ms):9.3f} "
-                      f"{statistics.mean(fig.dense_recall):9.3f}")
+                      f"{statistics.mean(fig.dense_recall):9.3f} "
+                      f"{statistics.mean(fig.lexical_recall) if fig.lexical_recall else float('nan'):7.3f} "
+                      f"{statistics.median(fig.generic_ms) / statistics.median(fig.custom_ms):8.3f}")
             print(f"whole run: {time.perf_counter() - started:.0f}s")
         finally:
+            close_background()  # chain the receipts before the server stops
             app.dispose()
             admin.dispose()
 

@@ -437,7 +437,7 @@ def requested_dataset() -> str:
     """``--dataset locomo|fanoutqa`` (default locomo), taken out of argv for the dataset's parser."""
     import sys
 
-    # allow_abbrev off: otherwise this parser reads --data PATH as --dataset PATH.
+    # No abbreviations: "--data PATH" (the LoCoMo option) must not be read as "--dataset".
     ap = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     ap.add_argument("--dataset", choices=("locomo", "fanoutqa"), default="locomo")
     known, rest = ap.parse_known_args()

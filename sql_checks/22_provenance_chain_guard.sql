@@ -10,7 +10,7 @@ create temp view chain_candidates as
      where n.nspname in ('sources', 'knowledge', 'memory', 'provenance')
        and c.relkind in ('r', 'p') and not c.relispartition
        and c.oid not in ('provenance.events'::regclass, 'provenance.pending'::regclass,
-                         'provenance.pending_commits'::regclass)
+                         'provenance.pending_commits'::regclass, 'provenance.receipt_queue'::regclass)
        and exists (select 1 from pg_attribute a where a.attrelid = c.oid and a.attname = 'tenant_id'
                       and not a.attisdropped);
 
@@ -20,8 +20,12 @@ select is_empty($$
     select c.tbl::text || ' lacks ' || ev from chain_candidates c
      cross join unnest(array['INSERT', 'UPDATE', 'DELETE']) as ev
      where not exists (
+        -- Receipts chain their INSERTs through the queue of 0040 (chain_receipts appends them).
         select 1 from pg_trigger t where t.tgrelid = c.tbl and not t.tgisinternal
-           and t.tgfoid = 'provenance.tg_chain__append()'::regprocedure and t.tgenabled = 'O'
+           and (t.tgfoid = 'provenance.tg_chain__append()'::regprocedure
+                or (c.tbl = 'provenance.receipts'::regclass and ev = 'INSERT'
+                    and t.tgfoid = 'provenance.tg_receipts__queue_chain()'::regprocedure))
+           and t.tgenabled = 'O'
            and (t.tgtype & 1) = 0  -- statement level
            and (t.tgtype & 2) = 0  -- after
            and case ev when 'INSERT' then (t.tgtype & 4) <> 0 when 'DELETE' then (t.tgtype & 8) <> 0

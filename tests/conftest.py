@@ -107,6 +107,9 @@ def test_db(request: pytest.FixtureRequest) -> Iterator[TestDatabase]:
     try:
         yield tdb
     finally:
+        from orchestrator.recall.service import close_background
+
+        close_background()  # recalls' receipts and access counts, before the server stops
         tdb.dispose()
         if kind == "embedded":
             try:

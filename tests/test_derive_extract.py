@@ -537,9 +537,9 @@ def test_cli_extract(admin_engine: Engine, app_engine: Engine, tenant: TenantFix
     assert bad.exit_code == 2 and "limit must be a positive integer" in bad.output
 
 
-def test_ingest_extracts_what_it_changed_unless_told_not_to(app_engine: Engine, tenant: TenantFixture,
-                                                            cli_env: dict[str, str],  # noqa: F811
-                                                            tmp_path: Path) -> None:
+def test_ingest_hands_extraction_to_the_worker_or_extracts_when_told(
+        app_engine: Engine, tenant: TenantFixture, cli_env: dict[str, str],  # noqa: F811
+        tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from orchestrator.cli.main import app
@@ -550,16 +550,19 @@ def test_ingest_extracts_what_it_changed_unless_told_not_to(app_engine: Engine, 
     (root / "own.md").write_text("---\nextract: false\n---\nGrace Hopper joined the Navy.")
     (root / "later.md").write_text("Ada Lovelace works at Microsoft.")
     who = ["--tenant", tenant.org_id, "--scopes", "write:team"]
-    run = CliRunner().invoke(app, ["ingest", str(root / "svo.md"), str(root / "own.md"), *who],
-                             env=cli_env)
+    run = CliRunner().invoke(app, ["ingest", str(root / "svo.md"), str(root / "own.md"), "--extract",
+                                   *who], env=cli_env)
     assert run.exit_code == 0, run.output
     assert "extracted 1 chunks read" in run.output  # own.md opted out
     with bound_session(app_engine, tenant.identity(read=("team",))) as s:
         assert _triples(s) == SVO_EXPECTED
         meta = s.execute(text("select metadata from sources.documents where path = 'own.md'")).scalar_one()
     assert meta == {"extract": False}
-    later = CliRunner().invoke(app, ["ingest", str(root / "later.md"), "--no-extract", *who], env=cli_env)
+    # By default the worker extracts: the command says so, and how much waits.
+    later = CliRunner().invoke(app, ["ingest", str(root / "later.md"), *who], env=cli_env)
     assert later.exit_code == 0 and "extracted" not in later.output
+    assert ("extraction handed to the worker: 1 chunks of 1 documents wait (1 of them for their "
+            "embedding first)") in " ".join(later.output.split())
     with bound_session(app_engine, tenant.identity(write=("team",))) as s:
         assert extract(s).chunks == 1  # left for the worker
     bad = root / "bad.md"
@@ -568,8 +571,11 @@ def test_ingest_extracts_what_it_changed_unless_told_not_to(app_engine: Engine, 
     assert refused.exit_code == 1 and "front matter extract must be true or false" in refused.output
     skipped = root / "skip.md"
     skipped.write_text("Marie Curie discovered radium.")
-    opted = CliRunner().invoke(app, ["ingest", str(skipped), "--skip-extraction", *who], env=cli_env)
+    opted = CliRunner().invoke(app, ["ingest", str(skipped), "--skip-extraction", "--extract", *who],
+                               env=cli_env)
     assert opted.exit_code == 0 and "extracted 0 chunks read" in opted.output
+    quiet = CliRunner().invoke(app, ["ingest", str(root / "own.md"), *who], env=cli_env)
+    assert quiet.exit_code == 0 and "handed to the worker" not in quiet.output  # opted out, unchanged
 
 
 # --- the batched claim writer and the model listing ---------------------------------------

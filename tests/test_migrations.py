@@ -123,6 +123,34 @@ def test_columns_added_to_chained_tables_are_rebaselined(scratch_url: str) -> No
     assert embed_text == "db: Which database? Reasoning: PostgreSQL owns the data."
 
 
+def test_rows_written_before_the_cost_revisions_keep_working(scratch_url: str) -> None:
+    """0041 counts the terms of chunks written before it (as the superuser: the owner sees no
+    chunk under forced RLS); 0040's queue takes receipts written after it, and the ones chained
+    before still verify."""
+    migrate.upgrade(scratch_url, "0019_derivation_batches")
+    eng = create_engine(scratch_url, poolclass=pool.NullPool)
+    with eng.begin() as conn:
+        tenant = conn.execute(text("select auth.create_tenant('org-cost', 'Cost')")).scalar_one()
+        scope = conn.execute(text("select auth.create_scope(:t, 'team', 'Team')"), {"t": tenant}).scalar_one()
+        doc = conn.execute(text(
+            "insert into sources.documents (tenant_id, collection, path, title, body, content_hash, scopes) "
+            "values (:t, 'notes', 'a.md', 'A', 'river bridge', sha256('river bridge'), "
+            "array[cast(:s as uuid)]) returning id"), {"t": tenant, "s": scope}).scalar_one()
+        for n, body in enumerate(("The river bridge.", "A river, a harbour.")):
+            conn.execute(text(
+                "insert into sources.chunks (tenant_id, document_id, ordinal, text, char_start, char_end) "
+                "values (:t, :d, :n, :b, 0, length(:b))"), {"t": tenant, "d": doc, "n": n, "b": body})
+    migrate.upgrade(scratch_url, "head")
+    with eng.connect() as conn:
+        df = dict(conn.execute(text(
+            "select lexeme, sum(chunks) from recall.lexical_terms where tenant_id = :t group by 1"),
+            {"t": tenant}).all())
+        problems = conn.execute(text("select * from provenance.verify_rows(:t)"), {"t": tenant}).all()
+    eng.dispose()
+    assert df == {"river": 2, "bridg": 1, "harbour": 1}
+    assert problems == []
+
+
 def test_recall_probes_stay_index_probes_under_rls(admin_engine) -> None:  # type: ignore[no-untyped-def]
     """0014: the lexical match is leakproof (where the migrating role could make it so), the
     title key is a stored column, and the app role plans every statement for its parameters."""

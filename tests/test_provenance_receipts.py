@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import Engine, text, update
 
-from orchestrator.audit.receipts import append_receipt, verify_receipt, version_of
+from orchestrator.audit.receipts import append_receipt, chain_receipts, verify_receipt, version_of
 from orchestrator.db.models import Document
 from orchestrator.db.session import bound_session
 from orchestrator.errors import BadInput, Forbidden, NotFound
@@ -22,9 +22,13 @@ DOCS = "sources.documents"
 
 
 def _receipt(app_engine: Engine, t: TenantFixture, docs: list[uuid.UUID]) -> uuid.UUID:
+    """A receipt, chained (its chain event is queued at insert and appended in batches: 0040)."""
     with bound_session(app_engine, t.identity("asker", read=("team",))) as s:
         evidence = [(DOCS, {"id": str(d)}, version_of(s, DOCS, {"id": str(d)})) for d in docs]
-        return append_receipt(s, "what about the river?", evidence, "The river is wide.")
+        rid = append_receipt(s, "what about the river?", evidence, "The river is wide.")
+    with app_engine.begin() as conn:
+        chain_receipts(conn)
+    return rid
 
 
 def test_receipt_verifies_and_a_changed_evidence_version_fails(

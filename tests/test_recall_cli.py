@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from typer.testing import CliRunner
 
 from orchestrator.cli.main import app
+from tests.support.api import api_settings, serve
 from tests.support.derive import cli_env
 from tests.support.recall import doc, embedder, write_documents
 
@@ -40,3 +43,36 @@ def test_recall_prepare_and_trace_as_a_user(cli_env, tenant_factory, app_engine,
     assert bad.exit_code == 1 and "the question is empty" in bad.output
     bad = runner.invoke(app, ["trace", "roof", *who, "--mode", "psychic"], env=cli_env)
     assert bad.exit_code == 1 and "unknown mode" in bad.output
+
+
+def test_the_cli_asks_a_running_api_server_and_says_so(cli_env, tenant_factory, app_engine, embedder,
+                                                        settings, tmp_path):
+    t = tenant_factory("team", "exec")
+    write_documents(app_engine, t.identity(write=("team", "exec")), embedder, [
+        doc("roof.md", "Roof repair", "Three quotes for the roof; the cheapest is Dakwerk at 4,200 euros."),
+        doc("board.md", "Board memo", "The roof budget is capped at 5,000 euros.", scopes=("exec",)),
+    ], settings)
+    runner = CliRunner()
+    who = ["--org", t.org_id, "--as", "alice", "--read", "team"]
+    question = "how much will the roof cost?"
+    local = runner.invoke(app, ["recall", question, *who], env=cli_env)
+    assert local.exit_code == 0 and "answered in this process (no API server answers" in local.output
+    s = api_settings(settings, tmp_path, auth_dev_key_path=Path(cli_env["ENGRAM_AUTH_DEV_KEY_PATH"]))
+    with serve(s, app_engine) as server:
+        env = {**cli_env, "ENGRAM_API_URL": server.url}
+        remote = runner.invoke(app, ["recall", question, *who], env=env)
+        assert remote.exit_code == 0, remote.output
+        assert f"answered by the API at {server.url}" in remote.output
+        # The same evidence either way (the rendered string, after the line saying the path).
+        assert remote.output.split("\n", 1)[1] == local.output.split("\n", 1)[1]
+        assert "capped" not in remote.output
+        traced = runner.invoke(app, ["trace", question, *who], env=env)
+        assert traced.exit_code == 0 and "1. candidate pools" in traced.output, traced.output
+        assert "7. rendered" in traced.output and "board.md" not in traced.output
+        prepared = runner.invoke(app, ["prepare", question, *who], env=env)
+        assert prepared.exit_code == 0 and "## Relevant evidence" in prepared.output
+        # The server's refusals reach the user as errors; --local skips the server.
+        bad = runner.invoke(app, ["recall", "   ", *who], env=env)
+        assert bad.exit_code == 1 and "the question is empty" in bad.output
+        forced = runner.invoke(app, ["recall", question, *who, "--local"], env=env)
+        assert forced.exit_code == 0 and "answered in this process (--local" in forced.output

@@ -331,6 +331,7 @@ def test_other_scope_memory_never_reaches_recall_or_trace(world, small):
 def test_served_facts_bump_counters_and_the_receipt_verifies(world, app_engine, settings, embedder,
                                                            admin_engine, auditor_engine):
     recaller = recaller_with(app_engine, settings, embedder)
+    recaller.settle()  # what earlier recalls over this engine left to the background
 
     def counts():
         with admin_engine.connect() as conn:
@@ -339,20 +340,28 @@ def test_served_facts_bump_counters_and_the_receipt_verifies(world, app_engine, 
 
     before = counts()
     result, trace = recaller.trace(world.alice, "What is the Acme SLA uptime?", budget_tokens=150)
-    after = counts()
     served_claims = {e.item_id for e in result.evidence if e.item_table == "knowledge.fact_claim"}
     assert served_claims and trace.touched_claims == len(served_claims)
+    # Sealed in the recall; the counters and the receipt's chain event follow in the background.
+    recaller.settle()
+    after = counts()
     for claim, n in after.items():
         assert n == before[claim] + (1 if claim in served_claims else 0), claim
     with auditor_engine.connect() as conn:
         check = verify_receipt(conn, trace.receipt_id, rendered=result.rendered)
         stored = conn.execute(text("select evidence from provenance.receipts where id = :i"),
                               {"i": trace.receipt_id}).scalar_one()
-    assert check.ok and check.proven, check.problems()
+    # Proven; the served facts' access counters moved after the seal, nothing else did.
+    assert check.proven and not check.queued, check.problems()
+    assert {e.row_id["id"] for e in check.evidence if e.status == "changed"} == {
+        str(c) for c in served_claims}
+    assert all(e.status == "unchanged" for e in check.evidence
+               if e.table != "knowledge.fact_claim")
     assert [(x["table"], x["row_id"]["id"]) for x in stored] == [
         (e.item_table, str(e.item_id)) for e in result.evidence if e.item_id is not None]
     # Served again, the counters move on: the first receipt is still proven, no longer unchanged.
     recaller.recall(world.alice, "What is the Acme SLA uptime?", budget_tokens=150)
+    recaller.settle()
     with auditor_engine.connect() as conn:
         again = verify_receipt(conn, trace.receipt_id)
     assert again.proven and not again.ok
@@ -395,6 +404,7 @@ def test_feedback_on_served_evidence(world, app_engine, settings, embedder, admi
 
     recaller = recaller_with(app_engine, settings, embedder, recall_receipts=False)
     result = recaller.recall(world.alice, "What is the Acme SLA uptime?")
+    recaller.settle()  # the recall's own access counts are applied in the background
     excerpt = next(e for e in result.evidence if e.item_table == "sources.chunks")
     fact = next(e for e in result.evidence if e.item_table == "knowledge.fact_claim")
 

@@ -26,7 +26,7 @@ tenant owns, and a tenant's model must be an artifact with provenance.
   the whole tenant, for anyone else only the caller's own events.
 
 Revision ID: 0050_rank_learning
-Revises: 0019_derivation_batches
+Revises: 0041_lexical_terms (after merging branch cost; first chained from 0019_derivation_batches)
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = "0050_rank_learning"
-down_revision = "0019_derivation_batches"
+down_revision = "0041_lexical_terms"
 branch_labels = None
 depends_on = None
 

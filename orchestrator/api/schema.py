@@ -208,6 +208,16 @@ def resolve_recall(_: None, info: Any, question: str, asker: str | None = None,
             "rendered": result.rendered, "evidence": [_evidence(e) for e in result.evidence]}
 
 
+@query.field("recallTrace")
+def resolve_recall_trace(_: None, info: Any, question: str, asker: str | None = None,
+                         budgetTokens: int | None = None, mode: str | None = None,  # noqa: N803
+                         sessionId: str | None = None  # noqa: N803
+                         ) -> dict[str, Any]:
+    ctx, recaller = _recaller(info)
+    result, trace = recaller.trace(ctx.identity, question, asker, budgetTokens, mode, sessionId)
+    return {"rendered": result.rendered, "trace": trace.format()}
+
+
 def _auditor(ctx: RequestContext, what: str) -> tuple[Engine, uuid.UUID]:
     """The auditor engine and the caller's tenant id, for auditor-only fields."""
     tenant = audit.auditor_tenant(ctx.session, ctx.identity, what)

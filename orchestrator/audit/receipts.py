@@ -1,16 +1,21 @@
 """Recall receipts: what was served to whom, provable later.
 
-Recall calls ``append_receipt`` once per answer, in the request's
+Recall calls ``append_served`` once per answer, in the request's
 ``bound_session``: who asked (the bound user), when, the SHA-256 of the
 question and of the rendered string, and each evidence row with the version
 (hash of its canonical image) that was served. The database refuses a receipt
 whose evidence is not at the version named or not visible to the asker, seals
-it with ``receipt_hash``, keeps it append-only and chains it.
+it with ``receipt_hash`` and keeps it append-only. Its chain event is queued in
+the same transaction (``provenance.receipt_queue``, migration 0040) and appended
+by ``chain_receipts``, which a background thread of the recalling process (and
+``engram worker run``) calls in batches: the receipt and its queued event commit
+together, so no crash loses either.
 
 ``verify_receipt`` re-derives the seal from the stored fields, checks the
 receipt row against its chain event, checks that each served version is in the
 chain for its row, and compares it with the row's current version: a receipt
-whose evidence has changed since, or was tampered with, does not verify.
+whose evidence has changed since, or was tampered with, does not verify; one
+still in the queue is reported as such (sealed, not yet proven).
 """
 
 from __future__ import annotations
@@ -75,30 +80,31 @@ def append_receipt(session: Session, question: str, evidence: list[Evidence], re
 
 def append_served(session: Session, question: str, served: list[tuple[str, uuid.UUID]],
                   rendered: str) -> uuid.UUID:
-    """Recall's receipt in one statement: each served row's version is read as it is now,
-    inside the insert, in the transaction that served it (one ``provenance.row_versions``
-    probe per table served from, not one query per row)."""
-    tables = [t for t, _ in served]
-    ids = [i for _, i in served]
+    """Recall's receipt in one statement, in the transaction that served the rows: the
+    evidence names them without versions, and the seal trigger pins each one as it is now
+    (one ``provenance.current_versions`` probe per table; migration 0040), so every served
+    row is hashed once."""
+    evidence = [{"table": t, "row_id": {"id": str(i)}} for t, i in served]
     try:
         rid: uuid.UUID = session.execute(text(
-            "with served as ("
-            "    select * from unnest(cast(:tables as text[]), cast(:ids as uuid[]))"
-            "        with ordinality as x(t, id, n)),"
-            "versions as ("
-            "    select s.t, v.id, v.version"
-            "      from (select t, array_agg(id) as ids from served group by t) s,"
-            "           lateral provenance.row_versions(cast(s.t as regclass), s.ids) v) "
             "insert into provenance.receipts (question_hash, evidence, rendered_hash) "
-            "select :q, coalesce(jsonb_agg(jsonb_build_object("
-            "    'table', x.t, 'row_id', jsonb_build_object('id', x.id),"
-            "    'version', encode(v.version, 'hex')) order by x.n), '[]'::jsonb), :r "
-            "from served x left join versions v on v.t = x.t and v.id = x.id "
-            "returning id"),
-            {"q": _sha(question), "r": _sha(rendered), "tables": tables, "ids": ids}).scalar_one()
+            "values (:q, cast(:e as jsonb), :r) returning id"),
+            {"q": _sha(question), "r": _sha(rendered), "e": json.dumps(evidence)}).scalar_one()
     except DBAPIError as exc:
         raise translate(exc) from exc
     return rid
+
+
+def chain_receipts(conn: Executor, limit: int = 1000) -> int:
+    """Append up to ``limit`` queued receipts to their tenants' chains; returns how many.
+
+    ``engram_app`` or ``engram_worker``; commit to keep them. Concurrent callers queue on
+    each tenant's chain lock and never chain a receipt twice."""
+    try:
+        done = conn.execute(text("select provenance.chain_receipts(:n)"), {"n": limit}).scalar_one()
+    except DBAPIError as exc:
+        raise translate(exc) from exc
+    return int(done)
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,7 @@ class ReceiptCheck:
     chain_ok: bool
     evidence: list[EvidenceCheck]
     rendered_ok: bool | None
+    queued: bool = False  # sealed, its chain event still in provenance.receipt_queue
 
     @property
     def proven(self) -> bool:
@@ -146,7 +153,10 @@ class ReceiptCheck:
         out = []
         if not self.seal_ok:
             out.append("the receipt's stored fields do not match its seal (receipt_hash)")
-        if not self.chain_ok:
+        if self.queued:
+            out.append("the receipt is sealed and waits in the queue to be chained "
+                       "(provenance.chain_receipts); it is not proven until then")
+        elif not self.chain_ok:
             out.append("the receipt row does not match its chain event")
         if self.rendered_ok is False:
             out.append("the rendered text given does not match the receipt")
@@ -168,7 +178,9 @@ def verify_receipt(conn: Executor, receipt_id: uuid.UUID, *, rendered: str | Non
                                                 r.tenant_id) as current_version,
                    (select e.row_hash from provenance.events e
                      where e.tenant_id = r.tenant_id and e.table_name = 'provenance.receipts'
-                       and e.row_id = jsonb_build_object('id', r.id) order by e.seq desc limit 1) as chained
+                       and e.row_id = jsonb_build_object('id', r.id) order by e.seq desc limit 1) as chained,
+                   exists (select 1 from provenance.receipt_queue q
+                            where q.tenant_id = r.tenant_id and q.id = r.id) as queued
               from provenance.receipts r where r.id = :id"""), {"id": receipt_id}).one_or_none()
         if r is None:
             raise NotFound(f"no receipt {receipt_id}")
@@ -194,4 +206,5 @@ def verify_receipt(conn: Executor, receipt_id: uuid.UUID, *, rendered: str | Non
         and bytes(r.chained) == bytes(r.current_version),
         evidence=checks,
         rendered_ok=None if rendered is None else _sha(rendered) == bytes(r.rendered_hash),
+        queued=bool(r.queued),
     )

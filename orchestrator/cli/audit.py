@@ -253,6 +253,11 @@ def receipt_cmd(
         for p in chk.problems():
             out.print(f"  {p}")
         return
+    if chk.queued and chk.seal_ok and chk.rendered_ok is not False:
+        out.print("NOT YET CHAINED: the seal agrees; the receipt's chain event waits in "
+                  "provenance.receipt_queue (the recalling process or `engram worker run` appends "
+                  "it within seconds); ask again to prove it")
+        raise typer.Exit(1)
     for p in chk.problems():
         out.print(f"DOES NOT MATCH: {p}")
     raise typer.Exit(1)

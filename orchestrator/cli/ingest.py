@@ -18,16 +18,19 @@ compares content hashes and fields). ``--sync`` deletes the documents of a
 folder's collection whose file is gone; it never touches collections that were
 not ingested as folders.
 
-**Extraction.** After the files are written (so extraction never holds up a
-write), the documents this run created or changed are extracted at once, with a
-progress bar, in runs of ``ENGRAM_DERIVE_EXTRACT_LIMIT`` chunks
-(``orchestrator.derive.extract.extract_all``); ``--no-extract`` leaves them to
-the worker (``engram worker run`` extracts right after it embeds them). An
-extraction failure is reported and exits 1, but the documents stay written and
-the worker extracts them later. Front matter ``extract: false`` (or
-``--skip-extraction`` for every file of the run) stores ``"extract": false`` in
-the document's metadata: it is never extracted, and what was extracted from it
-before is retracted (bring your own claims).
+**Extraction.** By default it is handed to the worker: the command returns as
+soon as the files are written and says how many chunks of the documents this run
+created or changed wait for extraction (and how many of them for their embedding
+first); a running ``engram worker run`` or ``engram up`` extracts them right after
+embedding them (``orchestrator.derive.extract.ExtractOnIngest``). Extraction is the
+slow part of ingesting (spaCy or GLiNER over every chunk): measured at 2,983 chunks,
+minutes of it after 5.7 s of writing. ``--extract`` extracts them now instead, with
+a progress bar, in runs of ``ENGRAM_DERIVE_EXTRACT_LIMIT`` chunks
+(``orchestrator.derive.extract.extract_all``); a failure there is reported and exits
+1, but the documents stay written and the worker extracts them later. Front matter
+``extract: false`` (or ``--skip-extraction`` for every file of the run) stores
+``"extract": false`` in the document's metadata: it is never extracted, and what was
+extracted from it before is retracted (bring your own claims).
 """
 
 from __future__ import annotations
@@ -44,12 +47,12 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, func, select
 
 from orchestrator.auth import Identity
 from orchestrator.cli.auth import cli_identity, parse_scopes
 from orchestrator.config import Settings
-from orchestrator.db.models import Document
+from orchestrator.db.models import Chunk, Document
 from orchestrator.db.session import bound_session
 from orchestrator.errors import BadInput, EngramError
 from orchestrator.ingest.documents import DocumentInput, delete_document, put_document
@@ -245,8 +248,8 @@ def ingest(
         help="scope(s) for files without front matter scopes (repeatable)")] = None,
     sync: Annotated[bool, typer.Option("--sync", help="delete documents whose file is gone")] = False,
     extract: Annotated[bool, typer.Option(
-        "--extract/--no-extract", help="extract the created and changed documents now (default), or "
-        "leave them to the worker")] = True,
+        "--extract/--no-extract", help="extract the created and changed documents now, with a progress "
+        "bar; by default the worker extracts them right after embedding them")] = False,
     skip_extraction: Annotated[bool, typer.Option(
         "--skip-extraction", help="never extract these documents (bring your own claims); front matter "
         "extract: true|false decides per file")] = False,
@@ -285,7 +288,12 @@ def ingest(
                   f"{len(summary.failed)} failed; {summary.chunks} chunks written")
         for where, why in summary.failed:
             err.print(f"[red]failed:[/red] {where}: {why}")
-        extracted = _extract(settings, engine, identity, summary.changed_ids) if extract else True
+        if extract:
+            extracted = _extract(settings, engine, identity, summary.changed_ids)
+        else:
+            extracted = True
+            if not skip_extraction:
+                _handed_over(engine, identity, summary.changed_ids)
     except EngramError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from exc
@@ -293,6 +301,26 @@ def ingest(
         engine.dispose()
     if summary.failed or not extracted:
         raise typer.Exit(1)
+
+
+def _handed_over(engine: Engine, identity: Identity, document_ids: list[uuid.UUID]) -> None:
+    """Say what waits for the worker: the chunks of what this run wrote, to extract (and, first,
+    to embed)."""
+    if not document_ids:
+        return
+    wanted = Document.metadata_["extract"].astext.is_distinct_from("false")
+    with bound_session(engine, identity) as session:
+        chunks, unembedded = session.execute(
+            select(func.count(), func.count().filter(Chunk.embed_state == "pending"))
+            .select_from(Chunk)
+            .join(Document, (Document.tenant_id == Chunk.tenant_id) & (Document.id == Chunk.document_id))
+            .where(Chunk.document_id.in_(document_ids), wanted)).one()
+    if not chunks:
+        return
+    out.print(f"extraction handed to the worker: {chunks} chunks of {len(document_ids)} documents "
+              f"wait ({unembedded} of them for their embedding first); a running `engram worker "
+              "run` or `engram up` extracts them right after embedding them (`engram ingest "
+              "--extract` extracts now)")
 
 
 def _extract(settings: Settings, engine: Engine, identity: Identity, document_ids: list[uuid.UUID]) -> bool:

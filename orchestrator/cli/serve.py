@@ -37,8 +37,11 @@ def serve_api(settings: Settings, host: str | None = None, port: int | None = No
 
 
 def start_worker(settings: Settings) -> tuple[threading.Thread, threading.Event] | None:
-    """The embedding worker in a thread of this process (``engram up``), and the derive jobs in
-    another when ``derive_interval_s`` > 0; None if the worker cannot run."""
+    """The worker in a thread of this process (``engram up``): the very loop of ``engram worker
+    run`` (``orchestrator.cli.worker.run_worker``): embedding, extraction right after it,
+    the derive jobs when ``derive_interval_s`` > 0, receipts left queued. None if the worker
+    cannot run."""
+    from orchestrator.cli.worker import run_worker
     from orchestrator.db.engine import Database, make_app_engine
     from orchestrator.errors import EngramError
     from orchestrator.worker.embedder import Embedder
@@ -54,28 +57,19 @@ def start_worker(settings: Settings) -> tuple[threading.Thread, threading.Event]
         out.print(f"[yellow]worker not started:[/yellow] {exc}")
         return None
     stop = threading.Event()
-    scheduler = None
-    if settings.derive_interval_s > 0:
-        from orchestrator.cli.worker import _derive_scheduler
-
-        scheduler = _derive_scheduler(db, engine, settings, None, verbose=False)
 
     def run() -> None:
         try:
-            worker.run_forever(db.psql_url("engram_worker"), stop)
+            run_worker(db, engine, worker, settings, stop, derive=settings.derive_interval_s > 0,
+                       extract=True, say=out.print)
         finally:
             engine.dispose()
-            if scheduler is not None:
-                scheduler.app_engine.dispose()
 
     thread = threading.Thread(target=run, name="engram-worker", daemon=True)
     thread.start()
-    out.print("embedding worker running in this process")
-    if scheduler is not None:
-        threading.Thread(target=scheduler.run_forever, args=(stop,), name="engram-derive",
-                         daemon=True).start()
-        out.print(f"derive jobs every {settings.derive_interval_s:g}s for every tenant "
-                  "(ENGRAM_DERIVE_INTERVAL_S; 0 turns them off)")
+    out.print("embedding worker running in this process"
+              + ("" if settings.derive_interval_s > 0 else
+                 " (derive jobs off: ENGRAM_DERIVE_INTERVAL_S is 0)"))
     return thread, stop
 
 

@@ -3,10 +3,13 @@
 ``run`` drains the queue and then listens (NOTIFY, with polling as fallback);
 ``run --once`` drains and exits, with a progress bar and rows/s on a terminal
 and a one-line summary either way (scripts and tests read it). ``run`` also
+extracts new chunks right after it embeds them (a thread woken by the queue;
+``orchestrator.derive.extract.ExtractOnIngest``; ``--no-extract`` turns it off),
 runs the derive jobs (``orchestrator.derive.jobs``) for every tenant, as the
 service identity, in a thread of their own every ``ENGRAM_DERIVE_INTERVAL_S``,
-and extracts new chunks right after it embeds them (a third thread, woken by the
-queue; ``orchestrator.derive.extract.ExtractOnIngest``);
+and appends the recall receipts other processes left queued to the chain
+(``orchestrator.audit.chainer``). ``run_worker`` is that loop, and ``engram up``
+runs the very same one in a thread (``orchestrator.cli.serve.start_worker``).
 ``--once --derive`` drains, runs them once, and drains what they wrote.
 ``serve`` starts the HTTP service of ``orchestrator.worker.server``.
 """
@@ -32,7 +35,7 @@ if TYPE_CHECKING:  # imported lazily at run time: `engram worker --help` stays f
 
     from orchestrator.db.engine import Database
     from orchestrator.derive.jobs import DeriveScheduler
-    from orchestrator.worker.queue import BatchReport
+    from orchestrator.worker.queue import BatchReport, QueueWorker
 
 worker_app = typer.Typer(help="The Torch worker: embedding queue and embed/rerank service.",
                          no_args_is_help=True)
@@ -53,6 +56,9 @@ def run(
     derive: Annotated[bool | None, typer.Option(
         "--derive/--no-derive", help="Also run the derive jobs for every tenant: by default on for "
         "`run` (every ENGRAM_DERIVE_INTERVAL_S; 0 turns it off), off for --once.")] = None,
+    extract: Annotated[bool, typer.Option(
+        "--extract/--no-extract", help="Extract new chunks right after embedding them (`run` "
+        "only; what `engram ingest` leaves to the worker).")] = True,
 ) -> None:
     """Embed pending rows (chunks, facts, ...) as engram_worker; then wait for more."""
     from orchestrator.db.engine import Database, make_app_engine
@@ -79,25 +85,24 @@ def run(
     if derive and not once and settings.derive_interval_s <= 0:
         _fail("--derive needs ENGRAM_DERIVE_INTERVAL_S > 0 (the seconds between derive ticks)")
     wanted = derive if derive is not None else (not once and settings.derive_interval_s > 0)
-    scheduler = _derive_scheduler(db, engine, settings, tenants, verbose=once) if wanted else None
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         if once:
-            _drain_once(worker, stop)
-            if scheduler is not None:
-                scheduler.tick()
-                _drain_once(worker, stop)  # what the jobs wrote waits for its embedding
+            scheduler = _derive_scheduler(db, engine, settings, tenants, verbose=True) if wanted else None
+            try:
+                _drain_once(worker, stop)
+                if scheduler is not None:
+                    scheduler.tick()
+                    _drain_once(worker, stop)  # what the jobs wrote waits for its embedding
+            finally:
+                if scheduler is not None:
+                    scheduler.app_engine.dispose()
         else:
-            on_batch = None
-            if scheduler is not None:
-                err.print(f"worker: derive jobs every {settings.derive_interval_s:g}s for every tenant, "
-                          "as service:derive")
-                threading.Thread(target=scheduler.run_forever, args=(stop,), name="engram-derive",
-                                 daemon=True).start()
-                on_batch = _extract_on_ingest(scheduler, stop)
             err.print("worker: draining, then listening for new rows (Ctrl-C stops)")
-            worker.run_forever(db.psql_url("engram_worker"), stop, on_batch=on_batch)
+            run_worker(db, engine, worker, settings, stop, tenants=tenants, derive=wanted,
+                       extract=extract, say=lambda line: err.print(line, highlight=False,
+                                                                   soft_wrap=True))
     except KeyboardInterrupt:
         stop.set()
     except EngramError as exc:
@@ -105,8 +110,44 @@ def run(
     finally:
         stop.set()
         engine.dispose()
-        if scheduler is not None:
-            scheduler.app_engine.dispose()
+
+
+def run_worker(db: Database, engine: Engine, worker: QueueWorker, settings: Settings,
+               stop: threading.Event, *, tenants: list[uuid.UUID] | None = None, derive: bool,
+               extract: bool, say: Callable[[str], None]) -> None:
+    """The worker until ``stop``: embed the queue, extract what it embedded, run the derive
+    jobs, chain the receipts other processes left queued. The one loop of `engram worker run`
+    and `engram up`."""
+    from orchestrator.audit.chainer import ReceiptChainer
+
+    scheduler = _derive_scheduler(db, engine, settings, tenants, verbose=False) if derive else None
+    extractor_app: Engine | None = None
+    on_batch = None
+    if scheduler is not None:
+        say(f"worker: derive jobs every {settings.derive_interval_s:g}s for every tenant as "
+            "service:derive")
+        threading.Thread(target=scheduler.run_forever, args=(stop,), name="engram-derive",
+                         daemon=True).start()
+    if extract:
+        from orchestrator.db.engine import make_app_engine
+
+        try:
+            extractor_app = make_app_engine(db.app_url(), pool_size=2)
+        except EngramError as exc:
+            say(f"worker: extraction off: {exc}")
+        if extractor_app is not None:
+            on_batch = _extract_on_ingest(engine, extractor_app, settings, tenants, stop, say)
+    # Receipts a killed recall process left sealed but unchained (migration 0040).
+    chainer = ReceiptChainer(engine, interval_s=max(settings.recall_chain_interval_s, 1.0))
+    chainer.start()
+    try:
+        worker.run_forever(db.psql_url("engram_worker"), stop, on_batch=on_batch)
+    finally:
+        stop.set()
+        chainer.close()
+        for app_engine in (extractor_app, scheduler.app_engine if scheduler else None):
+            if app_engine is not None:
+                app_engine.dispose()
 
 
 def _derive_scheduler(db: Database, worker_engine: Engine, settings: Settings,
@@ -138,18 +179,18 @@ def _derive_scheduler(db: Database, worker_engine: Engine, settings: Settings,
                            on_tick=on_tick)
 
 
-def _extract_on_ingest(scheduler: DeriveScheduler, stop: threading.Event) -> Callable[[BatchReport], None]:
+def _extract_on_ingest(worker_engine: Engine, app_engine: Engine, settings: Settings,
+                       tenants: list[uuid.UUID] | None, stop: threading.Event,
+                       say: Callable[[str], None]) -> Callable[[BatchReport], None]:
     """A thread that extracts new chunks as soon as the queue has embedded them (it woke on
     their NOTIFY); returns the queue's batch callback that wakes it."""
     from orchestrator.derive.extract import ExtractOnIngest, backend_for
 
-    extractor = ExtractOnIngest(scheduler.worker_engine, scheduler.app_engine, scheduler.settings,
-                                tenants=scheduler.tenants)
-    choice = backend_for(scheduler.settings)
-    err.print(f"worker: new chunks are extracted right after embedding; entities by {choice.description}",
-              highlight=False, soft_wrap=True)
+    extractor = ExtractOnIngest(worker_engine, app_engine, settings, tenants=tenants)
+    choice = backend_for(settings)
+    say(f"worker: new chunks are extracted right after embedding; entities by {choice.description}")
     if choice.notice:
-        err.print(f"[yellow]worker: note:[/yellow] {choice.notice}", highlight=False, soft_wrap=True)
+        say(f"worker: note: {choice.notice}")
     threading.Thread(target=extractor.run_forever, args=(stop,), name="engram-extract", daemon=True).start()
 
     def on_batch(b: BatchReport) -> None:

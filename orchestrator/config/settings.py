@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     # the token budget and input limits.
     recall_dense_k: int = 40
     recall_lexical_k: int = 40
+    # The lexical lane scores at most this many chunks, those of the rarest query terms
+    # first (exact whenever the query terms' document frequencies sum to it or less).
+    recall_lexical_rows: int = 2000
     recall_title_docs: int = 8
     recall_title_chunks: int = 3
     recall_title_max_words: int = 16
@@ -103,6 +106,20 @@ class Settings(BaseSettings):
     # Side effects of a recall: a provenance receipt per answer, access counters of the
     # facts it served.
     recall_receipts: bool = True
+    # Recall's fixed cost (orchestrator/recall/plans.py, query_cache.py; docs/recall.md):
+    # one reused plan per tenant size class (a decade of visible chunks, re-read every
+    # recall_size_ttl_s), the dense lane's HNSW candidate list by visible chunks (the
+    # largest threshold at or below the tenant's count wins), and a per-tenant, per-model
+    # LRU cache of query embeddings (0 turns it off).
+    recall_plan_reuse: bool = True
+    recall_size_ttl_s: float = 60.0
+    recall_ef_search_by_chunks: dict[int, int] = Field(default_factory=lambda: {0: 200})
+    recall_query_cache_size: int = 4096
+    # A receipt is sealed in its recall and its chain event queued (migration 0040); the
+    # recalling process appends the queue to the chain recall_chain_delay_s after a receipt
+    # and every recall_chain_interval_s (also what other, killed processes left).
+    recall_chain_delay_s: float = 0.05
+    recall_chain_interval_s: float = 2.0
     # Ranking (orchestrator/recall/ranker.py, mmr.py, ppr.py; docs/ranking.md). The learned
     # ranker orders the candidates unless a cross-encoder is available (it then does); a
     # tenant's active model is looked up again after rank_model_refresh_s seconds. MMR:
@@ -202,6 +219,8 @@ class Settings(BaseSettings):
     auth_dev_issuer: str = "engram-dev"
     api_host: str = "127.0.0.1"
     api_port: int = 8700
+    # Where `engram recall|prepare|trace` ask a running API first (default: api_host:api_port).
+    api_url: str | None = None
     # development: introspection and GraphiQL on unless set; production: off unless set.
     api_environment: str = "development"
     api_introspection: bool | None = None

@@ -172,6 +172,26 @@ class Receipt(Base):
     receipt_hash: Mapped[bytes] = mapped_column(BYTEA)
 
 
+class ReceiptQueue(Base):
+    """Receipts sealed but not yet chained: the event each will get (0040; owner writes,
+    auditors and the verifier read)."""
+
+    __tablename__ = "receipt_queue"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "id", name="pk_receipt_queue"),
+        CheckConstraint("length(row_hash) = 32", name="ck_receipt_queue_row_hash_length"),
+        {"schema": SCHEMA},
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
+    recorded_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    actor_user: Mapped[str | None] = mapped_column(Text)
+    actor_role: Mapped[str] = mapped_column(Text)
+    activity_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    row_hash: Mapped[bytes] = mapped_column(BYTEA)
+
+
 class Pending(Base):
     """Events staged during a transaction, chained at its commit (owner only)."""
 

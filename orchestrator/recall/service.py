@@ -13,7 +13,9 @@ narrower shape for the plan study and is not reachable from ``recall``.
 from __future__ import annotations
 
 import copy
+import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,10 +28,18 @@ from orchestrator.config import Settings, get_settings
 from orchestrator.db.models import Installation
 from orchestrator.db.session import bound_session
 from orchestrator.errors import BadInput
+from orchestrator.recall.access import AccessCounts
 from orchestrator.recall.features import RankContext
 from orchestrator.recall.mmr import diversify
 from orchestrator.recall.plan import FULL_PLAN, PlanShape
+from orchestrator.recall.plans import (
+    TenantSizes,
+    size_class,
+    transaction_settings,
+    visible_chunks,
+)
 from orchestrator.recall.prepare import PreparedMemory, build_bundle
+from orchestrator.recall.query_cache import QueryEmbeddingCache, model_key
 from orchestrator.recall.ranker import RankModel, apply_learned, single_threaded_blas
 from orchestrator.recall.render import render
 from orchestrator.recall.result import RecallResult, Served
@@ -144,7 +154,23 @@ class Recaller:
         # Evaluation: keep each recall's candidates in its trace, for ``replay``.
         self.keep_candidates = False
         self._index_tier = index_tier
-        self._statements: dict[str, Any] = {}
+        self._statements: dict[tuple[str, int | None], Any] = {}
+        self.sizes = TenantSizes(self.settings.recall_size_ttl_s)
+        self.query_cache = QueryEmbeddingCache(self.settings.recall_query_cache_size)
+        self.access, self._chainer = _background(engine, self.settings)
+
+    @property
+    def chainer(self) -> Any:
+        """The background thread (one per engine in the process) that bumps the served
+        facts' access counters and appends the queued receipts to the chain, moments after
+        each recall."""
+        return self._chainer
+
+    def settle(self) -> int:
+        """Apply the pending access counts and chain every queued receipt now (an auditor
+        about to verify a receipt this process just wrote, a test); returns how many
+        receipts were chained."""
+        return int(self._chainer.flush())
 
     @property
     def index_tier(self) -> str:
@@ -174,13 +200,25 @@ class Recaller:
             self._reranker = _ServiceReranker(model_service(self.settings))
         return self._reranker
 
-    def statement(self, shape: PlanShape) -> Any:
-        stmt = self._statements.get(shape.name)
+    def statement(self, shape: PlanShape, size: int | None = None) -> Any:
+        """The statement of ``shape`` for a tenant size class (``plans.size_class``), built
+        once per recaller; ``size`` None gives the text without a class."""
+        key = (shape.name, size)
+        stmt = self._statements.get(key)
         if stmt is None:
             stmt = build_recall_statement(shape, StatementLimits.from_settings(self.settings),
-                                          self.index_tier)
-            self._statements[shape.name] = stmt
+                                          self.index_tier, size_class=size)
+            self._statements[key] = stmt
         return stmt
+
+    def query_vector(self, identity: Identity, question: str, asker: str | None
+                     ) -> tuple[Any, bool]:
+        """The embedding of ``asker: question`` and whether it was cached (per tenant and
+        model: ``query_cache``)."""
+        embedder = self.embedder
+        return self.query_cache.get_or_embed(
+            identity.org_id, model_key(embedder), question, asker,
+            lambda: embedder.embed_query(question, asker))
 
     def recall(self, identity: Identity, question: str, asker: str | None = None,
                budget_tokens: int | None = None, mode: str | None = None,
@@ -189,7 +227,7 @@ class Recaller:
         lane reads that session only (every unexpired item of the user when it is None).
         ``channel`` is what the usage row records (graphql, mcp, python, cli)."""
         return self._run(identity, question, asker, budget_tokens, mode, FULL_PLAN, self._cut,
-                         session, channel)[0]
+                         session, channel, detail=False)[0]
 
     def trace(self, identity: Identity, question: str, asker: str | None = None,
               budget_tokens: int | None = None, mode: str | None = None,
@@ -209,7 +247,7 @@ class Recaller:
                                 settings.recall_chars_per_token)
 
         return self._run(identity, question, asker, budget_tokens, mode, FULL_PLAN, finish, session,
-                         channel, "prepare")
+                         channel, "prepare", detail=False)
 
     def study(self, identity: Identity, question: str, shape: PlanShape, asker: str | None = None,
               budget_tokens: int | None = None) -> tuple[RecallResult, Trace]:
@@ -229,7 +267,9 @@ class Recaller:
              budget_tokens: int | None, mode: str | None, shape: PlanShape,
              finish: Callable[[RecallRequest, list[Candidate], Trace], R],
              session_id: str | None = None, channel: str = "python",
-             operation: str = "recall") -> tuple[R, Trace]:
+             operation: str = "recall", *, detail: bool = True) -> tuple[R, Trace]:
+        """One recall; ``detail`` False skips what only the trace shows (pools, fused and
+        ordered lists), which ``recall`` and ``prepare`` do not return."""
         s = self.settings
         req = validate(question, asker,
                        s.recall_budget_tokens if budget_tokens is None else budget_tokens, mode, s,
@@ -244,14 +284,27 @@ class Recaller:
             trace.timings_ms[stage] = (now - clock) * 1000.0
             clock = now
 
-        vector = self.embedder.embed_query(req.question, req.asker)
+        vector, trace.embedding_cached = self.query_vector(identity, req.question, req.asker)
         lap("embed")
-        stmt = self.statement(shape)
-        with bound_session(self.engine, identity) as session:
+        chunks = self.sizes.get(identity.org_id)
+        with bound_session(self.engine, identity,
+                           settings=None if chunks is None else transaction_settings(chunks, s)
+                           ) as session:
             connection = session.connection()
             with count_statements(connection) as sent:
-                rows = session.execute(stmt, {"question": req.question, "query_embedding": vector,
-                                              "mode": req.mode, "session": req.session}
+                if chunks is None:
+                    # Once per tenant and recall_size_ttl_s: the class picks the plan.
+                    chunks = visible_chunks(session)
+                    self.sizes.put(identity.org_id, chunks)
+                    session.execute(select(*(func.set_config(name, value, True) for name, value
+                                             in transaction_settings(chunks, s).items())))
+                klass = size_class(chunks)
+                trace.plan_note = (f"tenant size class {klass} ({chunks} visible chunks in the "
+                                   f"statistics), " + ("reused plan" if s.recall_plan_reuse
+                                                       else "planned for this call"))
+                rows = session.execute(self.statement(shape, klass),
+                                       {"question": req.question, "query_embedding": vector,
+                                        "mode": req.mode, "session": req.session}
                                        ).mappings().all()
             trace.statements = len(sent)
             lap("statement")
@@ -259,25 +312,26 @@ class Recaller:
             catalog_rrf = 1.0 / (s.recall_rrf_k + s.recall_catalog_rank)
             candidates, trace.corpus = candidates_from_rows(rows, catalog_rrf=catalog_rrf)
             trace.hydration_dropped = trace.corpus.pop("hydration_dropped", [])
-            for lane, rank_key in POOLS.items():
-                pool = sorted((c for c in candidates if rank_key in c.lanes),
-                              key=lambda c, k=rank_key: (c.lanes[k], c.key))  # type: ignore[misc]
-                if pool or getattr(shape, lane):
-                    trace.pools[lane] = [item(c) for c in pool]
-            for kind in ("area_catalog", "project_catalog"):
-                trace.pools[kind] = [item(c) for c in candidates if c.kind == kind]
+            if detail:
+                for lane, rank_key in POOLS.items():
+                    pool = sorted((c for c in candidates if rank_key in c.lanes),
+                                  key=lambda c, k=rank_key: (c.lanes[k], c.key))  # type: ignore[misc]
+                    if pool or getattr(shape, lane):
+                        trace.pools[lane] = [item(c) for c in pool]
+                for kind in ("area_catalog", "project_catalog"):
+                    trace.pools[kind] = [item(c) for c in candidates if c.kind == kind]
             lap("hydrate")
 
             if self.keep_candidates:
                 # Shallow copies: the tail changes only scalar fields (merit, scores, bits).
                 trace.replay = (req, vector, [copy.copy(c) for c in candidates])
             ordered = self._order(session, identity.org_id, req, vector, candidates, shape, trace,
-                                  lap)
+                                  lap, detail)
 
             result = finish(req, ordered, trace)
             lap("budget_render")
             with count_statements(connection) as sent:
-                self._side_effects(session, result, trace)
+                self._side_effects(session, identity, result, trace)
                 if s.rank_usage_rows:
                     from orchestrator.recall.learning import record_usage
 
@@ -287,16 +341,21 @@ class Recaller:
                         model_id=trace.model_id, receipt_id=trace.receipt_id,
                         pooled_limit=s.rank_usage_pooled)
             trace.side_effect_statements = len(sent)
-            lap("side_effects")
+        if trace.receipt_id is not None or trace.touched_claims:
+            self.chainer.wake()  # committed: counts and chain event wait for the background
+        lap("side_effects")
         return result, trace
 
-    def _side_effects(self, session: Any, result: Served, trace: Trace) -> None:
-        """Access counters of the facts actually served, and the recall's receipt."""
+    def _side_effects(self, session: Any, identity: Identity, result: Served,
+                      trace: Trace) -> None:
+        """The recall's receipt, sealed here (its chain event queued: migration 0040), and
+        the access counts of the facts actually served, applied in the background
+        (``recall.access``)."""
         served = result.served_rows()
         served_claims = sorted({i for t, i in served if t == CLAIMS}, key=str)
         if served_claims:
-            trace.touched_claims = int(session.execute(
-                select(func.knowledge.touch_claims(served_claims))).scalar_one() or 0)
+            self.access.add(identity, served_claims)
+            trace.touched_claims = len(served_claims)
         if self.settings.recall_receipts and served:
             from orchestrator.audit.receipts import append_served
 
@@ -304,7 +363,7 @@ class Recaller:
 
     def _order(self, session: Any, org: str, req: RecallRequest, vector: Any,
                candidates: list[Candidate], shape: PlanShape, trace: Trace,
-               lap: Callable[[str], None]) -> list[Candidate]:
+               lap: Callable[[str], None], detail: bool = True) -> list[Candidate]:
         """The tail's ranking: cross-encoder, learned ranker, merit, precedence, the
         identity-aware order, duplicates, redundant derived items, MMR."""
         s = self.settings
@@ -314,7 +373,8 @@ class Recaller:
             self._learn(session, org, req, vector, candidates, shape, trace)
             lap("ranker")
             assign_merit(candidates, s.recall_pin_boost)
-            trace.fused = [item(c) for c in sorted(candidates, key=lambda c: (-c.rrf, c.key))]
+            if detail:
+                trace.fused = [item(c) for c in sorted(candidates, key=lambda c: (-c.rrf, c.key))]
             candidates, trace.precedence = apply_precedence(candidates)
             ordered, dropped = suppress_duplicates(order(candidates), s.recall_duplicate_similarity)
             ordered, trace.redundant = drop_redundant_derived(ordered)
@@ -328,8 +388,9 @@ class Recaller:
                                    f"rest; {len(deferred)} deferred by the cap")
             else:
                 trace.diversity = "off (recall_diverse); merit order"
-        trace.ordered = [item(c) for c in ordered]
-        trace.suppressed = [(item(a).label, item(b).label, sim) for a, b, sim in dropped]
+        if detail:
+            trace.ordered = [item(c) for c in ordered]
+            trace.suppressed = [(item(a).label, item(b).label, sim) for a, b, sim in dropped]
         lap("order")
         return ordered
 
@@ -392,6 +453,35 @@ class Recaller:
             c.rerank = float(score)
         name = getattr(reranker, "model_name", "cross-encoder")
         trace.reranker = f"{name} scored {len(pool)} of {len(candidates)} candidates over full text"
+
+
+_BACKGROUND: weakref.WeakKeyDictionary[Engine, tuple[AccessCounts, Any]] = weakref.WeakKeyDictionary()
+_BACKGROUND_LOCK = threading.Lock()
+
+
+def _background(engine: Engine, settings: Settings) -> tuple[AccessCounts, Any]:
+    """The access counts and receipt chainer of ``engine``: one per engine in a process, so
+    every recaller over it shares one background thread (and ``settle`` settles them all)."""
+    from orchestrator.audit.chainer import ReceiptChainer
+
+    with _BACKGROUND_LOCK:
+        found = _BACKGROUND.get(engine)
+        if found is None:
+            access = AccessCounts(engine)
+            chainer = ReceiptChainer(engine, delay_s=settings.recall_chain_delay_s,
+                                     interval_s=settings.recall_chain_interval_s)
+            chainer.tasks.append(access.flush)
+            found = _BACKGROUND[engine] = (access, chainer)
+        return found
+
+
+def close_background() -> None:
+    """Settle and stop every recall background thread of this process (before a database it
+    writes to goes away: the end of a test session, a server shutting down)."""
+    with _BACKGROUND_LOCK:
+        found = list(_BACKGROUND.values())
+    for _, chainer in found:
+        chainer.close()
 
 
 class _ServiceReranker:

@@ -12,9 +12,10 @@ Execution order, as laid out below:
 
 1. **source lanes** over ``sources.chunks``: *dense* (top-k ``<=>`` over the
    HNSW index with iterative scans, so invisible rows never starve the pool),
-   *lexical* (chunks whose tsvector matches a query lexeme, scored with Okapi
-   BM25: tf and df from the matched tsvectors, N and the average length from
-   ``recall.lexical_stats``), *title* (complete titles named in the question; a
+   *lexical* (Okapi BM25 over at most ``lexical_rows`` chunks, those of the rarest
+   query terms first: df per scope set from ``recall.lexical_terms``, N and the average
+   length from ``recall.lexical_stats``, tf from each chunk's own vector), *title*
+   (complete titles named in the question; a
    title contained in another named title loses the direct-subject bit);
 2. **fusion**: reciprocal rank fusion ``sum(1 / (rrf_k + rank))`` over the dense
    and lexical ranks of each chunk (both contributions when both found it);
@@ -113,7 +114,7 @@ from orchestrator.db.knowledge_models import (
 )
 from orchestrator.db.models import EMBEDDING_DIMENSION, Chunk, Document, Scope
 from orchestrator.recall.plan import FULL_PLAN, PlanShape
-from orchestrator.recall.tables import LexicalStat
+from orchestrator.recall.tables import LexicalStat, LexicalTerm
 
 # The text search configuration sources.tg_chunks__inherit builds chunks.lexical
 # with; the query must be analysed the same way or BM25 compares different tokens.
@@ -212,6 +213,7 @@ class StatementLimits:
 
     dense_k: int = 40
     lexical_k: int = 40
+    lexical_rows: int = 2000
     title_docs: int = 8
     title_chunks: int = 3
     title_max_words: int = 16
@@ -242,6 +244,7 @@ class StatementLimits:
     def from_settings(cls, settings: Settings) -> StatementLimits:
         return cls(
             dense_k=settings.recall_dense_k, lexical_k=settings.recall_lexical_k,
+            lexical_rows=settings.recall_lexical_rows,
             title_docs=settings.recall_title_docs, title_chunks=settings.recall_title_chunks,
             title_max_words=settings.recall_title_max_words,
             catalog_limit=settings.recall_catalog_limit, rrf_k=settings.recall_rrf_k,
@@ -327,6 +330,14 @@ class _Builder:
     def distance(self, column: Any) -> Any:
         return column.cosine_distance(self.query_embedding)
 
+    def holds(self, table: Any) -> Any:
+        """Whether the caller sees any row of ``table`` in the tenant: an uncorrelated EXISTS,
+        evaluated once (a one-time filter), so a lane over a table that holds nothing for
+        the tenant skips its index walk. An HNSW scan filtered to a tenant with no rows would
+        otherwise read the whole graph of every other tenant looking for one."""
+        t = table.__table__.c
+        return exists().where(t.tenant_id == self.tenant)
+
     def weight(self, lane: str) -> Any:
         boosted = [m for m, lanes in MODE_LANES.items() if lane in lanes]
         if not boosted:
@@ -364,60 +375,7 @@ class _Builder:
         if s.lexical and self.index_tier == "vectorchord":
             rows.append(self.vectorchord_lexical())
         elif s.lexical:
-            cfg = cast(literal(TS_CONFIG), REGCONFIG)
-            # The query's lexemes, one array computed once: each matched chunk's entries
-            # are filtered against it (no join the planner could turn into a sort).
-            query_terms = cast(
-                select(func.tsvector_to_array(func.to_tsvector(cfg, self.question))).scalar_subquery(),
-                ARRAY(Text()))
-            # plainto_tsquery quotes each lexeme; joining them with | asks for any term.
-            # Computed once (an InitPlan), not once per chunk.
-            any_term = select(cast(func.replace(cast(func.plainto_tsquery(cfg, self.question), Text),
-                                                " & ", " | "), TSQUERY)).scalar_subquery()
-            matches = (
-                select(c.id.label("chunk_id"), c.document_id, c.lexical, c.token_count)
-                .where(c.tenant_id == tenant, c.lexical.op("@@")(any_term))
-                .cte("lexical_matches")
-            )
-            entry = func.unnest(matches.c.lexical).table_valued(
-                "lexeme", "positions", "weights", name="entry")
-            hits = (
-                select(
-                    matches.c.chunk_id, matches.c.document_id, matches.c.token_count,
-                    entry.c.lexeme,
-                    func.coalesce(func.array_length(entry.c.positions, 1), 1).label("tf"),
-                    func.count().over(partition_by=entry.c.lexeme).label("df"),
-                )
-                .select_from(matches)
-                .join(entry, true())
-                .where(entry.c.lexeme == func.any(query_terms))
-                .cte("lexical_hits")
-            )
-            stats = select(
-                cast(func.coalesce(func.sum(LexicalStat.chunks), 0), Double).label("n"),
-                cast(func.coalesce(func.sum(LexicalStat.tokens), 0), Double).label("total"),
-            ).where(LexicalStat.tenant_id == tenant).cte("lexical_corpus")
-            k1 = bindparam("bm25_k1", lim.bm25_k1, type_=Double)
-            b = bindparam("bm25_b", lim.bm25_b, type_=Double)
-            df = cast(hits.c.df, Double)
-            tf = cast(hits.c.tf, Double)
-            avgdl = stats.c.total / func.nullif(stats.c.n, 0, type_=Double)
-            idf = func.ln(1 + (stats.c.n - df + 0.5) / (df + 0.5))
-            norm = k1 * (1 - b + b * cast(hits.c.token_count, Double) / avgdl)
-            bm25 = func.sum(idf * tf / (tf + norm))
-            lexical = _ranked(
-                select(hits.c.chunk_id, hits.c.document_id, bm25.label("bm25"))
-                .select_from(hits).join(stats, true())
-                .group_by(hits.c.chunk_id, hits.c.document_id)
-                .order_by(bm25.desc(), hits.c.chunk_id).limit(lim.lexical_k),
-                "lexical", ("-bm25", "chunk_id"))
-            rows.append(select(lexical.c.chunk_id, lexical.c.document_id,
-                               literal("lexical").label("lane"), lexical.c.rank,
-                               cast(lexical.c.bm25, Double).label("score")))
-            # The corpus statistics BM25 used, for the trace (visible corpus only).
-            self.extra_rows.append(select(*_row(
-                lane=literal("lexical_stats"), item_count=cast(stats.c.n, BigInteger),
-                bm25=avgdl)))
+            rows.append(self.portable_lexical())
 
         titled = None
         if s.title:
@@ -542,6 +500,95 @@ class _Builder:
         self.lane_rows.append(select(self.source_rows))
         return self.source_rows
 
+    def portable_lexical(self) -> Select[Any]:
+        """The lexical lane on the portable tier: Okapi BM25 over a bounded set of chunks.
+
+        1. the query's lexemes, analysed as ``chunks.lexical`` is (``TS_CONFIG``);
+        2. each one's df over the caller's visible corpus: ``recall.lexical_terms`` summed over
+           the scope sets RLS lets the caller see (one index probe per term; 0041), and N
+           and the average length from ``recall.lexical_stats``, so a score never depends
+           on a hidden row;
+        3. candidates: the chunks holding the rarest term, then the next rarest, ... until
+           ``lexical_rows`` chunks are taken (a term whose chunks would pass the budget gets
+           what is left of it, the more common terms none). When the query terms' dfs sum
+           to the budget or less, that is every chunk holding any of them, as before;
+           otherwise the budget goes to the terms with the largest idf, and a chunk that
+           holds only common terms may be missed;
+        4. BM25 of each candidate over every query term it holds (tf from its own vector),
+           the best ``lexical_k``.
+        """
+        lim, tenant = self.lim, self.tenant
+        c = Chunk.__table__.c
+        lt = LexicalTerm.__table__.c
+        cfg = cast(literal(TS_CONFIG), REGCONFIG)
+        analysed = (func.unnest(func.tsvector_to_array(func.to_tsvector(cfg, self.question)))
+                    .table_valued("lexeme").render_derived(name="query_lexeme"))
+        terms = select(analysed.c.lexeme).cte("query_terms")
+        term_df = (
+            select(terms.c.lexeme, cast(func.coalesce(func.sum(lt.chunks), 0), BigInteger).label("df"))
+            .select_from(terms.outerjoin(LexicalTerm.__table__,
+                                         and_(lt.tenant_id == tenant, lt.lexeme == terms.c.lexeme)))
+            .group_by(terms.c.lexeme)
+            .cte("lexical_df")
+        )
+        # Rarest first: what the terms before this one took of the budget.
+        before = cast(func.sum(term_df.c.df).over(order_by=(term_df.c.df, term_df.c.lexeme)),
+                      BigInteger) - term_df.c.df
+        rows_budget = literal(lim.lexical_rows, BigInteger)
+        budget = (
+            select(term_df.c.lexeme, term_df.c.df,
+                   func.greatest(func.least(term_df.c.df, rows_budget - before), 0).label("take"))
+            .where(term_df.c.df > 0)
+            .cte("lexical_budget")
+        )
+        # One GIN probe per term (ts_match_vq is leakproof, 0014), stopped at its share.
+        term_query = cast(func.quote_literal(budget.c.lexeme), TSQUERY)
+        fetched = (select(c.id.label("chunk_id"))
+                   .where(c.tenant_id == tenant, c.lexical.op("@@")(term_query))
+                   .limit(budget.c.take)
+                   .lateral("lexical_term_chunks"))
+        candidates = (select(fetched.c.chunk_id).select_from(budget.join(fetched, true()))
+                      .where(budget.c.take > 0).distinct().cte("lexical_candidates"))
+        chunk = Chunk.__table__.alias("lexical_chunk")
+        entry = func.unnest(chunk.c.lexical).table_valued("lexeme", "positions", "weights", name="entry")
+        hits = (
+            select(chunk.c.id.label("chunk_id"), chunk.c.document_id, chunk.c.token_count,
+                   term_df.c.df, func.coalesce(func.array_length(entry.c.positions, 1), 1).label("tf"))
+            .select_from(candidates
+                         .join(chunk, and_(chunk.c.tenant_id == tenant,
+                                           chunk.c.id == candidates.c.chunk_id))
+                         .join(entry, true())
+                         .join(term_df, term_df.c.lexeme == entry.c.lexeme))
+            .cte("lexical_hits")
+        )
+        stats = select(
+            cast(func.coalesce(func.sum(LexicalStat.chunks), 0), Double).label("n"),
+            cast(func.coalesce(func.sum(LexicalStat.tokens), 0), Double).label("total"),
+        ).where(LexicalStat.tenant_id == tenant).cte("lexical_corpus")
+        k1 = bindparam("bm25_k1", lim.bm25_k1, type_=Double)
+        b = bindparam("bm25_b", lim.bm25_b, type_=Double)
+        df = cast(hits.c.df, Double)
+        tf = cast(hits.c.tf, Double)
+        avgdl = stats.c.total / func.nullif(stats.c.n, 0, type_=Double)
+        idf = func.ln(1 + (stats.c.n - df + 0.5) / (df + 0.5))
+        norm = k1 * (1 - b + b * cast(hits.c.token_count, Double) / avgdl)
+        bm25 = func.sum(idf * tf / (tf + norm))
+        lexical = _ranked(
+            select(hits.c.chunk_id, hits.c.document_id, bm25.label("bm25"))
+            .select_from(hits).join(stats, true())
+            .group_by(hits.c.chunk_id, hits.c.document_id)
+            .order_by(bm25.desc(), hits.c.chunk_id).limit(lim.lexical_k),
+            "lexical", ("-bm25", "chunk_id"))
+        # For the trace (visible corpus only): N and the average length, and per query term
+        # its df and how many of its chunks the budget let the lane score.
+        self.extra_rows.append(select(*_row(
+            lane=literal("lexical_stats"), item_count=cast(stats.c.n, BigInteger), bm25=avgdl)))
+        self.extra_rows.append(select(*_row(
+            lane=literal("lexical_term"), text=budget.c.lexeme, item_count=budget.c.df,
+            lane_rank=budget.c.take)))
+        return select(lexical.c.chunk_id, lexical.c.document_id, literal("lexical").label("lane"),
+                      lexical.c.rank, cast(lexical.c.bm25, Double).label("score"))
+
     def vectorchord_lexical(self) -> Select[Any]:
         """The lexical lane on the VectorChord tier: the ``vchord_bm25`` index's top k.
 
@@ -638,7 +685,8 @@ class _Builder:
             distance = self.distance(content.embedding)
             candidates = (
                 select(content.id.label("content_id"), distance.label("distance"))
-                .where(content.tenant_id == tenant, content.embedding.is_not(None))
+                .where(self.holds(FactContent), content.tenant_id == tenant,
+                       content.embedding.is_not(None))
                 .order_by(distance).limit(lim.fact_k)
                 .cte("fact_candidates")
             )
@@ -768,7 +816,8 @@ class _Builder:
         t = table.__table__.c
         distance = self.distance(t.embedding)
         inner = (select(t.id, distance.label("distance"), *extra)
-                 .where(t.tenant_id == self.tenant, t.embedding.is_not(None), *where)
+                 .where(self.holds(table), t.tenant_id == self.tenant, t.embedding.is_not(None),
+                        *where)
                  .order_by(distance).limit(k))
         return _ranked(inner, f"{lane}_lane", ("distance", "id"))
 
@@ -802,7 +851,8 @@ class _Builder:
             return (select(t.id, cast(self.distance(t.embedding), Double).label("distance"),
                            func.row_number().over(order_by=order).label("o"),
                            literal(credited).label("credited"))
-                    .where(t.tenant_id == tenant, *where).order_by(*order).limit(k))
+                    .where(self.holds(table), t.tenant_id == tenant, *where)
+                    .order_by(*order).limit(k))
 
         seed_ids = select(seeds.c.entity_id) if seeds is not None else None
 
@@ -1129,13 +1179,46 @@ class _Builder:
         return select(rows, scope_objects.label("scope_objects"))
 
 
+# The statement's only bind parameters: what changes from one recall to the next.
+RUNTIME_PARAMETERS = frozenset({"question", "query_embedding", "mode", "session"})
+
+
+def _inline_constants(stmt: Select[Any]) -> Select[Any]:
+    """Render every other value (pool sizes, weights, lane names) as a literal in the SQL.
+
+    A reused (generic) plan is made without the values of bind parameters: a ``LIMIT $1``
+    the planner cannot see is estimated as a tenth of the input, which can turn an index
+    walk into a sort. With the constants in the text, only the question, its embedding, the
+    mode and the session are unknown to the plan, and none of them decides a plan's shape.
+    """
+    # Every element once (CTEs are shared by several lanes: a plain walk revisits them).
+    seen: set[int] = set()
+    stack: list[Any] = [stmt]
+    while stack:
+        element = stack.pop()
+        if id(element) in seen:
+            continue
+        seen.add(id(element))
+        if isinstance(element, BindParameter) and element.key not in RUNTIME_PARAMETERS:
+            element.literal_execute = True
+        stack.extend(element.get_children())
+    return stmt
+
+
 def build_recall_statement(shape: PlanShape = FULL_PLAN,
                            limits: StatementLimits | None = None,
-                           index_tier: str = "pgvector") -> Select[Any]:
-    """The recall statement for ``shape``; parameters ``question``, ``query_embedding``, ``mode``.
+                           index_tier: str = "pgvector", *,
+                           size_class: int | None = None) -> Select[Any]:
+    """The recall statement for ``shape``; parameters ``question``, ``query_embedding``, ``mode``,
+    ``session``; every other value is a literal in its text.
 
-    Production passes ``FULL_PLAN`` and the installation's index tier
-    (``engram.installation``); other shapes exist for the plan study.
+    Production passes ``FULL_PLAN``, the installation's index tier (``engram.installation``)
+    and the caller's tenant size class (``recall.plan_cache``): the class is a comment in the
+    text, so each class is its own prepared statement with its own reused plan. Other shapes
+    exist for the plan study.
     """
     lim = limits or StatementLimits.from_settings(get_settings())
-    return _Builder(shape, lim, index_tier).build()
+    stmt = _Builder(shape, lim, index_tier).build()
+    if size_class is not None:
+        stmt = stmt.prefix_with(f"/* engram recall {shape.name}, tenant size class {size_class} */")
+    return _inline_constants(stmt)

@@ -187,6 +187,9 @@ def candidates_from_rows(rows: Sequence[Mapping[Any, Any]], *, catalog_rrf: floa
             projects.append(row)
         elif lane == "lexical_stats":
             corpus.update(chunks=int(row["item_count"] or 0), avg_length=row["bm25"])
+        elif lane == "lexical_term":
+            corpus.setdefault("terms", []).append(
+                (row["text"], int(row["item_count"] or 0), int(row["lane_rank"] or 0)))
         elif lane == "seed":
             corpus["seeds"].append(row["subject"])
         elif lane == "hydration_dropped":

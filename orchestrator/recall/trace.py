@@ -73,6 +73,8 @@ class Trace:
     model_id: uuid.UUID | None = None  # the tenant's stored model that ranked, if one did
     replay: tuple[Any, Any, list[Candidate]] | None = None  # evaluation: see Recaller.replay
     usage_event: uuid.UUID | None = None
+    embedding_cached: bool = False
+    plan_note: str = ""
 
     def format(self) -> str:
         lines = [f"recall trace: {self.question!r}" + (f" asked by {self.asker}" if self.asker
@@ -80,9 +82,16 @@ class Trace:
                  f"plan {self.plan}; mode {self.mode or 'none'}; budget {self.budget_tokens} "
                  f"tokens; {self.statements} statement(s) after binding the identity"
                  + (f"; working memory of session {self.session!r}" if self.session else "")]
+        lines.append("query embedding: " + ("from the cache (this tenant, this model)"
+                                            if self.embedding_cached else "computed")
+                     + (f"; {self.plan_note}" if self.plan_note else ""))
         if "chunks" in self.corpus:
             lines.append(f"lexical corpus (visible): {self.corpus.get('chunks')} chunks, average "
                          f"length {self._num(self.corpus.get('avg_length'))}")
+        if self.corpus.get("terms"):
+            terms = sorted(self.corpus["terms"], key=lambda t: (t[1], t[0]))
+            lines.append("lexical terms, rarest first (df: chunks scored): " + ", ".join(
+                f"{lexeme} {df}: {'all' if took == df else took}" for lexeme, df, took in terms))
         if self.corpus.get("seeds") is not None:
             lines.append("entity seeds: " + (", ".join(self.corpus["seeds"]) or "none"))
         lines.append("1. candidate pools")
@@ -132,7 +141,8 @@ class Trace:
             lines.append(f"     dropped {key}: its text is in {holder}, ranked above it")
         lines.append(f"5. budget: kept the first {self.kept} of {len(self.ordered)}, "
                      f"{self.used_tokens} of {self.budget_tokens} tokens")
-        lines.append(f"6. side effects: {self.touched_claims} fact access counter(s) bumped; "
+        lines.append(f"6. side effects: {self.touched_claims} fact access counter(s) to bump "
+                     "(in the background); "
                      + (f"receipt {self.receipt_id}" if self.receipt_id else "no receipt")
                      + (f"; usage row {self.usage_event}" if self.usage_event else "")
                      + f" ({self.side_effect_statements} statement(s))")

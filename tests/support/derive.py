@@ -11,6 +11,7 @@ import pytest
 
 from orchestrator.auth.devkey import create_dev_key
 from orchestrator.config import Settings
+from orchestrator.db.server import free_port
 
 T = TypeVar("T")
 Progress = Callable[[int, int], None]
@@ -19,9 +20,12 @@ Progress = Callable[[int, int], None]
 @pytest.fixture(scope="module")
 def cli_env(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     key = tmp_path_factory.mktemp("derive-auth") / "dev-signing-key.pem"
+    # ENGRAM_API_URL: a port nothing listens on, so `engram recall` never asks a server some
+    # other program runs on the default port (tests that want one serve their own).
     env = {"ENGRAM_HOME": str(settings.home), "ENGRAM_DB_PORT": str(settings.db_port),
            "ENGRAM_DB_NAME": settings.db_name, "ENGRAM_AUTH_DEV_KEY_PATH": str(key),
-           "ENGRAM_AUTH_TRUST_DEV_KEY": "true"}
+           "ENGRAM_AUTH_TRUST_DEV_KEY": "true",
+           "ENGRAM_API_URL": f"http://127.0.0.1:{free_port()}"}
     for name in ("database_url", "app_password"):
         value = getattr(settings, name)
         if value:

@@ -1,0 +1,253 @@
+"""Recall's fixed-cost mechanisms: reused plans under RLS, the query embedding cache, receipts
+sealed in the recall and chained in batches (crash included).
+
+Each test builds its own tenants, so nothing it asserts can come from another test's rows.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import uuid
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlalchemy import Engine, text
+
+from orchestrator.audit import chain
+from orchestrator.audit.receipts import append_served, chain_receipts, verify_receipt
+from orchestrator.db.engine import make_app_engine
+from orchestrator.db.session import bound_session
+from orchestrator.recall import FULL_PLAN
+from orchestrator.recall.plans import size_class, visible_chunks
+from orchestrator.recall.query_cache import QueryEmbeddingCache
+from tests.support.provenance import auditor_engine
+from tests.support.recall import doc, embedder, recaller_with, write_documents
+from tests.support.sealed_run import kill_after_seal
+
+__all__ = ["auditor_engine", "embedder"]
+
+
+def _corpus(tenant_factory: Any, app_engine: Engine, embedder: Any, settings: Any, name: str) -> Any:
+    t = tenant_factory("team", "exec", org_prefix=name)
+    docs = [doc(f"{name}-{n}.md", f"{name.title()} note {n}",
+                f"The {name} team wrote note {n} about the river bridge, the budget and the "
+                f"harbour lights. Item {n} of {name}.") for n in range(6)]
+    docs.append(doc(f"{name}-plan.md", f"{name.title()} secret plan",
+                    f"Only exec may read the {name} river bridge plan and its budget.",
+                    scopes=("exec",)))
+    write_documents(app_engine, t.identity("writer", write=("team", "exec")), embedder, docs,
+                    settings)
+    return t
+
+
+def _rows(rows: Any) -> list[tuple[str, str, float]]:
+    return sorted((str(r.lane), str(r.item_id), round(float(r.rrf or 0.0), 9)) for r in rows)
+
+
+def test_a_reused_plan_returns_the_fresh_plans_rows_for_two_tenants_and_two_scope_sets(
+        tenant_factory: Any, app_engine: Engine, embedder: Any, settings: Any, test_db: Any) -> None:
+    a = _corpus(tenant_factory, app_engine, embedder, settings, "alpha")
+    b = _corpus(tenant_factory, app_engine, embedder, settings, "beta")
+    # One connection, so the recall statement is prepared there and its generic plan reused
+    # across both tenants and both scope sets.
+    engine = make_app_engine(test_db.database.app_url(), pool_size=1)
+    try:
+        recaller = recaller_with(engine, settings, embedder, recall_receipts=False)
+        readers = [t.identity("reader", read=scopes) for t in (a, b)
+                   for scopes in (("team",), ("team", "exec"))]
+        question = "what about the river bridge budget?"
+        vector = embedder.embed_query(question)
+        params = {"question": question, "query_embedding": vector, "mode": None, "session": None}
+
+        def klass(reader: Any) -> int:
+            with bound_session(engine, reader) as s:
+                return size_class(visible_chunks(s))
+
+        reused: dict[int, list[tuple[str, str, float]]] = {}
+        for _ in range(3):  # psycopg prepares a statement the fifth time a connection sends it
+            for n, reader in enumerate(readers):
+                assert "reused plan" in recaller.trace(reader, question)[1].format()
+                stmt = recaller.statement(FULL_PLAN, klass(reader))
+                with bound_session(engine, reader,
+                                   settings={"plan_cache_mode": "force_generic_plan"}) as s:
+                    reused[n] = _rows(s.execute(stmt, params).all())
+        with engine.connect() as conn:
+            plans = conn.execute(text(
+                "select generic_plans, custom_plans from pg_prepared_statements "
+                "where statement like '%engram recall full%'")).all()
+        assert plans and sum(p.generic_plans for p in plans) >= 4, plans
+        for n, reader in enumerate(readers):
+            stmt = recaller.statement(FULL_PLAN, klass(reader))
+            with bound_session(engine, reader, settings={"plan_cache_mode": "force_custom_plan"}) as s:
+                fresh = _rows(s.execute(stmt, params).all())
+            assert reused[n] == fresh, reader
+        # The plan is shared; the rows are not: each tenant and scope set sees its own.
+        ids = [{i for _, i, _ in reused[n] if i != "None"} for n in range(4)]
+        assert ids[0] < ids[1] and ids[2] < ids[3]
+        assert not (ids[1] & ids[3])
+    finally:
+        engine.dispose()
+
+
+class _CountingEmbedder:
+    """The packaged model behind a counter of the questions it was asked to embed."""
+
+    def __init__(self, inner: Any, model_name: str) -> None:
+        self.inner = inner
+        self.model_name = model_name
+        self.asked: Counter[str] = Counter()
+
+    def embed_query(self, question: str, asker: str | None = None) -> Any:
+        self.asked[question] += 1
+        return self.inner.embed_query(question, asker)
+
+
+def test_the_query_cache_never_crosses_tenants_or_models(tenant_factory: Any, app_engine: Engine,
+                                                         embedder: Any, settings: Any) -> None:
+    a = _corpus(tenant_factory, app_engine, embedder, settings, "gamma")
+    b = _corpus(tenant_factory, app_engine, embedder, settings, "delta")
+    counting = _CountingEmbedder(embedder, "model-one")
+    recaller = recaller_with(app_engine, settings, counting, recall_receipts=False)
+    question = "what about the harbour lights?"
+    alice, bob = a.identity("alice", read=("team",)), b.identity("bob", read=("team",))
+    first, t1 = recaller.trace(alice, question)
+    again, t2 = recaller.trace(alice, question)
+    assert (t1.embedding_cached, t2.embedding_cached) == (False, True)
+    assert counting.asked[question] == 1
+    assert [e.chunk_id for e in again.evidence] == [e.chunk_id for e in first.evidence]
+    # Another user of the same tenant shares the entry; another tenant never does.
+    assert recaller.trace(a.identity("carol", read=("team",)), question)[1].embedding_cached
+    _, t3 = recaller.trace(bob, question)
+    assert not t3.embedding_cached and counting.asked[question] == 2
+    # Another asker is another query text.
+    assert not recaller.trace(alice, question, asker="alice")[1].embedding_cached
+    # A new model (or version) embeds again: no vector of the old model answers the new one.
+    counting.model_name = "model-two"
+    _, t4 = recaller.trace(alice, question)
+    assert not t4.embedding_cached and counting.asked[question] == 4
+    counting.model_version = "2"  # type: ignore[attr-defined]
+    assert not recaller.trace(alice, question)[1].embedding_cached
+
+
+def test_the_query_cache_is_bounded_and_read_only() -> None:
+    cache = QueryEmbeddingCache(2)
+    model = ("m", "1")
+    calls = []
+
+    def embed(n: int) -> Any:
+        calls.append(n)
+        return np.full(3, float(n), dtype=np.float32)
+
+    for n in (1, 2, 1, 3):  # 1 is used again before 3 arrives: 2 is the least recent
+        cache.get_or_embed("t", model, f"q{n}", None, lambda n=n: embed(n))
+    assert len(cache) == 2 and calls == [1, 2, 3]
+    vector, hit = cache.get_or_embed("t", model, "q1", None, lambda: embed(9))
+    assert hit and float(vector[0]) == 1.0
+    assert not cache.get_or_embed("t", model, "q2", None, lambda: embed(2))[1]
+    with pytest.raises(ValueError):
+        vector[0] = 5.0
+    off = QueryEmbeddingCache(0)
+    assert not off.get_or_embed("t", model, "q", None, lambda: embed(4))[1]
+    assert not off.get_or_embed("t", model, "q", None, lambda: embed(4))[1] and len(off) == 0
+
+
+def _pending(auditor: Engine, tenant: uuid.UUID) -> list[str]:
+    with auditor.connect() as conn:
+        return [r.problem for r in chain.verify(conn, tenant)[0].row_problems]
+
+
+def test_a_receipt_is_sealed_in_the_recall_and_chained_in_a_batch(
+        tenant_factory: Any, app_engine: Engine, embedder: Any, settings: Any, test_db: Any,
+        auditor_engine: Engine) -> None:
+    t = _corpus(tenant_factory, app_engine, embedder, settings, "epsilon")
+    # An engine of its own: its background thread waits an hour unless asked to settle.
+    engine = make_app_engine(test_db.database.app_url(), pool_size=1)
+    recaller = recaller_with(engine, settings, embedder, recall_chain_delay_s=3600.0,
+                             recall_chain_interval_s=3600.0)
+    result, trace = recaller.trace(t.identity("reader", read=("team",)), "the river bridge?")
+    assert trace.receipt_id is not None
+    with auditor_engine.connect() as conn:
+        waiting = verify_receipt(conn, trace.receipt_id, rendered=result.rendered)
+    assert waiting.queued and waiting.seal_ok and not waiting.proven
+    assert any("waits in the queue" in p for p in waiting.problems())
+    # A queued receipt is not a row without a chain event: the chain verifies meanwhile.
+    assert _pending(auditor_engine, t.id) == []
+    assert recaller.settle() >= 1
+    with auditor_engine.connect() as conn:
+        done = verify_receipt(conn, trace.receipt_id, rendered=result.rendered)
+        events = conn.execute(text(
+            "select count(*) from provenance.events where tenant_id = :t "
+            "and table_name = 'provenance.receipts' and row_id = jsonb_build_object('id', cast(:r as text))"),
+            {"t": t.id, "r": str(trace.receipt_id)}).scalar_one()
+    assert done.ok and not done.queued and events == 1, done.problems()
+    engine.dispose()
+
+
+def test_receipts_survive_a_sigkill_between_seal_and_chain(
+        tenant_factory: Any, app_engine: Engine, embedder: Any, settings: Any, test_db: Any,
+        auditor_engine: Engine) -> None:
+    t = _corpus(tenant_factory, app_engine, embedder, settings, "zeta")
+    child = kill_after_seal(test_db.database.app_url(),
+                            {"org": t.org_id, "user": "reader", "read": ["team"]},
+                            "what about the harbour lights?")
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    receipt = uuid.UUID(json.loads(child.stdout.strip().splitlines()[-1])["receipt"])
+    with auditor_engine.connect() as conn:
+        left = verify_receipt(conn, receipt)
+    assert left.queued and left.seal_ok and not left.proven
+    assert _pending(auditor_engine, t.id) == []
+    # Whichever process runs next chains what the dead one left: here the worker role (or
+    # this process's own background thread, if it came first: it chains every tenant's queue).
+    worker = make_app_engine(test_db.database.role_url("engram_worker"), pool_size=1)
+    try:
+        with worker.begin() as conn:
+            chain_receipts(conn)
+    finally:
+        worker.dispose()
+    with auditor_engine.connect() as conn:
+        after = verify_receipt(conn, receipt)
+        report = chain.verify(conn, t.id)[0]
+    assert after.proven and not after.queued, after.problems()
+    assert report.ok, report
+
+
+def test_concurrent_chainers_chain_each_receipt_once(tenant_factory: Any, app_engine: Engine,
+                                                      embedder: Any, settings: Any,
+                                                      auditor_engine: Engine) -> None:
+    t = _corpus(tenant_factory, app_engine, embedder, settings, "eta")
+    reader = t.identity("reader", read=("team",))
+    with bound_session(app_engine, reader) as s:
+        docs = list(s.execute(text("select id from sources.documents")).scalars())
+    receipts = []
+    for n in range(12):
+        with bound_session(app_engine, reader) as s:
+            receipts.append(append_served(s, f"question {n}",
+                                          [("sources.documents", docs[n % len(docs)])], "r"))
+    errors: list[BaseException] = []
+
+    def drain() -> None:
+        try:
+            while True:
+                with app_engine.begin() as conn:
+                    if chain_receipts(conn, 3) == 0:
+                        return
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=drain) for _ in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    with auditor_engine.connect() as conn:
+        counts = dict(conn.execute(text(
+            "select row_id ->> 'id', count(*) from provenance.events where tenant_id = :t "
+            "and table_name = 'provenance.receipts' group by 1"), {"t": t.id}).all())
+        report = chain.verify(conn, t.id)[0]
+    assert {uuid.UUID(k) for k in counts} == set(receipts) and set(counts.values()) == {1}
+    assert report.ok, report
