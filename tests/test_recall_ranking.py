@@ -234,7 +234,7 @@ def test_usage_rows_are_written_per_recall_and_readable_by_their_user_only(
 
 
 def _service(t) -> ServiceTenant:
-    return ServiceTenant(t.id, t.org, ("team",))
+    return ServiceTenant(t.id, t.org_id, ("team",))
 
 
 def test_a_tenant_model_trained_on_planted_feedback_learns_it_and_only_from_that_tenant(
@@ -262,11 +262,11 @@ def test_a_tenant_model_trained_on_planted_feedback_learns_it_and_only_from_that
         with bound_session(app_engine, user) as s:
             mark_evidence_used(s, used, channel="python")
     with service_session(app_engine, _service(b)) as s:
-        report_b = train_tenant(s, b.org, tuned)
+        report_b = train_tenant(s, b.org_id, tuned)
     assert report_b.events == 0 and report_b.version is None
     assert "not trained: 0 event(s)" in report_b.reason
     with service_session(app_engine, _service(a)) as s:
-        report = train_tenant(s, a.org, tuned, activate="always")
+        report = train_tenant(s, a.org_id, tuned, activate="always")
     assert report.events == 24 and report.held_back == 6 and report.version == 1
     assert report.figures["new"] > report.figures["fused"]
     assert any("unbiased LambdaMART" in line for line in report.lines())
@@ -281,7 +281,7 @@ def test_a_tenant_model_trained_on_planted_feedback_learns_it_and_only_from_that
         assert s.execute(text("select count(*) from memory.rank_models")).scalar() == 0
     with bound_session(app_engine, a.identity("user0", read=("team",))) as s, \
             pytest.raises(BadInput, match="service identity"):
-        train_tenant(s, a.org, tuned)
+        train_tenant(s, a.org_id, tuned)
 
 
 def test_every_plan_study_shape_runs_and_learned_and_fused_differ_only_in_the_ranker(
