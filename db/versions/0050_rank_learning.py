@@ -9,7 +9,8 @@ tenant owns, and a tenant's model must be an artifact with provenance.
   that were not served: the item, its document (for excerpts: ``mark_used``
   names documents), its served rank (0: pooled, not served) and its feature
   vector (``feature_count`` values each, flattened). One row, one statement per
-  recall; readable by the user it records, like the usage ledger.
+  recall; readable by the user it records, like the usage ledger, and chained
+  like every memory table (one chain event per recall's insert statement).
 * ``memory.rank_models``: a tenant's trained models: the LightGBM text
   artifact, its SHA-256, the model card (features, parameters, figures on the
   held-back slice, the position-bias correction used), training sizes, and
@@ -200,7 +201,8 @@ def upgrade() -> None:
     op.create_index("ix_rank_events_tenant_id_model_id", "rank_events", ["tenant_id", "model_id"],
                     schema="memory")
     op.execute(SQL)
-    op.execute(sa.text("select provenance.attach_chain(cast(:t as regclass))").bindparams(t="memory.rank_models"))
+    for table in ("memory.rank_models", "memory.rank_events"):
+        op.execute(sa.text("select provenance.attach_chain(cast(:t as regclass))").bindparams(t=table))
 
 
 def downgrade() -> None:
