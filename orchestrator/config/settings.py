@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 import platformdirs
 from pydantic import Field
@@ -223,6 +224,10 @@ class Settings(BaseSettings):
     derive_community_max_levels: int = 8
     derive_lifecycle_dry_run: bool = False
     derive_raptor_full_every_s: float = 0.0
+
+    # Level of Engram's log (stderr) in `engram serve`, `up` and `worker run`: debug, info,
+    # warning, error.
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @property
     def data_dir(self) -> Path:
