@@ -59,6 +59,7 @@ class ChainSummary:
     broken_at: int | None
     problem: str | None
     row_problems: list[str]
+    warnings: list[str]
 
 
 @dataclass(frozen=True)
@@ -104,12 +105,13 @@ def verify_chain(engine: Engine, tenant: uuid.UUID, *, rows: bool = True) -> Cha
     with engine.connect() as conn:
         reports = chain.verify(conn, tenant, rows=rows)
     if not reports:
-        return ChainSummary(True, 0, None, None, None, None, [])
+        return ChainSummary(True, 0, None, None, None, None, [], [])
     r = reports[0]
     return ChainSummary(r.ok, r.checked, r.head_seq, r.head_hash.hex() if r.head_hash else None,
                         r.chain_break.seq if r.chain_break else None,
                         r.chain_break.problem if r.chain_break else None,
-                        [f"{p.table_name} {p.row_id}: {p.problem}" for p in r.row_problems])
+                        [f"{p.table_name} {p.row_id}: {p.problem}" for p in r.row_problems],
+                        [str(w) for w in r.warnings])
 
 
 def provenance(engine: Engine, tenant: uuid.UUID, table: str, row_id: Any, *,

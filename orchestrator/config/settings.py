@@ -222,6 +222,8 @@ class Settings(BaseSettings):
     # rebuilt from scratch by the schedule at most every derive_raptor_full_every_s seconds
     # (0, the default: never; the incremental update runs every tick either way).
     derive_community_max_levels: int = 8
+    # Job runs that failed or skipped an item are kept in memory.job_runs this many days.
+    derive_job_runs_keep_days: int = 30
     derive_lifecycle_dry_run: bool = False
     derive_raptor_full_every_s: float = 0.0
 

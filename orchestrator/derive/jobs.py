@@ -59,6 +59,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.audit.lineage import begin_activity, end_activity
 from orchestrator.config import Settings
+from orchestrator.derive import poison
 from orchestrator.derive.service import ServiceTenant, service_session, service_tenants
 from orchestrator.errors import Unavailable, describe_unavailable, is_unavailable
 from orchestrator.health import Backoff, Component, supervise
@@ -225,8 +226,15 @@ def _usage(session: Session, settings: Settings) -> Outcome:
     days = (today - timedelta(days=1), today)  # yesterday's last events land after midnight
     savepoint = session.begin_nested()
     begin_activity(session, "derive.usage", {"days": [d.isoformat() for d in days]})
-    usage = sum(int(session.execute(select(func.memory.refresh_usage(d))).scalar_one()) for d in days)
-    value = sum(int(session.execute(select(func.memory.refresh_value(d))).scalar_one()) for d in days)
+    counts = {"usage_daily": 0, "value_daily": 0}
+    # Each table and day is one statement of a SECURITY DEFINER function (it counts every
+    # user's ledger rows): item by item (poison), one the database refuses is skipped alone.
+    for table, refresh in (("usage_daily", func.memory.refresh_usage),
+                           ("value_daily", func.memory.refresh_value)):
+        for d in days:
+            with poison.item(session, f"memory.{table} of {d.isoformat()}"):
+                counts[table] += int(session.execute(select(refresh(d))).scalar_one())
+    usage, value = counts["usage_daily"], counts["value_daily"]
     if usage or value:
         end_activity(session)
         savepoint.commit()
@@ -252,25 +260,38 @@ JOBS_BY_NAME = {job.name: job for job in JOBS}
 
 
 def run_job(job: Job, sessions: SessionFactory, settings: Settings, tenant: str) -> JobResult:
-    """One job in one transaction; any failure is caught, logged and returned, never raised."""
+    """One job in one transaction; any failure is caught, logged and returned, never raised.
+
+    An item the job cannot write does not fail it: the job runs again item by item and
+    skips that item (``orchestrator.derive.poison``); what was skipped is in the result's
+    line and notes, and the run, like a failed one, is kept in ``memory.job_runs``."""
     started = time.monotonic()
+    started_at = datetime.now(UTC)
+    keep = settings.derive_job_runs_keep_days
     try:
-        with sessions() as session:
-            outcome = job.run(session, settings)
+        outcome, skipped = poison.run_guarded(sessions, lambda s: job.run(s, settings),
+                                              what=f"derive {tenant}: {job.name}")
     except Exception as exc:  # one failing job must not stop the others
         if is_unavailable(exc):
             log.warning("derive %s: %s: %s", tenant, job.name, describe_unavailable(exc))
             return JobResult(job.name, tenant, False, describe_unavailable(exc),
                              time.monotonic() - started, unavailable=True)
         log.exception("derive %s: %s failed", tenant, job.name)
-        return JobResult(job.name, tenant, False, f"{type(exc).__name__}: {exc}".split("\n")[0],
-                         time.monotonic() - started)
-    for note in outcome.notes:
+        line = f"{type(exc).__name__}: {exc}".split("\n")[0]
+        poison.record_run(sessions, job.name, ok=False, line=line, skipped=[], started_at=started_at,
+                          keep_days=keep)
+        return JobResult(job.name, tenant, False, line, time.monotonic() - started)
+    line, notes = outcome.line, outcome.notes
+    if skipped:
+        line = f"{line}; {len(skipped)} skipped"
+        notes = (*notes, *(str(s) for s in skipped))
+        poison.record_run(sessions, job.name, ok=True, line=line, skipped=skipped, started_at=started_at,
+                          keep_days=keep)
+    for note in notes:
         log.warning("derive %s: %s: %s", tenant, job.name, note)
     for detail in outcome.details:
         log.info("derive %s: %s: %s", tenant, job.name, detail)
-    return JobResult(job.name, tenant, True, outcome.line, time.monotonic() - started,
-                     notes=outcome.notes)
+    return JobResult(job.name, tenant, True, line, time.monotonic() - started, notes=notes)
 
 
 def run_jobs(sessions: SessionFactory, settings: Settings, tenant: str, *,

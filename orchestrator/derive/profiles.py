@@ -46,6 +46,7 @@ from sqlalchemy.orm import Session
 from orchestrator.audit.lineage import begin_activity, end_activity, record_derivations
 from orchestrator.config import Settings
 from orchestrator.db.knowledge_models import Entity, Profile, current_claims
+from orchestrator.derive import poison
 from orchestrator.derive.digest import input_digest
 from orchestrator.derive.service import SERVICE_USER, job_lock
 from orchestrator.derive.summarize import get_summarizer
@@ -180,19 +181,21 @@ def refresh(session: Session, *, entity_type: str = PERSON, max_sentences: int =
         start()
         written = {"summary": summary, "summary_method": made.method, "summary_model": made.model,
                    "input_digest": digest}
-        if old is not None:
-            session.execute(update(Profile).where(Profile.id == old.id)
-                            .values(updated_at=func.now(), **written))
-            pid = old.id
-            report.updated += 1
-        else:
-            entity, user, perspective, scopes = key
-            pid = session.execute(insert(Profile).values(
-                subject_entity_id=entity, subject_user_id=user, perspective_key=perspective,
-                scopes=list(scopes), **written).returning(Profile.id)).scalar_one()
-            report.inserted += 1
-        derived = ("memory.profiles", {"id": str(pid)})
-        edges += [(derived, ("knowledge.fact_claim", {"id": str(cid)})) for cid, _ in facts]
+        entity, user, perspective, scopes = key
+        label = f"the profile of {f'entity {entity}' if entity else f'user {user}'} ({perspective})"
+        with poison.item(session, label, restore=report):
+            if old is not None:
+                session.execute(update(Profile).where(Profile.id == old.id)
+                                .values(updated_at=func.now(), **written))
+                pid = old.id
+                report.updated += 1
+            else:
+                pid = session.execute(insert(Profile).values(
+                    subject_entity_id=entity, subject_user_id=user, perspective_key=perspective,
+                    scopes=list(scopes), **written).returning(Profile.id)).scalar_one()
+                report.inserted += 1
+            derived = ("memory.profiles", {"id": str(pid)})
+            edges += [(derived, ("knowledge.fact_claim", {"id": str(cid)})) for cid, _ in facts]
     if edges:
         record_derivations(session, edges)
     if started:
