@@ -34,6 +34,8 @@ from orchestrator.db.server import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_DB = "engram_test"
+# Session fixtures shared by several modules (a fixture imported into two modules is two fixtures).
+pytest_plugins = ["tests.support.stack"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
