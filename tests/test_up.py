@@ -9,8 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import httpx
 import pytest
 
 from orchestrator.db.server import free_port
+from tests.support.stack import wait_for
 
 ENGRAM = [sys.executable, "-m", "orchestrator.cli.main"]
 
@@ -42,16 +42,6 @@ def run(env: dict[str, str], *args: str) -> str:
                           check=False)
     assert done.returncode == 0, (args, done.stdout, done.stderr)
     return done.stdout
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 180) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(1)
 
 
 @pytest.mark.slow

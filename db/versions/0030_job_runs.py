@@ -41,8 +41,11 @@ TS = sa.DateTime(timezone=True)
 SQL = r"""
 alter table memory.job_runs enable row level security;
 alter table memory.job_runs force row level security;
+-- The overlap test first, spelled as every read policy spells it (0015: the planner's
+-- estimate); the containment is the rule.
 create policy job_runs__select_app on memory.job_runs for select to engram_app
-    using (tenant_id = (select auth.tenant_id()) and scopes <@ (select auth.read_scopes()));
+    using (tenant_id = (select auth.tenant_id()) and arrayoverlap(scopes, (select auth.read_scopes()))
+           and scopes <@ (select auth.read_scopes()));
 create policy job_runs__insert_app on memory.job_runs for insert to engram_app
     with check (tenant_id = (select auth.tenant_id()) and scopes <@ (select auth.write_scopes())
                 and run_by = (select auth.user_id()));
