@@ -36,5 +36,12 @@ select is_empty($$select distinct c.policy || ' (' || c.file || ')' from tests.p
                    where not exists (select 1 from engram_policies p where p.policy = c.policy) order by 1$$,
                 'every tag names a policy that exists');
 
+select diag(format('policy coverage: %s policies; %s allow and %s deny cases passed (%s tagged cases in %s files)',
+                   (select count(*) from engram_policies),
+                   (select count(distinct (policy, file, description)) from tests.policy_cases where kind = 'allow'),
+                   (select count(distinct (policy, file, description)) from tests.policy_cases where kind = 'deny'),
+                   (select count(*) from tests.policy_cases),
+                   (select count(distinct file) from tests.policy_cases)));
+
 select * from finish();
 rollback;

@@ -46,6 +46,8 @@ def test_every_policy_has_an_allow_and_a_deny_case(tap_db: tuple[Path, str]) -> 
     assert result.ok, (
         f"{path.name}: {len(cases)} tagged cases passed; planned {result.planned}, passed "
         f"{result.passed}, failed {len(result.failed)}\n{result.output[-6000:]}")
+    print("".join(f"\n{line.lstrip('# ')}" for line in result.output.splitlines()
+                  if line.startswith("# policy coverage")))
 
 
 def test_suite_is_not_empty() -> None:
