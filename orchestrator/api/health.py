@@ -28,8 +28,8 @@ from typing import Any
 from sqlalchemy import Engine, text
 
 from orchestrator.auth.tokens import TokenVerifier
-from orchestrator.errors import describe_unavailable
-from orchestrator.health import Health
+from orchestrator.errors import describe_unavailable, is_unavailable
+from orchestrator.health import Backoff, Health
 from orchestrator.recall import Recaller
 
 log = logging.getLogger("engram.api.health")
@@ -52,18 +52,26 @@ class Warmup:
 
         self.state = "loading"
         started = time.monotonic()
-        try:
-            build_schema()
-            self.stages_ms = recaller.warm_up()
-            clock = time.perf_counter()
-            for keys in (verifier.issuers.values() if verifier else ()):
-                keys.prefetch()
-            self.stages_ms["issuers"] = (time.perf_counter() - clock) * 1000.0
-        except Exception as exc:
-            self.state = "failed"
-            self.detail = f"{type(exc).__name__}: {exc}".split("\n")[0][:300]
-            log.exception("loading the models failed; recalls load them on first use")
-            return
+        backoff = Backoff(1.0, 30.0)
+        while True:
+            try:
+                build_schema()
+                self.stages_ms = recaller.warm_up()
+                clock = time.perf_counter()
+                for keys in (verifier.issuers.values() if verifier else ()):
+                    keys.prefetch()
+                self.stages_ms["issuers"] = (time.perf_counter() - clock) * 1000.0
+                break
+            except Exception as exc:
+                if is_unavailable(exc):
+                    # The models are loaded; the statement's warm-up waits for the database.
+                    self.state, self.detail = "waiting for the database", describe_unavailable(exc)
+                    time.sleep(backoff.delay())
+                    continue
+                self.state = "failed"
+                self.detail = f"{type(exc).__name__}: {exc}".split("\n")[0][:300]
+                log.exception("loading the models failed; recalls load them on first use")
+                return
         self.seconds = time.monotonic() - started
         self.state = "loaded"
         self.detail = ", ".join(f"{k} {v:.0f} ms" for k, v in self.stages_ms.items())

@@ -100,10 +100,9 @@ class KeySet:
         and no cached key can answer). The error itself goes to the log, not here."""
         with self._cond:
             now = self._clock()
-            loaded = self._loaded_at is not None
             if self._last_error is None:
                 state = "ok"
-            elif loaded and now - (self._loaded_at or now) <= self._ttl_s + self._grace_s:
+            elif self._loaded_at is not None and now - self._loaded_at <= self._ttl_s + self._grace_s:
                 state = "retrying"
             else:
                 state = "failing"
