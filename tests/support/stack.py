@@ -63,6 +63,7 @@ class Stack:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     logs: dict[str, Path] = field(default_factory=dict)
     _admin: Engine | None = None
+    closed: bool = False
 
     @property
     def database(self) -> Database:
@@ -124,6 +125,18 @@ class Stack:
                 {"t": self.tenant}).one()
         return int(row[0]), int(row[1]), int(row[2])
 
+    def close(self) -> None:
+        """Stop every process and the database, and remove the home (once)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.stop_all()
+        if self._admin is not None:
+            self._admin.dispose()
+        with contextlib.suppress(Exception):
+            self.database.server.stop(timeout=30)
+        shutil.rmtree(self.home.parent, ignore_errors=True)
+
     def postmaster_pid(self) -> int | None:
         return self.database.server.pid()
 
@@ -170,11 +183,18 @@ def stack() -> Iterator[Stack]:
         wait_for("engram up to be ready", lambda: s.ready()[0] == 200)
         wait_for("the separate worker to listen", lambda: (worker.poll() is None or pytest.fail(
             s.log("worker"))) and "embedding worker: listening" in s.log("worker"))
+        _running.append(s)
         yield s
     finally:
-        s.stop_all()
-        if s._admin is not None:
-            s._admin.dispose()
-        with contextlib.suppress(Exception):
-            s.database.server.stop(timeout=30)
-        shutil.rmtree(tmp, ignore_errors=True)
+        s.close()
+
+
+# The stack's processes (a derive tick every 3 s, a worker polling every second) would load
+# the machine for the rest of the session: it is closed after the last test that uses it.
+_running: list[Stack] = []
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if _running and (nextitem is None or "stack" not in getattr(nextitem, "fixturenames", ())):
+        while _running:
+            _running.pop().close()
