@@ -49,6 +49,12 @@ class NotFound(EngramError):
     code = "NOT_FOUND"
 
 
+class Misconfigured(EngramError):
+    """The settings cannot give a correct server (e.g. production without a token issuer)."""
+
+    code = "CONFIG"
+
+
 class ServerError(EngramError):
     """The database server could not be started, stopped or reached."""
 

@@ -91,12 +91,12 @@ class ApiConfig:
     @property
     def introspection(self) -> bool:
         s = self.settings
-        return s.api_introspection if s.api_introspection is not None else s.api_environment != "production"
+        return s.api_introspection if s.api_introspection is not None else s.env != "production"
 
     @property
     def graphiql(self) -> bool:
         s = self.settings
-        return s.api_graphiql if s.api_graphiql is not None else s.api_environment != "production"
+        return s.api_graphiql if s.api_graphiql is not None else s.env != "production"
 
 
 def execute(config: ApiConfig, identity: Identity, data: dict[str, Any]) -> tuple[bool, dict[str, Any]]:

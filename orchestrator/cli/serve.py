@@ -19,6 +19,38 @@ from orchestrator.config import Settings
 out = Console(highlight=False, soft_wrap=True)
 
 
+def production_gate(settings: Settings) -> None:
+    """Refuse to start a production server that would be wrong (exit 2); print its warnings."""
+    from orchestrator.config.production import check_production
+    from orchestrator.errors import Misconfigured
+
+    try:
+        warnings = check_production(settings)
+    except Misconfigured as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    for warning in warnings:
+        out.print(f"[yellow]warning:[/yellow] {warning}")
+    if settings.env == "production":
+        off = [name for name, value in (("GraphiQL", settings.api_graphiql),
+                                        ("introspection", settings.api_introspection)) if not value]
+        out.print(f"production: tokens from {settings.auth_issuer} for {settings.auth_audience}; "
+                  "development key not trusted" + (f"; {' and '.join(off)} off" if off else ""))
+
+
+def load_settings() -> Settings:
+    """``Settings()``, with a bad ``ENGRAM_*`` value reported as one clear line (exit 2)."""
+    from pydantic import ValidationError
+
+    try:
+        return Settings()
+    except ValidationError as exc:
+        lines = [f"ENGRAM_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
+                 for e in exc.errors()]
+        typer.echo("error: bad settings: " + "; ".join(lines), err=True)
+        raise typer.Exit(2) from exc
+
+
 def serve_api(settings: Settings, host: str | None = None, port: int | None = None) -> None:
     import uvicorn
 
@@ -81,6 +113,7 @@ def start_worker(settings: Settings) -> tuple[threading.Thread, threading.Event]
 
 def serve_engram(settings: Settings) -> None:
     """Worker in a thread, API in the foreground, until interrupted."""
+    production_gate(settings)
     started = start_worker(settings)
     try:
         serve_api(settings)
@@ -103,7 +136,9 @@ def serve(
         PRINTED_SCHEMA.write_text(printed_schema())
         out.print(f"wrote {PRINTED_SCHEMA}")
         return
-    serve_api(Settings(), host, port)
+    settings = load_settings()
+    production_gate(settings)
+    serve_api(settings, host, port)
 
 
 def mcp(
@@ -117,8 +152,9 @@ def mcp(
     from orchestrator.db.engine import Database, make_app_engine
     from orchestrator.errors import EngramError
 
-    settings = Settings()
+    settings = load_settings()
     if http:
+        production_gate(settings)
         engine = make_app_engine(Database(settings).app_url())
         host = host or settings.api_host
         try:
