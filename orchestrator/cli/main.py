@@ -160,6 +160,52 @@ def db_migrate(revision: Annotated[str, typer.Argument()] = "head") -> None:
     out.print(f"database migrated to {rev}")
 
 
+@db_app.command("reindex")
+def db_reindex(
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="say what would be rebuilt, change nothing")] = False,
+) -> None:
+    """Rebuild the vector and text indexes without blocking reads or writes (docs/database.md).
+
+    pgvector tier: REINDEX CONCURRENTLY of every HNSW and GIN index. VectorChord tier: the
+    same, and the vchordrq index rebuilt with lists sized from the table when they no
+    longer fit (plus the matching vchordrq.probes for the app and worker roles).
+    """
+    from sqlalchemy import create_engine
+
+    from orchestrator.cli.progress import progress_bar
+    from orchestrator.db import indexes
+
+    db = _database()
+    engine = create_engine(db.admin_url())
+    try:
+        with engine.connect() as conn:
+            tier = indexes.index_tier(conn)
+            steps = indexes.plan(conn)
+        out.print(f"index tier {tier}: {len(steps)} indexes")
+        for step in steps:
+            out.print(f"  {step.index} ({step.method}): {step.reason}", highlight=False)
+        if dry_run:
+            for step in steps:
+                for statement in step.statements:
+                    out.print(f"    {statement.splitlines()[0]}", highlight=False)
+            return
+        with progress_bar(err, "reindex", transient=True) as update:
+            def on_progress(index: str, done: int, total: int, phase: str) -> None:
+                update(done, total, f"{index}: {phase}")
+
+            timings = indexes.run(engine, steps, on_progress)
+    except EngramError as exc:
+        _fail(str(exc))
+    except Exception as exc:  # a failed REINDEX CONCURRENTLY leaves an invalid copy to drop
+        _fail(f"reindex stopped: {str(exc).splitlines()[0]} (run it again: the invalid index a "
+              "failed concurrent build leaves behind is dropped first)")
+    finally:
+        engine.dispose()
+    for index, seconds in timings:
+        out.print(f"rebuilt {index} in {seconds:.1f}s", highlight=False)
+
+
 @db_app.command("reset")
 def db_reset(
     yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
