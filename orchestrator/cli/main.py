@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -24,11 +24,29 @@ from orchestrator.cli.worker import worker_app
 from orchestrator.config import Settings
 from orchestrator.db.engine import Database
 from orchestrator.db.server import AlreadyRunning, NotRunning
-from orchestrator.errors import EngramError
+from orchestrator.errors import EngramError, Unavailable, is_unavailable
 
-app = typer.Typer(help="Engram: a PostgreSQL-owned memory engine for AI agents.",
-                  no_args_is_help=True, add_completion=False,
-                  pretty_exceptions_enable=False)
+# Exit status of any command that could not reach the database (sysexits' EX_TEMPFAIL: retry).
+EXIT_UNAVAILABLE = 75
+
+
+class _EngramTyper(typer.Typer):
+    """The CLI: a command that meets a database out of reach says so in one line (no host,
+    no port, no traceback) and exits with ``EXIT_UNAVAILABLE``."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except Exception as exc:
+            if not is_unavailable(exc):
+                raise
+            err.print(f"[red]error:[/red] {Unavailable.MESSAGE} ({Unavailable.code})", highlight=False)
+            sys.exit(EXIT_UNAVAILABLE)
+
+
+app = _EngramTyper(help="Engram: a PostgreSQL-owned memory engine for AI agents.",
+                   no_args_is_help=True, add_completion=False,
+                   pretty_exceptions_enable=False)
 db_app = typer.Typer(help="The database: embedded server lifecycle and migrations.",
                      no_args_is_help=True)
 admin_app = typer.Typer(help="DBA tasks: tenants and scopes.", no_args_is_help=True)

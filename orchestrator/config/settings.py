@@ -228,6 +228,10 @@ class Settings(BaseSettings):
     derive_lifecycle_dry_run: bool = False
     derive_raptor_full_every_s: float = 0.0
 
+    # Level of Engram's log (stderr) in `engram serve`, `up` and `worker run`: debug, info,
+    # warning, error.
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
     @property
     def data_dir(self) -> Path:
         return self.home / "pgdata"
