@@ -49,6 +49,27 @@ class NotFound(EngramError):
     code = "NOT_FOUND"
 
 
+class Misconfigured(EngramError):
+    """The settings cannot give a correct server (e.g. production without a token issuer)."""
+
+    code = "CONFIG"
+
+
+class Unavailable(EngramError):
+    """The database cannot be reached right now (down, restarting, the link broke): retry.
+
+    The message is always the same sentence: a driver's text names the server's host
+    and port, which belong in the log, never in an answer."""
+
+    code = "UNAVAILABLE"
+    MESSAGE: ClassVar[str] = "the database is unavailable (it may be restarting); retry shortly"
+
+    def __init__(self, message: str | None = None, *, sqlstate: str | None = None,
+                 detail: str | None = None) -> None:
+        super().__init__(message or self.MESSAGE, sqlstate=sqlstate)
+        self.detail = detail
+
+
 class ServerError(EngramError):
     """The database server could not be started, stopped or reached."""
 
@@ -75,7 +96,16 @@ _SQLSTATE_MAP: dict[str, type[EngramError]] = {
     "P0001": BadInput,  # raise_exception: a PL/pgSQL refusal raised without its own code
     "P0002": NotFound,  # no_data_found raised by Engram functions
     "28": Unauthenticated,  # invalid authorization specification
+    "08": Unavailable,  # connection exceptions: refused, broken, failed
+    "57P01": Unavailable,  # admin_shutdown: the server is stopping
+    "57P02": Unavailable,  # crash_shutdown
+    "57P03": Unavailable,  # cannot_connect_now: the server is starting or recovering
 }
+
+# Why a connection-class failure happened, in words that name no host or port.
+_UNAVAILABLE_WHY = {"57P01": "the server is shutting down", "57P02": "the server crashed",
+                    "57P03": "the server is starting up", "08006": "the connection was lost",
+                    "08001": "the connection was refused", "08004": "the server refused the connection"}
 
 
 def is_public(exc: EngramError) -> bool:
@@ -104,4 +134,50 @@ def error_class_for(sqlstate: str | None) -> type[EngramError]:
 
 def from_sqlstate(sqlstate: str | None, message: str) -> EngramError:
     """Translate a database error into Engram's hierarchy."""
-    return error_class_for(sqlstate)(message, sqlstate=sqlstate)
+    cls = error_class_for(sqlstate)
+    if cls is Unavailable:
+        return Unavailable(sqlstate=sqlstate, detail=message)
+    return cls(message, sqlstate=sqlstate)
+
+
+def _driver_error(exc: BaseException) -> BaseException:
+    """The driver's exception inside SQLAlchemy's wrapper (or the exception itself)."""
+    return getattr(exc, "orig", None) or exc
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database is out of reach (not that it refused the request).
+
+    A connection attempt that fails (refused, timed out, the server starting or stopping),
+    a connection the server closed, and the SQLSTATE classes 08 and 57P01-57P03: all are
+    worth retrying after a pause. Anything else is the request's own problem."""
+    if isinstance(exc, Unavailable):
+        return True
+    if getattr(exc, "connection_invalidated", False):  # SQLAlchemy: the link broke mid-use
+        return True
+    orig = _driver_error(exc)
+    sqlstate = getattr(orig, "sqlstate", None)
+    if sqlstate is not None:
+        return error_class_for(sqlstate) is Unavailable
+    import psycopg
+
+    # No SQLSTATE: the server never answered (connect failed) or the socket closed.
+    return isinstance(orig, psycopg.OperationalError | psycopg.InterfaceError)
+
+
+def describe_unavailable(exc: BaseException) -> str:
+    """A short reason for an unavailable database, safe to show anyone (no host, no port)."""
+    orig = _driver_error(exc)
+    sqlstate = getattr(orig, "sqlstate", None) or getattr(exc, "sqlstate", None)
+    if sqlstate in _UNAVAILABLE_WHY:
+        return f"the database is unavailable: {_UNAVAILABLE_WHY[sqlstate]} ({sqlstate})"
+    text = (exc.detail if isinstance(exc, Unavailable) and exc.detail else str(orig)).lower()
+    if "refused" in text:
+        why = "the connection was refused"
+    elif "closed" in text or "terminat" in text or "lost" in text:
+        why = "the connection was lost"
+    elif "timeout" in text or "timed out" in text:
+        why = "the connection timed out"
+    else:
+        why = "the connection failed"
+    return f"the database is unavailable: {why}" + (f" ({sqlstate})" if sqlstate else "")

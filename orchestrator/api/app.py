@@ -21,7 +21,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from anyio import CapacityLimiter, to_thread
+from anyio import CapacityLimiter, fail_after, to_thread
 from ariadne import graphql_sync
 from ariadne.explorer import ExplorerGraphiQL
 from sqlalchemy import Engine
@@ -31,22 +31,35 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from orchestrator.api.audit import AuditorEngine
+from orchestrator.api.health import READY_PROBE_S, Warmup, readiness
 from orchestrator.api.schema import RequestContext, build_schema, format_error, validation_rules
 from orchestrator.auth import Identity
 from orchestrator.auth.tokens import TokenVerifier, bearer_token
 from orchestrator.config import Settings
 from orchestrator.db.session import bound_session
-from orchestrator.errors import EngramError, Forbidden, Unauthenticated, internal_message, is_public
+from orchestrator.errors import (
+    EngramError,
+    Forbidden,
+    Unauthenticated,
+    Unavailable,
+    internal_message,
+    is_public,
+)
+from orchestrator.health import Health
 from orchestrator.recall import Recaller
 
 STATUS_BY_CODE = {"UNAUTHENTICATED": 401, "FORBIDDEN": 403, "BAD_USER_INPUT": 400,
-                  "CONFLICT": 409, "NOT_FOUND": 404}
+                  "CONFLICT": 409, "NOT_FOUND": 404, "UNAVAILABLE": 503}
+# Seconds a client should wait before retrying an UNAVAILABLE answer.
+RETRY_AFTER_S = 2
 
 
 def error_response(status: int, code: str, message: str) -> JSONResponse:
     headers = {}
     if status == 401:
         headers["WWW-Authenticate"] = 'Bearer realm="engram", error="invalid_token"'
+    if status == 503:
+        headers["Retry-After"] = str(RETRY_AFTER_S)
     return JSONResponse({"data": None, "errors": [{"message": message, "extensions": {"code": code}}]},
                         status_code=status, headers=headers)
 
@@ -91,12 +104,12 @@ class ApiConfig:
     @property
     def introspection(self) -> bool:
         s = self.settings
-        return s.api_introspection if s.api_introspection is not None else s.api_environment != "production"
+        return s.api_introspection if s.api_introspection is not None else s.env != "production"
 
     @property
     def graphiql(self) -> bool:
         s = self.settings
-        return s.api_graphiql if s.api_graphiql is not None else s.api_environment != "production"
+        return s.api_graphiql if s.api_graphiql is not None else s.env != "production"
 
 
 def execute(config: ApiConfig, identity: Identity, data: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
@@ -122,8 +135,10 @@ def execute(config: ApiConfig, identity: Identity, data: dict[str, Any]) -> tupl
         return False, rb.result
     except EngramError as exc:
         if not bound:
-            # Binding refused the identity: an unknown tenant or scope.
-            raise _Refused(exc if isinstance(exc, Unauthenticated) else Forbidden(exc.message)) from exc
+            # Binding refused the identity (an unknown tenant or scope), or never reached the
+            # database.
+            raise _Refused(exc if isinstance(exc, Unauthenticated | Unavailable)
+                           else Forbidden(exc.message)) from exc
         raise
 
 
@@ -141,10 +156,14 @@ def _is_mutation(data: dict[str, Any]) -> bool:
 
 
 def create_app(settings: Settings, engine: Engine, verifier: TokenVerifier | None = None,
-               recaller: Recaller | None = None) -> Starlette:
-    """The app; ``recaller`` defaults to one over ``engine`` that loads its models on first use."""
+               recaller: Recaller | None = None, *, health: Health | None = None,
+               warmup: Warmup | None = None) -> Starlette:
+    """The app; ``recaller`` defaults to one over ``engine`` that loads its models on first use
+    (``engram serve`` loads them at start: ``warmup``); ``health`` holds the process's
+    long-running components, which ``/readyz`` reports."""
     config = ApiConfig(settings, engine, verifier or TokenVerifier.from_settings(settings),
                        recaller or Recaller(engine, settings))
+    warmup = warmup or Warmup()
     explorer = ExplorerGraphiQL(title="Engram")
     # Operations and token checks wait in their own thread pools: an issuer whose JWKS
     # hangs holds up token checks, never operations already admitted (nor the event loop).
@@ -201,6 +220,8 @@ def create_app(settings: Settings, engine: Engine, verifier: TokenVerifier | Non
             if not is_public(exc):
                 return error_response(500, exc.code, internal_message(exc))
             return error_response(STATUS_BY_CODE.get(exc.code, 500), exc.code, exc.message)
+        if _unavailable(result):
+            return JSONResponse(result, status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
         status = 200 if success or result.get("data") is not None or _executed(result) else 400
         return JSONResponse(result, status_code=status)
 
@@ -213,11 +234,30 @@ def create_app(settings: Settings, engine: Engine, verifier: TokenVerifier | Non
     async def healthz(_: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
+    probes = CapacityLimiter(2)
+
+    async def readyz(_: Request) -> Response:
+        try:
+            with fail_after(READY_PROBE_S + 1):
+                report = await to_thread.run_sync(readiness, engine, warmup, config.recaller, health,
+                                                  config.verifier, limiter=probes,
+                                                  abandon_on_cancel=True)
+        except TimeoutError:
+            report = {"ready": False, "database": {"ok": False, "detail": "the readiness probe "
+                                                   f"took over {READY_PROBE_S + 1:g} s"}}
+        return JSONResponse(report, status_code=200 if report["ready"] else 503)
+
     return Starlette(routes=[
         Route("/graphql", graphql_post, methods=["POST"]),
         Route("/graphql", graphql_get, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
     ])
+
+
+def _unavailable(result: dict[str, Any]) -> bool:
+    """Whether the operation failed because the database was out of reach (retry later)."""
+    return any(e.get("extensions", {}).get("code") == Unavailable.code for e in result.get("errors", []))
 
 
 def _executed(result: dict[str, Any]) -> bool:

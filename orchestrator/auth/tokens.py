@@ -46,6 +46,7 @@ from jwt.exceptions import (
 from orchestrator.auth.identity import Identity
 from orchestrator.auth.jwks import KeySet, file_fetcher, url_fetcher
 from orchestrator.config import Settings
+from orchestrator.config.production import jwks_url
 from orchestrator.errors import Forbidden, Unauthenticated
 
 ALLOWED_ALGORITHMS = ("RS256", "ES256", "EdDSA")
@@ -100,9 +101,8 @@ class TokenVerifier:
 
         verifier = cls(settings.auth_audience, settings.auth_leeway_s)
         if settings.auth_issuer:
-            url = settings.auth_jwks_url or settings.auth_issuer.rstrip("/") + "/jwks"
             verifier.issuers[settings.auth_issuer] = KeySet(
-                url_fetcher(url), ttl_s=settings.auth_jwks_ttl_s,
+                url_fetcher(jwks_url(settings) or ""), ttl_s=settings.auth_jwks_ttl_s,
                 min_refresh_s=settings.auth_jwks_min_refresh_s, grace_s=settings.auth_jwks_grace_s,
                 retry_max_s=settings.auth_jwks_retry_max_s, name=f"issuer {settings.auth_issuer}")
         if dev_key_trusted(settings):

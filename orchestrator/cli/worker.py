@@ -21,9 +21,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from sqlalchemy.exc import DBAPIError
 
+from orchestrator.cli.logs import configure_logging
 from orchestrator.config import Settings
-from orchestrator.errors import EngramError
+from orchestrator.errors import EngramError, describe_unavailable, is_unavailable
+from orchestrator.health import Component, Health
 
 if TYPE_CHECKING:  # imported lazily at run time: `engram worker --help` stays fast
     from collections.abc import Callable
@@ -60,6 +63,7 @@ def run(
     from orchestrator.worker.queue import QueueWorker
 
     settings = Settings()
+    configure_logging(settings)
     try:
         tenants = [uuid.UUID(t) for t in tenant] if tenant else None
     except ValueError as exc:
@@ -74,6 +78,12 @@ def run(
     except EngramError as exc:
         _fail(str(exc))
         return
+    except DBAPIError as exc:
+        if once or not is_unavailable(exc):
+            raise
+        # `run` waits for the database (with back-off) instead of exiting: a worker started
+        # beside a server that is still starting, or restarting, simply begins a little later.
+        err.print(f"[yellow]worker:[/yellow] {describe_unavailable(exc)}; waiting for it", highlight=False)
     err.print(f"worker: {embedder.model_name} ({embedder.dimension}-d) on {embedder.device.device}"
               f" ({embedder.device.reason})", highlight=False)
     if derive and not once and settings.derive_interval_s <= 0:
@@ -81,6 +91,7 @@ def run(
     wanted = derive if derive is not None else (not once and settings.derive_interval_s > 0)
     scheduler = _derive_scheduler(db, engine, settings, tenants, verbose=once) if wanted else None
     stop = threading.Event()
+    health = Health()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         if once:
@@ -93,11 +104,13 @@ def run(
             if scheduler is not None:
                 err.print(f"worker: derive jobs every {settings.derive_interval_s:g}s for every tenant, "
                           "as service:derive")
-                threading.Thread(target=scheduler.run_forever, args=(stop,), name="engram-derive",
-                                 daemon=True).start()
-                on_batch = _extract_on_ingest(scheduler, stop)
-            err.print("worker: draining, then listening for new rows (Ctrl-C stops)")
-            worker.run_forever(db.psql_url("engram_worker"), stop, on_batch=on_batch)
+                threading.Thread(target=scheduler.run_forever, args=(stop, health.component(
+                    "derive schedule")), name="engram-derive", daemon=True).start()
+                on_batch = _extract_on_ingest(scheduler, stop, health.component("extraction on ingest"))
+            err.print("worker: draining, then listening for new rows (Ctrl-C stops); it reconnects "
+                      "with back-off when the database goes away")
+            worker.run_forever(db.psql_url("engram_worker"), stop, on_batch=on_batch,
+                               component=health.component("embedding worker"))
     except KeyboardInterrupt:
         stop.set()
     except EngramError as exc:
@@ -138,7 +151,8 @@ def _derive_scheduler(db: Database, worker_engine: Engine, settings: Settings,
                            on_tick=on_tick)
 
 
-def _extract_on_ingest(scheduler: DeriveScheduler, stop: threading.Event) -> Callable[[BatchReport], None]:
+def _extract_on_ingest(scheduler: DeriveScheduler, stop: threading.Event,
+                       component: Component) -> Callable[[BatchReport], None]:
     """A thread that extracts new chunks as soon as the queue has embedded them (it woke on
     their NOTIFY); returns the queue's batch callback that wakes it."""
     from orchestrator.derive.extract import ExtractOnIngest, backend_for
@@ -150,7 +164,8 @@ def _extract_on_ingest(scheduler: DeriveScheduler, stop: threading.Event) -> Cal
               highlight=False, soft_wrap=True)
     if choice.notice:
         err.print(f"[yellow]worker: note:[/yellow] {choice.notice}", highlight=False, soft_wrap=True)
-    threading.Thread(target=extractor.run_forever, args=(stop,), name="engram-extract", daemon=True).start()
+    threading.Thread(target=extractor.run_forever, args=(stop, component), name="engram-extract",
+                     daemon=True).start()
 
     def on_batch(b: BatchReport) -> None:
         if b.table == "sources.chunks" and b.claimed:

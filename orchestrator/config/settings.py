@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 import platformdirs
 from pydantic import Field
@@ -34,6 +35,10 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ENGRAM_", extra="ignore")
 
     home: Path = Field(default_factory=default_home)
+    # ENGRAM_ENV. production: `engram serve` refuses to start without a token issuer or with
+    # the development key trusted, and GraphiQL and introspection are off unless set
+    # (orchestrator/config/production.py; docs/deployment.md).
+    env: Literal["development", "production"] = "development"
     # An external server: the URL of a role that may run migrations (it creates
     # roles, so a superuser or a role with CREATEROLE and the database's owner).
     database_url: str | None = None
@@ -182,8 +187,7 @@ class Settings(BaseSettings):
     auth_dev_issuer: str = "engram-dev"
     api_host: str = "127.0.0.1"
     api_port: int = 8700
-    # development: introspection and GraphiQL on unless set; production: off unless set.
-    api_environment: str = "development"
+    # Unset: on in development, off in production (ENGRAM_ENV).
     api_introspection: bool | None = None
     api_graphiql: bool | None = None
     api_max_body_bytes: int = 4 * 1024 * 1024
@@ -223,6 +227,10 @@ class Settings(BaseSettings):
     derive_community_max_levels: int = 8
     derive_lifecycle_dry_run: bool = False
     derive_raptor_full_every_s: float = 0.0
+
+    # Level of Engram's log (stderr) in `engram serve`, `up` and `worker run`: debug, info,
+    # warning, error.
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @property
     def data_dir(self) -> Path:

@@ -18,12 +18,15 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from orchestrator.auth import Identity
-from orchestrator.errors import EngramError, from_sqlstate
+from orchestrator.errors import EngramError, Unavailable, from_sqlstate, is_unavailable
 
 
 def translate(exc: DBAPIError) -> EngramError:
-    """Map a driver error to Engram's hierarchy (SQLSTATE based)."""
+    """Map a driver error to Engram's hierarchy (SQLSTATE based; a database out of reach is
+    ``Unavailable``, whose message names no host or port)."""
     orig = exc.orig
+    if is_unavailable(exc):
+        return Unavailable(sqlstate=getattr(orig, "sqlstate", None), detail=str(orig).split("\n")[0])
     sqlstate = getattr(orig, "sqlstate", None)
     message = str(orig).split("\n")[0] if orig is not None else str(exc)
     if isinstance(orig, psycopg.Error) and orig.diag.message_primary:

@@ -76,7 +76,8 @@ from orchestrator.derive.nlp import (
     read,
 )
 from orchestrator.derive.service import ServiceTenant, job_lock, service_session, service_tenants
-from orchestrator.errors import BadInput
+from orchestrator.errors import BadInput, is_unavailable
+from orchestrator.health import Component, supervise
 from orchestrator.ingest.knowledge import (
     FactInput,
     assert_facts,
@@ -486,7 +487,9 @@ class ExtractOnIngest:
 
             try:
                 r = extract_all(sessions, self.settings)
-            except Exception:  # one tenant's failure must not stop the others; the tick retries
+            except Exception as exc:  # one tenant's failure must not stop the others; the tick retries
+                if is_unavailable(exc):
+                    raise  # every tenant would fail alike: run_forever retries with back-off
                 log.exception("extract on ingest: %s failed", tenant.org_id)
                 continue
             if r.chunks or r.opted_out:
@@ -496,15 +499,25 @@ class ExtractOnIngest:
                     self.on_report(tenant.org_id, r)
         return reports
 
-    def run_forever(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            if not self._wake.wait(timeout=1.0):
-                continue
-            stop.wait(max(self.settings.extract_wake_delay_s, 0.0))
-            self._wake.clear()
-            if stop.is_set():
-                return
-            try:
-                self.run_once()
-            except Exception:  # e.g. the database restarting: the next wake or tick retries
-                log.exception("extract on ingest failed")
+    def run_forever(self, stop: threading.Event, component: Component | None = None) -> None:
+        """Wait for a wake, extract, repeat. A run that fails (the database restarting) is
+        retried with back-off without waiting for the next wake; ``component`` reports it."""
+        component = component or Component("extraction on ingest")
+        component.ok("waiting for new chunks")
+
+        def body() -> None:
+            while not stop.is_set():
+                if not self._wake.wait(timeout=1.0):
+                    continue
+                stop.wait(max(self.settings.extract_wake_delay_s, 0.0))
+                self._wake.clear()
+                if stop.is_set():
+                    return
+                try:
+                    done = self.run_once()
+                except Exception:
+                    self._wake.set()  # the retry after the back-off extracts what waited
+                    raise
+                component.ok(f"last run: {sum(r.chunks for r in done.values())} chunks read")
+
+        supervise(component, body, stop)

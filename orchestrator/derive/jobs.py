@@ -60,6 +60,8 @@ from sqlalchemy.orm import Session
 from orchestrator.audit.lineage import begin_activity, end_activity
 from orchestrator.config import Settings
 from orchestrator.derive.service import ServiceTenant, service_session, service_tenants
+from orchestrator.errors import Unavailable, describe_unavailable, is_unavailable
+from orchestrator.health import Backoff, Component, supervise
 
 if TYPE_CHECKING:
     from orchestrator.derive.communities import CommunityReport
@@ -95,6 +97,7 @@ class JobResult:
     line: str
     seconds: float
     notes: tuple[str, ...] = ()
+    unavailable: bool = False  # failed because the database was out of reach
 
     def render(self) -> str:
         state = "ok" if self.ok else "FAILED"
@@ -255,6 +258,10 @@ def run_job(job: Job, sessions: SessionFactory, settings: Settings, tenant: str)
         with sessions() as session:
             outcome = job.run(session, settings)
     except Exception as exc:  # one failing job must not stop the others
+        if is_unavailable(exc):
+            log.warning("derive %s: %s: %s", tenant, job.name, describe_unavailable(exc))
+            return JobResult(job.name, tenant, False, describe_unavailable(exc),
+                             time.monotonic() - started, unavailable=True)
         log.exception("derive %s: %s failed", tenant, job.name)
         return JobResult(job.name, tenant, False, f"{type(exc).__name__}: {exc}".split("\n")[0],
                          time.monotonic() - started)
@@ -331,6 +338,9 @@ class DeriveScheduler:
 
             report.results += run_jobs(sessions, self.settings, tenant.org_id, jobs=self.jobs,
                                        on_result=self._record)
+            if any(r.unavailable for r in report.results):
+                # The rest of the tick would fail the same way: run_forever retries it.
+                raise Unavailable(detail=f"derive tick stopped at tenant {tenant.org_id}")
         self.compact_statistics()
         self.last_tick_at = datetime.now(UTC)
         report.seconds = time.monotonic() - started
@@ -358,12 +368,18 @@ class DeriveScheduler:
             log.info("derive tick: compacted the BM25 statistics of %d tenants", done)
         return done
 
-    def run_forever(self, stop: threading.Event) -> None:
-        """Tick, then wait ``derive_interval_s`` (or until ``stop``); a failed tick is retried."""
+    def run_forever(self, stop: threading.Event, component: Component | None = None) -> None:
+        """Tick, then wait ``derive_interval_s`` (or until ``stop``). A tick that fails (the
+        database restarting, say) is retried with back-off, from a second up to the interval,
+        not only at the next interval; ``component`` reports the state."""
         interval = max(self.settings.derive_interval_s, 1.0)
-        while not stop.is_set():
-            try:
-                self.tick()
-            except Exception:  # e.g. the database is restarting: try again next interval
-                log.exception("derive tick failed")
-            stop.wait(interval)
+        component = component or Component("derive schedule")
+
+        def body() -> None:
+            while not stop.is_set():
+                t = self.tick()
+                component.ok(f"last tick: {t.tenants} tenants, {len(t.results)} jobs, "
+                             f"{len(t.failed)} failed in {t.seconds:.1f} s")
+                stop.wait(interval)
+
+        supervise(component, body, stop, backoff=Backoff(1.0, min(interval, 60.0)))

@@ -68,14 +68,12 @@ from sqlalchemy import (
     bindparam,
     case,
     cast,
-    column,
     exists,
     func,
     literal,
     null,
     or_,
     select,
-    table,
     true,
     union_all,
 )
@@ -83,7 +81,6 @@ from sqlalchemy.dialects.postgresql import (
     ARRAY,
     DOUBLE_PRECISION,
     JSONB,
-    REGCLASS,
     REGCONFIG,
     TIMESTAMP,
     TSQUERY,
@@ -92,7 +89,7 @@ from sqlalchemy.dialects.postgresql import (
     array,
 )
 from sqlalchemy.sql.elements import BindParameter
-from sqlalchemy.types import TypeEngine, UserDefinedType
+from sqlalchemy.types import TypeEngine
 
 from orchestrator.config import Settings, get_settings
 from orchestrator.db.derive_models import Extraction
@@ -121,24 +118,8 @@ TS_CONFIG = "english"
 
 PROJECT_STATES = ("Active", "Waiting")
 INDEX_TIERS = ("pgvector", "vectorchord")
-# The VectorChord tier (db/versions/0003_index_tier.py, 0012_vectorchord_lexical.py): the
-# chunks' BM25 vector column, its index and tokenizer exist on that tier only.
-BM25_INDEX = "sources.ix_chunks_bm25"
-BM25_TOKENIZER = "engram_bert"
-
-
-class BM25Vector(UserDefinedType[Any]):
-    """``bm25_catalog.bm25vector`` (vchord_bm25)."""
-
-    cache_ok = True
-
-    def get_col_spec(self, **kw: Any) -> str:
-        return "bm25_catalog.bm25vector"
-
-
-CHUNKS_BM25 = table("chunks", column("tenant_id", UUID(as_uuid=True)), column("id", UUID(as_uuid=True)),
-                    column("document_id", UUID(as_uuid=True)), column("bm25", BM25Vector()),
-                    schema="sources")
+# The tiers differ in the chunks' vector index only (HNSW or vchordrq, chosen by migrations
+# 0003 and 0070); the statement reads the same columns on both.
 MODES = ("causal", "timeline")
 # The lanes whose weight a mode doubles.
 MODE_LANES = {"causal": ("decisions", "causal"), "timeline": ("timeline", "episodes")}
@@ -358,9 +339,9 @@ class _Builder:
             rows.append(select(dense.c.chunk_id, dense.c.document_id, literal("dense").label("lane"),
                                dense.c.rank, cast(dense.c.distance, Double).label("score")))
 
-        if s.lexical and self.index_tier == "vectorchord":
-            rows.append(self.vectorchord_lexical())
-        elif s.lexical:
+        # The same lexical lane on both index tiers (docs/database.md, "Index tiers"): its
+        # statistics are the caller's visible corpus, never another tenant's or scope's.
+        if s.lexical:
             cfg = cast(literal(TS_CONFIG), REGCONFIG)
             # The query's lexemes, one array computed once: each matched chunk's entries
             # are filtered against it (no join the planner could turn into a sort).
@@ -538,30 +519,6 @@ class _Builder:
         )).select_from(joined).where(~_current(doc.c)))
         self.lane_rows.append(select(self.source_rows))
         return self.source_rows
-
-    def vectorchord_lexical(self) -> Select[Any]:
-        """The lexical lane on the VectorChord tier: the ``vchord_bm25`` index's top k.
-
-        ``<&>`` is the negative BM25 score (lower is better) with the index's own
-        statistics, which span the whole index rather than the caller's visible corpus;
-        the pool is still filtered by RLS and the tenant predicate, and its rank is what
-        fusion uses. Because those statistics include rows the caller cannot see, the raw
-        score never leaves the statement (the lane row carries its rank only, so neither
-        the prompt nor the trace can show a number computed from hidden rows). The
-        chunk's ``bm25`` column exists on that tier only.
-        """
-        vc = CHUNKS_BM25
-        query = func.bm25_catalog.to_bm25query(
-            cast(literal(BM25_INDEX), REGCLASS),
-            cast(func.tokenizer_catalog.tokenize(self.question, literal(BM25_TOKENIZER)), BM25Vector()))
-        negative = vc.c.bm25.op("<&>", return_type=Double)(query)
-        lexical = _ranked(
-            select(vc.c.id.label("chunk_id"), vc.c.document_id, (-negative).label("bm25"))
-            .where(vc.c.tenant_id == self.tenant, vc.c.bm25.is_not(None))
-            .order_by(negative, vc.c.id).limit(self.lim.lexical_k),
-            "lexical", ("-bm25", "chunk_id"))
-        return select(lexical.c.chunk_id, lexical.c.document_id, literal("lexical").label("lane"),
-                      lexical.c.rank, cast(null(), Double).label("score"))
 
     def contradiction(self, fused: Any) -> Any:
         """Per fused chunk, the keyed fact that outranks a claim extracted from it, if any."""

@@ -46,7 +46,8 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from orchestrator.config import Settings
-from orchestrator.errors import EngramError
+from orchestrator.errors import EngramError, is_unavailable
+from orchestrator.health import Backoff, Component, supervise
 
 log = logging.getLogger("engram.worker.queue")
 
@@ -463,6 +464,8 @@ class QueueWorker:
                 try:
                     b = self.process_batch(table)
                 except DBAPIError as exc:
+                    if is_unavailable(exc):
+                        raise  # the database is gone, not this table: run_forever reconnects
                     # One table's trouble (a trigger the worker may not run, a table a
                     # later revision has not created yet) must not stop the others.
                     self.table_errors[table.name] = str(exc.orig or exc).split("\n")[0]
@@ -486,14 +489,30 @@ class QueueWorker:
         return report
 
     def run_forever(self, listen_dsn: str, stop: threading.Event,
-                    on_batch: Callable[[BatchReport], None] | None = None) -> None:
-        """Drain, then sleep until NOTIFY or the poll interval; until ``stop`` is set."""
+                    on_batch: Callable[[BatchReport], None] | None = None, *,
+                    component: Component | None = None) -> None:
+        """Drain, then sleep until NOTIFY or the poll interval; until ``stop`` is set.
+
+        When the database goes away (a restart, a dropped link) the listening connection
+        and the drain fail; both are opened again with back-off (``orchestrator.health``)
+        until the server answers, and the queue is drained from where it stood: a batch
+        in flight was rolled back with its connection, so nothing is lost or written
+        twice. ``component`` reports the state (``/readyz`` under ``engram up``). A worker
+        whose model is no longer the active one stops (``ModelMismatch``)."""
+        component = component or Component("embedding worker")
+        supervise(component, lambda: self._listen(listen_dsn, stop, on_batch, component), stop,
+                  backoff=Backoff(0.5, max(self.settings.worker_poll_s, 1.0) * 6),
+                  permanent=(ModelMismatch,))
+
+    def _listen(self, listen_dsn: str, stop: threading.Event,
+                on_batch: Callable[[BatchReport], None] | None, component: Component) -> None:
         import psycopg
 
-        with psycopg.connect(listen_dsn, autocommit=True) as listener:
+        with psycopg.connect(listen_dsn, autocommit=True, connect_timeout=10) as listener:
             listener.execute(f"listen {NOTIFY_CHANNEL}")
             while not stop.is_set():
-                self.drain(wait_for_retries=False, stop=stop, on_batch=on_batch)
+                drained = self.drain(wait_for_retries=False, stop=stop, on_batch=on_batch)
+                component.ok(f"listening; the last drain embedded {drained.rows} rows")
                 wait = self._next_retry_in()
                 timeout = self.settings.worker_poll_s if wait is None else min(
                     wait + 0.01, self.settings.worker_poll_s)
