@@ -153,6 +153,10 @@ def _tier_statements() -> list[str]:
     for lists in (0, indexes.vchordrq_lists(1_000_000)):
         statements.append(indexes.vchordrq_create(indexes.VCHORDRQ_INDEX, lists, concurrently=False))
         statements.extend(indexes.vchordrq_probe_settings(lists))
+        # The migration's frozen copy of the rule builds the same statements.
+        assert TIER_REV.vchordrq_lists(1_000_000 if lists else 0) == lists
+        assert TIER_REV.vchordrq_create(TIER_REV.VCHORDRQ_INDEX, lists) == statements[-3]
+        assert TIER_REV.vchordrq_probe_settings(lists) == statements[-2:]
     statements.extend(indexes.vchordrq_step("sources", indexes.VCHORDRQ_INDEX,
                                             REV.VECTORCHORD_DDL[2], 250_000).statements)
     return statements

@@ -15,8 +15,9 @@ dropped; the ``bm25`` column stays (nullable, no longer written), because droppi
 would change every chunk's row image under the provenance chain.
 
 The ``vchordrq`` index was built by 0003 on an empty table (``lists = []``); here it is
-rebuilt with lists sized from the embedded chunks (orchestrator/db/indexes.py has the
-rule; ``engram db reindex`` applies it again as the table grows) and the application and
+rebuilt with lists sized from the embedded chunks (the rule as of this revision is
+frozen below; ``orchestrator/db/indexes.py`` carries the living copy that ``engram db
+reindex`` applies as the table grows) and the application and
 worker roles get ``vchordrq.probes`` to match.
 
 On the pgvector tier nothing changes. The statements are kept as data so that a test can
@@ -29,23 +30,38 @@ Revises: 0019_derivation_batches
 from __future__ import annotations
 
 import importlib.util
+import math
 from pathlib import Path
 from types import ModuleType
 
 import sqlalchemy as sa
 from alembic import op
 
-from orchestrator.db.indexes import (
-    VCHORDRQ_INDEX,
-    vchordrq_create,
-    vchordrq_lists,
-    vchordrq_probe_settings,
-)
-
 revision = "0070_vectorchord_tier"
 down_revision = "0019_derivation_batches"
 branch_labels = None
 depends_on = None
+
+VCHORDRQ_INDEX = "ix_chunks_embedding_vchordrq"
+
+
+# The sizing rule as this revision applies it. A released revision must not read code that
+# can still change, so it is frozen here rather than imported from orchestrator.db.indexes.
+def vchordrq_lists(rows: int) -> int:
+    return 0 if rows < 50_000 else round(4 * math.sqrt(rows))
+
+
+def vchordrq_create(name: str, lists: int) -> str:
+    return (f"create index {name} on sources.chunks using vchordrq (embedding vector_cosine_ops) "
+            "with (options = $$\nresidual_quantization = true\n[build.internal]\n"
+            f"lists = [{lists if lists else ''}]\n$$)")
+
+
+def vchordrq_probe_settings(lists: int) -> list[str]:
+    value = str(max(1, math.ceil(lists * 0.05))) if lists else ""
+    return [f"do $s$ begin execute format('alter role {role} in database %I set vchordrq.probes = %L', "
+            f"current_database(), '{value}'); end $s$" for role in ("engram_app", "engram_worker")]
+
 
 # Run as engram_owner on the VectorChord tier, in order.
 VECTORCHORD_TIER_DDL = (
@@ -88,7 +104,7 @@ def upgrade() -> None:
     lists = vchordrq_lists(_embedded_chunks())
     for stmt in VECTORCHORD_TIER_DDL:
         op.execute(stmt)
-    op.execute(vchordrq_create(VCHORDRQ_INDEX, lists, concurrently=False))
+    op.execute(vchordrq_create(VCHORDRQ_INDEX, lists))
     op.execute("reset role")
     for stmt in vchordrq_probe_settings(lists):
         op.execute(stmt)
