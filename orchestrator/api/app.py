@@ -213,10 +213,21 @@ def create_app(settings: Settings, engine: Engine, verifier: TokenVerifier | Non
     async def healthz(_: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
+    async def run_operation(identity: Identity, data: dict[str, Any]) -> dict[str, Any]:
+        """One GraphQL operation for the console: the same executor as POST /graphql."""
+        try:
+            return (await to_thread.run_sync(execute, config, identity, data,
+                                             limiter=operations))[1]
+        except _Refused as refused:
+            raise refused.error from refused
+
+    from orchestrator.console import console_routes
+
     return Starlette(routes=[
         Route("/graphql", graphql_post, methods=["POST"]),
         Route("/graphql", graphql_get, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
+        *console_routes(settings, config.verifier, run_operation),
     ])
 
 

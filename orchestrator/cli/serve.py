@@ -30,6 +30,12 @@ def serve_api(settings: Settings, host: str | None = None, port: int | None = No
     host = host or settings.api_host
     port = port or settings.api_port
     out.print(f"GraphQL API on http://{host}:{port}/graphql")
+    out.print(f"Console on http://{host}:{port}/console")
+    from orchestrator.console.routes import vendor_missing
+
+    if vendor_missing():
+        out.print("[yellow]console assets are missing:[/yellow] run `make assets` (npm ci) "
+                  "to build them")
     try:
         uvicorn.run(app, host=host, port=port, log_level="info", lifespan="off")
     finally:
