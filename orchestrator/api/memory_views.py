@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from orchestrator.api.documents import parse_id
@@ -78,9 +78,10 @@ def keyed_facts(session: Session, *, first: int = 100) -> list[Fact]:
     from orchestrator.db.knowledge_models import current_claims
 
     c = current_claims.c
-    newest = (select(current_claims).where(c.fact_key.is_not(None))
-              .order_by(c.fact_key, c.as_of.desc(), c.recorded_at.desc(), c.id)
-              .distinct(c.fact_key).limit(first))
+    ranked = select(current_claims, func.row_number().over(
+        partition_by=c.fact_key, order_by=(c.as_of.desc(), c.recorded_at.desc(), c.id)
+    ).label("n")).where(c.fact_key.is_not(None)).subquery()
+    newest = select(ranked).where(ranked.c.n == 1).order_by(ranked.c.fact_key).limit(first)
     return [_fact(r, r.text) for r in session.execute(newest)]
 
 
