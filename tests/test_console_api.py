@@ -221,3 +221,22 @@ def test_operations_fields(api_server: ApiServer, corpus: Corpus) -> None:  # no
                               variables)
         assert error_of(bad)["extensions"]["code"] == "BAD_USER_INPUT"
     assert [m for m in BETA_MARKERS if m in json.dumps(data)] == []
+
+
+def test_the_console_reads_only_through_graphql() -> None:
+    """No private back door: the console's modules import nothing that reaches the database,
+    so whatever it shows came from a GraphQL operation any client can run."""
+    import ast
+
+    from tests.conftest import REPO
+
+    allowed = ("orchestrator.auth", "orchestrator.config", "orchestrator.console",
+               "orchestrator.errors")
+    for path in (REPO / "orchestrator" / "console").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                if name.startswith("orchestrator"):
+                    assert name.startswith(allowed), f"{path.name} imports {name}"
+                assert not name.startswith(("sqlalchemy", "psycopg")), f"{path.name} imports {name}"

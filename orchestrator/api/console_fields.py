@@ -84,9 +84,9 @@ def bind(query: QueryType, mutation: MutationType) -> list[ObjectType]:
     @query.field("models")
     def resolve_models(_: None, info: Any) -> Any:
         ctx = _ctx(info)
-        # The recaller's model service, only if a recall already loaded it: asking never loads.
-        service = getattr(ctx.recaller, "_embedder", None) if ctx.recaller is not None else None
-        return as_graphql(operations.model_status(ctx.session, ctx.settings, service))
+        # The recaller's reranker, only if a recall already loaded it: asking never loads one.
+        reranker = getattr(ctx.recaller, "_reranker", None) if ctx.recaller is not None else None
+        return as_graphql(operations.model_status(ctx.session, ctx.settings, reranker))
 
     @query.field("recallLatency")
     def resolve_recall_latency(_: None, info: Any) -> dict[str, Any]:
@@ -153,13 +153,9 @@ def bind(query: QueryType, mutation: MutationType) -> list[ObjectType]:
 
     @document.field("embedState")
     def resolve_embed_state(doc: dict[str, Any], info: Any) -> str:
-        from sqlalchemy import select
-
-        from orchestrator.db.models import Document
-
-        state = _ctx(info).session.execute(select(Document.embed_state)
-                                           .where(Document.id == _uuid(doc["id"]))).scalar()
-        return str(state)
+        doc_id = _uuid(doc["id"])
+        return operations.document_embed_state(
+            operations.chunk_states(_ctx(info).session, [doc_id])[doc_id])
 
     @document.field("chunkStates")
     def resolve_chunk_states(doc: dict[str, Any], info: Any) -> dict[str, int]:

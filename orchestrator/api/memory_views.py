@@ -30,8 +30,12 @@ LABELS: dict[str, str] = {
     "sources.documents": "t.title",
     "sources.chunks": "t.text",
     "knowledge.entities": "t.canonical_name",
-    "knowledge.fact_claim": "(select c.text from knowledge.fact_content c "
-                            "where c.tenant_id = t.tenant_id and c.id = t.content_id)",
+    # Subject, predicate, object: entity names only where the caller can read the entity.
+    "knowledge.fact_claim": "concat_ws(' ', coalesce((select e.canonical_name from knowledge.entities e "
+                            "where e.tenant_id = t.tenant_id and e.id = t.subject_id), '?'), "
+                            "t.predicate, coalesce(t.object_value, (select e.canonical_name "
+                            "from knowledge.entities e where e.tenant_id = t.tenant_id "
+                            "and e.id = t.object_id), '?'))",
     "knowledge.fact_content": "t.text",
     "memory.working_memory": "t.text",
     "memory.profiles": "t.summary",

@@ -111,9 +111,9 @@ class ModelStatus:
     device: str | None
 
 
-def model_status(session: Session, settings: Settings, service: Any | None) -> ModelStatus:
+def model_status(session: Session, settings: Settings, reranker: Any | None) -> ModelStatus:
     """The configured models, the database's registry, and what this process has loaded
-    (``service`` is the recaller's model service once a recall has loaded it, else None:
+    (``reranker`` is the recaller's cross-encoder once a recall has loaded it, else None:
     asking never loads a model)."""
     registry = [RegisteredModel(r.name, r.dimension, r.active, r.activated_at)
                 for r in session.execute(text(
@@ -123,9 +123,9 @@ def model_status(session: Session, settings: Settings, service: Any | None) -> M
         embedding_model=str(settings.embedding_model_path or settings.embedding_model),
         registry=registry,
         reranker=str(settings.reranker_model_path or settings.reranker_model),
-        loaded=service is not None,
-        reranker_available=bool(service.reranker_available) if service is not None else None,
-        reranker_note=service.reranker_note if service is not None else None,
+        loaded=reranker is not None,
+        reranker_available=bool(reranker.available) if reranker is not None else None,
+        reranker_note=getattr(reranker, "note", None) if reranker is not None else None,
         device=settings.device)
 
 
@@ -232,3 +232,11 @@ def chunk_states(session: Session, document_ids: list[uuid.UUID]) -> dict[uuid.U
             .group_by(Chunk.document_id, Chunk.embed_state)):
         out[doc][str(state)] = int(n)
     return out
+
+
+def document_embed_state(states: dict[str, int]) -> str:
+    """A document's embedding state from its chunks' (the worker embeds chunks, not documents):
+    failed when any chunk failed, pending while any waits, ready when all are embedded."""
+    if states.get("failed"):
+        return "failed"
+    return "pending" if states.get("pending") else "ready"

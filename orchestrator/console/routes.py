@@ -392,7 +392,7 @@ class Console:
     async def conflicts(self, request: Request) -> Response:
         status = request.query_params.get("status", "open")
         return await self.page(request, "conflicts.j2", q.CONFLICTS,
-                               {"status": None if status == "all" else status}, status=status,
+                               {"status": None if status == "all" else status}, shown=status,
                                strategies=STRATEGIES)
 
     async def resolve(self, request: Request) -> Response:
@@ -406,7 +406,7 @@ class Console:
     async def quarantine(self, request: Request) -> Response:
         status = request.query_params.get("status", "held")
         return await self.page(request, "quarantine.j2", q.QUARANTINE,
-                               {"status": None if status == "all" else status}, status=status)
+                               {"status": None if status == "all" else status}, shown=status)
 
     async def release(self, request: Request) -> Response:
         if not self.same_origin(request):

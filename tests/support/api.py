@@ -75,11 +75,11 @@ def api_settings(base: Settings, home: Path, **overrides: Any) -> Settings:
 
 
 @contextmanager
-def serve(s: Settings, app_engine: Engine, verifier: TokenVerifier | None = None
-          ) -> Iterator[ApiServer]:
+def serve(s: Settings, app_engine: Engine, verifier: TokenVerifier | None = None,
+          recaller: Any = None) -> Iterator[ApiServer]:
     """uvicorn serving Engram's app in a thread, on a free port, until the block ends."""
     port = free_port()
-    config = uvicorn.Config(create_app(s, app_engine, verifier), host="127.0.0.1", port=port,
+    config = uvicorn.Config(create_app(s, app_engine, verifier, recaller), host="127.0.0.1", port=port,
                             log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
