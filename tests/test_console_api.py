@@ -55,6 +55,12 @@ def test_recall_trace_shows_only_the_readers_rows(api_server: ApiServer, corpus:
     lanes = {p["lane"] for p in trace["pools"] if p["items"]}
     assert {"dense", "lexical"} <= lanes
     assert trace["kept"] >= 1 and trace["ordered"] and trace["timings"]
+    # Naming beta's people and places outright finds nothing of them either (the question
+    # itself is echoed back, so it is taken out before looking).
+    named = "Where does Zenobia Quartzfield run the Osprey plan, Reykjavik or Kestrel?"
+    echoed = api_server.post(reader, TRACE, {"q": named})
+    assert echoed.status_code == 200, echoed.text
+    no_beta(corpus, echoed.text.replace(named, ""))
     # The lexical corpus count is the reader's: alpha's chunks, not the tenant's.
     with admin_engine.connect() as conn:
         alpha_chunks = conn.execute(text(
