@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import Engine, text
 
@@ -213,8 +214,24 @@ def test_operations_fields(api_server: ApiServer, corpus: Corpus) -> None:  # no
     response = api_server.post(reader, q.DERIVE_RUNS)
     assert error_of(response)["extensions"]["code"] == "FORBIDDEN"
     dba = token(api_server, corpus, "dora", "read:alpha", "engram:dba")
+    # A failed scheduler run, as the scheduler records it: the DBA sees it with its error,
+    # through GraphQL and on the console's operations page.
+    from orchestrator.derive.jobs import RUN_LOG, JobResult
+
+    RUN_LOG.record(JobResult("extract", corpus.tenant.org_id, False,
+                             "ExtractionError: chunk 7 could not be parsed", 0.25))
     runs = api_server.gql(dba, q.DERIVE_RUNS)["deriveRuns"]
     assert all(r["source"] in ("scheduler", "provenance") for r in runs)
+    failed = [r for r in runs if not r["ok"]]
+    assert [(r["job"], r["source"], r["error"]) for r in failed] == [
+        ("extract", "scheduler", "ExtractionError: chunk 7 could not be parsed")]
+    assert any(r["source"] == "provenance" and r["ok"] for r in runs), "the extraction's activity"
+    page = httpx.get(f"{api_server.url}/console/operations", cookies={"engram_console": dba},
+                     timeout=60)
+    assert page.status_code == 200 and "chunk 7 could not be parsed" in page.text
+    other = httpx.get(f"{api_server.url}/console/operations", cookies={"engram_console": reader},
+                      timeout=60)
+    assert "chunk 7" not in other.text and "engram:dba" in other.text
     data = api_server.gql(reader, q.OPERATIONS)
     chunks = next(t for t in data["embedQueue"]["tables"] if t["table"] == "sources.chunks")
     both = token(api_server, corpus, "wanda", "read:alpha", "read:beta")
