@@ -263,3 +263,44 @@ def test_the_console_reads_only_through_graphql() -> None:
                 if name.startswith("orchestrator"):
                     assert name.startswith(allowed), f"{path.name} imports {name}"
                 assert not name.startswith(("sqlalchemy", "psycopg")), f"{path.name} imports {name}"
+
+
+def test_verify_in_steps_finds_what_a_tampering_superuser_did(
+        api_server: ApiServer, tenant_factory: Callable[..., TenantFixture],  # noqa: F811
+        app_engine: Engine, admin_engine: Engine) -> None:
+    from tests.support.provenance import as_superuser, put
+
+    t = tenant_factory("team")
+    first = put(app_engine, t, "one.md")
+    for i in range(5):
+        put(app_engine, t, f"more-{i}.md")
+    auditor = api_server.token(t.org_id, "audrey", ("read:team", "engram:auditor"))
+
+    def walk() -> list[dict[str, Any]]:
+        steps, start = [], 1
+        while True:
+            step = api_server.gql(auditor, q.VERIFY_STEP, {"from": start, "limit": 4})[
+                "verifyChainStep"]
+            steps.append(step)
+            if step["done"]:
+                return steps
+            start = step["lastSeq"] + 1
+
+    clean = walk()
+    assert len(clean) >= 2 and all(s["ok"] for s in clean)
+    # A memory row changed behind the chain's back: the step at the head says which.
+    as_superuser(admin_engine, "update sources.documents set title = 'rewritten' where id = :d",
+                 {"d": first})
+    last = walk()[-1]
+    assert not last["ok"] and last["brokenAt"] is None
+    assert [p for p in last["rowProblems"] if str(first) in p]
+    # An event edited in place: the walk stops at it.
+    as_superuser(admin_engine, "update provenance.events set actor_user = 'mallory' "
+                               "where tenant_id = :t and seq = 6", {"t": t.id})
+    broken = walk()
+    assert broken[-1]["done"] and not broken[-1]["ok"] and broken[-1]["brokenAt"] == 6
+    assert all(s["ok"] for s in broken[:-1])
+    response = api_server.post(auditor, q.VERIFY_STEP, {"from": 0, "limit": 4})
+    assert error_of(response)["extensions"]["code"] == "BAD_USER_INPUT"
+    response = api_server.post(auditor, q.VERIFY_STEP, {"from": 1, "limit": 100000})
+    assert error_of(response)["extensions"]["code"] == "BAD_USER_INPUT"
