@@ -256,6 +256,20 @@ def test_auditor_verifies_the_chain_and_reads_a_receipt(browser: WebDriver, serv
     assert "Chain verified" in result.text
     assert browser.find_element(By.ID, "verify-progress").get_attribute("value") == \
         browser.find_element(By.ID, "head-seq").text
+    # Take an anchor: the file to keep, remembered as this browser's last anchor and checked
+    # against the chain on every visit.
+    assert "No anchor taken" in browser.find_element(By.ID, "last-anchor").text
+    anchor = browser.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        fetch('/console/audit/anchor').then(async r => done([r.status,
+              r.headers.get('content-disposition'), await r.text()]));""")
+    assert anchor[0] == 200 and "attachment" in anchor[1]
+    assert json.loads(anchor[2])["seq"] == int(browser.find_element(By.ID, "head-seq").text)
+    browser.refresh()
+    assert "still matches the chain" in wait(browser).until(
+        ec.presence_of_element_located((By.ID, "last-anchor"))).text
+    browser.find_element(By.ID, "verify-button").click()
+    wait(browser, 120).until(ec.presence_of_element_located((By.ID, "verify-result")))
     axe(browser, "audit")
     shot(browser, "13-audit")
     browser.find_element(By.LINK_TEXT, receipt).click()
@@ -287,9 +301,12 @@ def test_an_app_token_cannot_open_the_audit_views(browser: WebDriver, server: Ap
     statuses = browser.execute_async_script("""
         const done = arguments[arguments.length - 1];
         Promise.all(['/console/audit', '/console/audit/export.jsonld',
-                     '/console/audit/verify?from=1'].map(u => fetch(u).then(async r =>
-                         [r.status, (await r.text()).includes('for auditors')]))).then(done);""")
-    assert statuses[0] == [403, True] and statuses[1][1] and statuses[2][1], statuses
+                     '/console/audit/verify?from=1', '/console/audit/anchor',
+                     '/console/audit/receipt?id=00000000-0000-4000-8000-000000000000',
+                     '/console/audit/lineage?table=sources.chunks&row=x'].map(u => fetch(u).then(
+                         async r => [r.status, (await r.text()).includes('for auditors')])))
+               .then(done);""")
+    assert statuses[0] == [403, True] and all(s[1] for s in statuses), statuses
     shot(browser, "16-audit-denied")
 
 

@@ -33,6 +33,7 @@ VENDOR = STATIC / "vendor"
 VENDOR_FILES = ("htmx.min.js", "chart.umd.min.js")
 COOKIE = "engram_console"
 OIDC_COOKIE = "engram_console_oidc"
+ANCHOR_COOKIE = "engram_console_anchor"
 MAX_TOKEN_CHARS = 16_384
 STRATEGIES = ("newest_wins", "highest_authority_wins", "keep_both", "manual")
 DERIVED_KINDS = ("community", "summary", "profile", "episode", "observation", "decision")
@@ -45,6 +46,18 @@ class SignInNeeded(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+def _last_anchor(request: Request) -> str | None:
+    raw = request.cookies.get(ANCHOR_COOKIE)
+    if not raw:
+        return None
+    try:
+        line = base64.urlsafe_b64decode(raw.encode()).decode()
+        json.loads(line)
+    except ValueError:
+        return None
+    return line
 
 
 def vendor_missing() -> list[str]:
@@ -447,7 +460,41 @@ class Console:
     # --- audit ---------------------------------------------------------------------
 
     async def audit(self, request: Request) -> Response:
-        return await self.page(request, "audit.j2", q.AUDIT)
+        """Chain status, and the last anchor taken in this browser checked against the chain
+        (anchors live outside the database: here, in a cookie of the auditor's browser)."""
+        last = _last_anchor(request)
+        try:
+            identity, _ = await self.identity(request)
+            me, _ = await self.gql(identity, q.ME)
+            data, errors = await self.gql(identity, q.AUDIT)
+            checked: dict[str, Any] = {}
+            if last and not errors:
+                found, problems = await self.gql(identity, q.ANCHORS, {"a": last})
+                checked = {"anchor": json.loads(last),
+                           "result": (found.get("checkAnchors") or [None])[0],
+                           "problem": problems[0]["message"] if problems else None}
+        except SignInNeeded as need:
+            return self.to_signin(request, need.reason)
+        return self.render("audit.j2", request, me=me.get("me"), data=data, errors=errors,
+                           last=checked)
+
+    async def anchor(self, request: Request) -> Response:
+        """The chain head as an anchor file to keep, remembered as this browser's last anchor."""
+        try:
+            identity, _ = await self.identity(request)
+            data, errors = await self.gql(identity, q.AUDIT)
+        except SignInNeeded as need:
+            return self.to_signin(request, need.reason)
+        head = data.get("chainHead")
+        if errors or not head:
+            return self.render("message.j2", request, errors=errors or [
+                {"message": "the chain has no events yet: nothing to anchor"}], back="/console/audit")
+        response = Response(head["anchor"] + "\n", media_type="application/x-ndjson", headers={
+            "content-disposition": f'attachment; filename="engram-anchor-{head["seq"]}.jsonl"'})
+        response.set_cookie(ANCHOR_COOKIE, base64.urlsafe_b64encode(head["anchor"].encode()).decode(),
+                            max_age=10 * 365 * 86400, httponly=True, samesite="lax", path="/console",
+                            secure=request.url.scheme == "https")
+        return response
 
     async def verify_step(self, request: Request) -> Response:
         try:
@@ -585,6 +632,7 @@ def console_routes(settings: Settings, verifier: TokenVerifier, run: Run) -> lis
         Route("/console/memory/derived", c.derived, methods=get),
         Route("/console/audit", c.audit, methods=get),
         Route("/console/audit/verify", c.verify_step, methods=get),
+        Route("/console/audit/anchor", c.anchor, methods=get),
         Route("/console/audit/anchors", c.anchors, methods=post),
         Route("/console/audit/receipt", c.receipt, methods=get),
         Route("/console/audit/lineage", c.audit_lineage, methods=get),
