@@ -304,3 +304,34 @@ def test_verify_in_steps_finds_what_a_tampering_superuser_did(
     assert error_of(response)["extensions"]["code"] == "BAD_USER_INPUT"
     response = api_server.post(auditor, q.VERIFY_STEP, {"from": 1, "limit": 100000})
     assert error_of(response)["extensions"]["code"] == "BAD_USER_INPUT"
+
+
+def test_console_actions_need_its_origin_and_a_live_token(api_server: ApiServer,  # noqa: F811
+                                                          corpus: Corpus, admin_engine: Engine) -> None:
+    writer = token(api_server, corpus, "alice", "write:alpha")
+    conflict = corpus.conflicts["alpha"]
+    url = f"{api_server.url}/console/memory/conflicts/{conflict}/resolve"
+    form = {"strategy": "keep_both"}
+
+    def status() -> str:
+        with admin_engine.connect() as conn:
+            return str(conn.execute(text("select status from knowledge.conflicts where id = :c"),
+                                    {"c": conflict}).scalar_one())
+
+    # A form posted from another site (or with no origin at all) changes nothing.
+    for headers in ({"origin": "https://evil.example"}, {}):
+        refused = httpx.post(url, data=form, cookies={"engram_console": writer}, headers=headers,
+                             timeout=60)
+        assert refused.status_code == 403 and status() == "open"
+    # An expired token: back to sign-in, with the reason, and nothing changed.
+    import time
+
+    past = int(time.time()) - 600
+    expired = api_server.token(corpus.tenant.org_id, "alice", ("write:alpha",),
+                               extra={"iat": past, "nbf": past, "exp": past + 60})
+    for method, target in (("GET", f"{api_server.url}/console/recall"), ("POST", url)):
+        response = httpx.request(method, target, data=form if method == "POST" else None,
+                                 cookies={"engram_console": expired},
+                                 headers={"origin": api_server.url}, timeout=60)
+        assert response.status_code == 303 and "no+longer+verifies" in response.headers["location"]
+    assert status() == "open"
