@@ -247,11 +247,22 @@ def create_app(settings: Settings, engine: Engine, verifier: TokenVerifier | Non
                                                    f"took over {READY_PROBE_S + 1:g} s"}}
         return JSONResponse(report, status_code=200 if report["ready"] else 503)
 
+    async def run_operation(identity: Identity, data: dict[str, Any]) -> dict[str, Any]:
+        """One GraphQL operation for the console: the same executor as POST /graphql."""
+        try:
+            return (await to_thread.run_sync(execute, config, identity, data,
+                                             limiter=operations))[1]
+        except _Refused as refused:
+            raise refused.error from refused
+
+    from orchestrator.console import console_routes
+
     return Starlette(routes=[
         Route("/graphql", graphql_post, methods=["POST"]),
         Route("/graphql", graphql_get, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
+        *console_routes(settings, config.verifier, run_operation),
     ])
 
 

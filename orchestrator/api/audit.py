@@ -133,3 +133,164 @@ def provenance(engine: Engine, tenant: uuid.UUID, table: str, row_id: Any, *,
                          found.nodes[e.source].row_id if e.source else None,
                          e.source_agent_id, e.depth, e.event.seq if e.event else None)
          for e in found.edges])
+
+
+# --- the console's audit views (graphql/console.graphql); auditors only, own tenant only ---
+
+
+@dataclass(frozen=True)
+class ChainHeadView:
+    seq: int
+    hash: str
+    recorded_at: Any
+    anchor: str
+
+
+def chain_head(engine: Engine, tenant: uuid.UUID) -> ChainHeadView | None:
+    """The tenant's newest event, with the anchor line to keep outside the database."""
+    from orchestrator.audit.chain import heads
+
+    with engine.connect() as conn:
+        found = heads(conn, tenant)
+    if not found:
+        return None
+    h = found[0]
+    return ChainHeadView(h.seq, h.hash.hex(), h.recorded_at, json.dumps(h.to_json()))
+
+
+@dataclass(frozen=True)
+class ChainStep:
+    from_seq: int
+    checked: int
+    last_seq: int | None
+    head_seq: int | None
+    done: bool
+    ok: bool
+    broken_at: int | None
+    problem: str | None
+    row_problems: list[str]
+
+
+MAX_STEP_EVENTS = 5000
+
+
+def verify_chain_step(engine: Engine, tenant: uuid.UUID, *, from_seq: int = 1, limit: int = 500,
+                      rows: bool = True) -> ChainStep:
+    """Recompute events ``from_seq`` .. ``from_seq + limit - 1`` from the stored previous hash
+    (the same canonical form the database hashes), so a long chain verifies in steps a client
+    can show progress for; the step that reaches the head also checks the rows when asked."""
+    from orchestrator.audit.canonical import GENESIS, verify_offline
+    from orchestrator.audit.chain import events, heads
+    from orchestrator.audit.chain import verify as verify_full
+
+    if from_seq < 1:
+        raise BadInput(f"fromSeq must be 1 or more, not {from_seq}")
+    if not 1 <= limit <= MAX_STEP_EVENTS:
+        raise BadInput(f"limit must be between 1 and {MAX_STEP_EVENTS}")
+    with engine.connect() as conn:
+        head = heads(conn, tenant)
+        head_seq = head[0].seq if head else None
+        before = events(conn, tenant, from_seq=from_seq - 1, limit=1) if from_seq > 1 else []
+        if from_seq > 1 and (not before or before[0].seq != from_seq - 1):
+            raise BadInput(f"event {from_seq - 1} does not exist; start from 1")
+        batch = events(conn, tenant, from_seq=from_seq, limit=limit)
+        brk = verify_offline(batch, prev=before[0].hash if before else GENESIS, first_seq=from_seq)
+        last = batch[-1].seq if batch else None
+        done = brk is not None or head_seq is None or (last is not None and last >= head_seq)
+        problems: list[str] = []
+        if done and brk is None and rows:
+            report = verify_full(conn, tenant, from_seq=max(head_seq or 1, 1), rows=True)
+            problems = [f"{p.table_name} {json.dumps(p.row_id, sort_keys=True)}: {p.problem}"
+                        for r in report for p in r.row_problems]
+    return ChainStep(from_seq, len(batch), last, head_seq, done, brk is None and not problems,
+                     brk.seq if brk else None, brk.problem if brk else None, problems)
+
+
+@dataclass(frozen=True)
+class AnchorView:
+    seq: int
+    ok: bool
+    problem: str | None
+
+
+def check_anchors(engine: Engine, tenant: uuid.UUID, lines: str) -> list[AnchorView]:
+    """Check anchors of this tenant; an anchor of another tenant is refused, not looked up."""
+    from orchestrator.audit.chain import check_anchors as check
+    from orchestrator.audit.chain import parse_anchors
+
+    anchors = parse_anchors(lines.splitlines())
+    if not anchors:
+        raise BadInput("no anchor given: paste the JSON lines chainHead or `engram audit anchor` gave")
+    if any(t != tenant for t, _, _ in anchors):
+        raise BadInput("an anchor names another tenant; check only this tenant's anchors")
+    with engine.connect() as conn:
+        return [AnchorView(c.seq, c.ok, c.problem) for c in check(conn, anchors)]
+
+
+@dataclass(frozen=True)
+class ReceiptSummary:
+    id: uuid.UUID
+    asked_by: str
+    asked_at: Any
+    evidence_count: int
+
+
+def receipts(engine: Engine, tenant: uuid.UUID, *, first: int = 20) -> list[ReceiptSummary]:
+    if not 1 <= first <= 200:
+        raise BadInput("first must be between 1 and 200")
+    from sqlalchemy import text
+
+    with engine.connect() as conn:
+        rows = conn.execute(text(
+            "select id, asked_by, asked_at, jsonb_array_length(evidence) as n "
+            "from provenance.receipts where tenant_id = :t order by asked_at desc, id limit :n"),
+            {"t": tenant, "n": first}).all()
+    return [ReceiptSummary(r.id, r.asked_by, r.asked_at, r.n) for r in rows]
+
+
+@dataclass(frozen=True)
+class ReceiptEvidenceView:
+    table: str
+    row_id: dict[str, Any]
+    served: str
+    status: str
+
+
+@dataclass(frozen=True)
+class ReceiptView:
+    id: uuid.UUID
+    asked_by: str
+    asked_at: Any
+    seal: str
+    proven: bool
+    ok: bool
+    evidence: list[ReceiptEvidenceView]
+    problems: list[str]
+
+
+def receipt(engine: Engine, tenant: uuid.UUID, receipt_id: uuid.UUID,
+            rendered: str | None = None) -> ReceiptView:
+    """Re-derive one receipt of this tenant; another tenant's is NOT_FOUND like a missing one."""
+    from sqlalchemy import text
+
+    from orchestrator.audit.receipts import verify_receipt
+
+    with engine.connect() as conn:
+        owner = conn.execute(text("select tenant_id, receipt_hash from provenance.receipts "
+                                  "where id = :i"), {"i": receipt_id}).one_or_none()
+        if owner is None or owner.tenant_id != tenant:
+            raise NotFound(f"no receipt {receipt_id}")
+        chk = verify_receipt(conn, receipt_id, rendered=rendered)
+    return ReceiptView(chk.id, chk.asked_by, chk.asked_at, bytes(owner.receipt_hash).hex(),
+                       chk.proven, chk.ok,
+                       [ReceiptEvidenceView(e.table, e.row_id, e.served.hex(), e.status)
+                        for e in chk.evidence], chk.problems())
+
+
+def provenance_export(engine: Engine, tenant: uuid.UUID, fmt: str = "jsonld") -> str:
+    from orchestrator.audit.export import export
+
+    if fmt not in ("jsonld", "ttl"):
+        raise BadInput(f"format {fmt!r} is not jsonld or ttl")
+    with engine.connect() as conn:
+        return export(conn, tenant, fmt)  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ resolvers and mutations priced high, lists multiplied by their page size).
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, fields, is_dataclass
@@ -42,6 +43,7 @@ from graphql import (
 )
 from orchestrator.api import audit
 from orchestrator.api import documents as ops
+from orchestrator.api.operations import LATENCIES
 from orchestrator.auth import Identity
 from orchestrator.config import Settings
 from orchestrator.db.session import translate
@@ -51,6 +53,8 @@ from orchestrator.recall import Evidence, Recaller
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "graphql"
 PRINTED_SCHEMA = SCHEMA_DIR / "schema.printed.graphql"
+# The SDL files, in order: the core schema, then the console's fields (extend type ...).
+SDL_FILES = ("schema.graphql", "console.graphql")
 
 
 
@@ -184,7 +188,9 @@ def resolve_memory_prepare(_: None, info: Any, question: str, asker: str | None 
                            sessionId: str | None = None  # noqa: N803
                            ) -> dict[str, Any]:
     ctx, recaller = _recaller(info)
+    started = time.perf_counter()
     b = recaller.prepare(ctx.identity, question, asker, budgetTokens, mode, sessionId)[0]
+    LATENCIES.record(ctx.identity.org_id, (time.perf_counter() - started) * 1000.0)
     return {"question": b.question, "asker": b.asker, "budgetTokens": b.budget_tokens,
             "usedTokens": b.used_tokens, "rendered": b.rendered,
             "keyedFacts": [_evidence(e) for e in b.keyed_facts],
@@ -202,7 +208,9 @@ def resolve_recall(_: None, info: Any, question: str, asker: str | None = None,
                    sessionId: str | None = None  # noqa: N803
                    ) -> dict[str, Any]:
     ctx, recaller = _recaller(info)
+    started = time.perf_counter()
     result = recaller.recall(ctx.identity, question, asker, budgetTokens, mode, sessionId)
+    LATENCIES.record(ctx.identity.org_id, (time.perf_counter() - started) * 1000.0)
     return {"question": result.question, "asker": result.asker,
             "budgetTokens": result.budget_tokens, "usedTokens": result.used_tokens,
             "rendered": result.rendered, "evidence": [_evidence(e) for e in result.evidence]}
@@ -270,11 +278,13 @@ def resolve_archive(_: None, info: Any, id: str, archived: bool = True) -> Any:
 
 @lru_cache(maxsize=1)
 def build_schema() -> GraphQLSchema:
-    from orchestrator.api import knowledge
+    from orchestrator.api import console_fields, knowledge
 
     knowledge.bind(query, mutation)
-    sdl = load_schema_from_path(str(SCHEMA_DIR / "schema.graphql"))
-    return make_executable_schema(sdl, query, mutation, datetime_scalar, json_scalar)
+    extended = console_fields.bind(query, mutation)
+    # Not the whole folder: schema.printed.graphql there is the generated snapshot.
+    sdl = "\n".join(load_schema_from_path(str(SCHEMA_DIR / name)) for name in SDL_FILES)
+    return make_executable_schema(sdl, query, mutation, *extended, datetime_scalar, json_scalar)
 
 
 def printed_schema() -> str:
@@ -348,14 +358,16 @@ MUTATION_COST = 25
 def cost_map() -> dict[str, dict[str, Any]]:
     """A cost for every field of every object type of the schema (introspection aside)."""
     from graphql import GraphQLObjectType
+    from orchestrator.api.console_fields import COSTS
 
     schema = build_schema()
+    given_costs = {**FIELD_COSTS, "Query": {**FIELD_COSTS["Query"], **COSTS}}
     costs: dict[str, dict[str, Any]] = {}
     for name, type_ in schema.type_map.items():
         if name.startswith("__") or not isinstance(type_, GraphQLObjectType):
             continue
         default = {"complexity": MUTATION_COST if type_ is schema.mutation_type else 1}
-        given = FIELD_COSTS.get(name, {})
+        given = given_costs.get(name, {})
         costs[name] = {f: given.get(f, default) for f in type_.fields}
     return costs
 

@@ -21,7 +21,8 @@ nothing Engram understands is ``Forbidden`` (HTTP 403):
 * ``scope`` (space separated, as OAuth sends it) gives the scope lattice:
   ``read:<scope>`` grants read, ``write:<scope>`` grants write (and so read) on
   the Engram scope named ``<scope>``; other entries (``openid``, ``profile``,
-  ...) are ignored. ``engram:auditor`` adds the ``auditor`` role. Scope names
+  ...) are ignored. ``engram:auditor`` adds the ``auditor`` role, ``engram:dba`` the ``dba`` role
+  (the tenant-wide operations views: derive job runs). Scope names
   that the tenant does not have are refused when the identity is bound.
 """
 
@@ -53,7 +54,7 @@ ALLOWED_ALGORITHMS = ("RS256", "ES256", "EdDSA")
 ORGANIZATION_CLAIM = "organization_id"
 READ_PREFIX = "read:"
 WRITE_PREFIX = "write:"
-ROLE_SCOPES = {"engram:auditor": "auditor"}
+ROLE_SCOPES = {"engram:auditor": "auditor", "engram:dba": "dba"}
 MAX_TOKEN_CHARS = 16_384
 
 

@@ -77,6 +77,12 @@ def serve_api(settings: Settings, host: str | None = None, port: int | None = No
     port = port or settings.api_port
     out.print(f"GraphQL API on http://{host}:{port}/graphql (loading the models; "
               f"GET /readyz says when it is ready)")
+    out.print(f"Console on http://{host}:{port}/console")
+    from orchestrator.console.routes import vendor_missing
+
+    if vendor_missing():
+        out.print("[yellow]console assets are missing:[/yellow] run `make assets` (npm ci) "
+                  "to build them")
 
     def said(w: Warmup) -> None:
         if w.state == "loaded":

@@ -198,6 +198,14 @@ class Settings(BaseSettings):
     # GraphQL operations running at once, each in a thread; `engram serve` sizes the app
     # engine's pool to twice this (a recall holds the request's connection and its own).
     api_threads: int = 64
+    # The console (/console): sign-in through the issuer's authorization-code flow (with PKCE)
+    # when console_oidc_client_id is set; its discovery document is
+    # console_oidc_discovery_url or, unset, <auth_issuer>/.well-known/openid-configuration.
+    # A pasted token is accepted in development, or when no OIDC client is configured.
+    console_oidc_client_id: str | None = None
+    console_oidc_client_secret: str | None = None
+    console_oidc_discovery_url: str | None = None
+    console_oidc_scopes: str = "openid profile"
 
     # Summaries and RAPTOR (orchestrator/derive/summarize.py, raptor.py). Summaries are
     # extractive unless both endpoint fields are set: then abstractive through that

@@ -232,9 +232,10 @@ class Recaller:
         return self._run(identity, question, asker, budget_tokens, mode, FULL_PLAN, finish, session)
 
     def study(self, identity: Identity, question: str, shape: PlanShape, asker: str | None = None,
-              budget_tokens: int | None = None) -> tuple[RecallResult, Trace]:
+              budget_tokens: int | None = None, mode: str | None = None,
+              session: str | None = None) -> tuple[RecallResult, Trace]:
         """Evaluation only: run a plan-study shape through the same builder and tail."""
-        return self._run(identity, question, asker, budget_tokens, None, shape, self._cut)
+        return self._run(identity, question, asker, budget_tokens, mode, shape, self._cut, session)
 
     def _cut(self, req: RecallRequest, ordered: list[Candidate], trace: Trace) -> RecallResult:
         """Recall's end: the longest prefix of the order whose rendering fits the budget."""
