@@ -16,7 +16,6 @@ scope the database does not know), 413 for a body or query over the limits,
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +35,15 @@ from orchestrator.auth import Identity
 from orchestrator.auth.tokens import TokenVerifier, bearer_token
 from orchestrator.config import Settings
 from orchestrator.db.session import bound_session
-from orchestrator.errors import EngramError, Forbidden, Unauthenticated, internal_message, is_public
+from orchestrator.errors import (
+    BadInput,
+    EngramError,
+    Forbidden,
+    Unauthenticated,
+    internal_message,
+    is_public,
+)
+from orchestrator.inputs import parse_json
 from orchestrator.recall import Recaller
 
 STATUS_BY_CODE = {"UNAUTHENTICATED": 401, "FORBIDDEN": 403, "BAD_USER_INPUT": 400,
@@ -179,9 +186,10 @@ def create_app(settings: Settings, engine: Engine, verifier: TokenVerifier | Non
         if isinstance(body, Response):
             return body
         try:
-            data = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            return error_response(400, "BAD_USER_INPUT", "the request body is not valid JSON")
+            # NaN, Infinity, unstorable text and deep nesting are refused here, by path.
+            data = parse_json(body)
+        except BadInput as exc:
+            return error_response(400, exc.code, exc.message)
         if not isinstance(data, dict) or not isinstance(data.get("query"), str):
             return error_response(400, "BAD_USER_INPUT",
                                   "the request must be a JSON object with a 'query' string")
