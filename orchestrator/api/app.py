@@ -16,7 +16,6 @@ scope the database does not know), 413 for a body or query over the limits,
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +37,7 @@ from orchestrator.auth.tokens import TokenVerifier, bearer_token
 from orchestrator.config import Settings
 from orchestrator.db.session import bound_session
 from orchestrator.errors import (
+    BadInput,
     EngramError,
     Forbidden,
     Unauthenticated,
@@ -46,6 +46,7 @@ from orchestrator.errors import (
     is_public,
 )
 from orchestrator.health import Health
+from orchestrator.inputs import parse_json
 from orchestrator.recall import Recaller
 
 STATUS_BY_CODE = {"UNAUTHENTICATED": 401, "FORBIDDEN": 403, "BAD_USER_INPUT": 400,
@@ -198,9 +199,10 @@ def create_app(settings: Settings, engine: Engine, verifier: TokenVerifier | Non
         if isinstance(body, Response):
             return body
         try:
-            data = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            return error_response(400, "BAD_USER_INPUT", "the request body is not valid JSON")
+            # NaN, Infinity, unstorable text and deep nesting are refused here, by path.
+            data = parse_json(body)
+        except BadInput as exc:
+            return error_response(400, exc.code, exc.message)
         if not isinstance(data, dict) or not isinstance(data.get("query"), str):
             return error_response(400, "BAD_USER_INPUT",
                                   "the request must be a JSON object with a 'query' string")

@@ -38,9 +38,11 @@ class AuditorEngine:
                 from sqlalchemy import create_engine
 
                 from orchestrator.db.engine import Database
+                from orchestrator.inputs import guard_engine
 
-                self._engine = create_engine(Database(self.settings).role_url("engram_auditor"),
-                                             pool_size=2, max_overflow=2, pool_pre_ping=True)
+                self._engine = guard_engine(create_engine(
+                    Database(self.settings).role_url("engram_auditor"), pool_size=2,
+                    max_overflow=2, pool_pre_ping=True))
             return self._engine
 
     def dispose(self) -> None:

@@ -40,6 +40,7 @@ from orchestrator.client import Engram
 from orchestrator.config import Settings
 from orchestrator.db.session import translate
 from orchestrator.errors import EngramError, Unauthenticated, internal_message, is_public
+from orchestrator.inputs import check_arguments
 from orchestrator.recall import Evidence, Recaller
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -55,11 +56,15 @@ def tool_error(exc: EngramError) -> ToolError:
 
 
 def coded(fn: F) -> F:
-    """Run a tool so that every Engram or database error, at commit too, is a coded ToolError."""
+    """Run a tool so that its arguments are checked like every input (no NUL or lone surrogate,
+    finite numbers, 32-bit ints, bounded nesting) and every Engram or database error, at commit
+    too, is a coded ToolError."""
 
     @functools.wraps(fn)
     def run(*args: Any, **kw: Any) -> Any:
         try:
+            # The rules every entry point applies (orchestrator.inputs), by argument name.
+            check_arguments({**{f"argument {n}": a for n, a in enumerate(args)}, **kw})
             return fn(*args, **kw)
         except EngramError as exc:
             raise tool_error(exc) from exc

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from ariadne import MutationType, QueryType, ScalarType, load_schema_from_path, make_executable_schema
-from ariadne.validation.query_cost import CostValidator
 from graphql.validation import ASTValidationRule
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
@@ -41,7 +40,7 @@ from graphql import (
     ValidationContext,
     ValidationRule,
 )
-from orchestrator.api import audit
+from orchestrator.api import audit, limits
 from orchestrator.api import documents as ops
 from orchestrator.api.operations import LATENCIES
 from orchestrator.auth import Identity
@@ -372,36 +371,14 @@ def cost_map() -> dict[str, dict[str, Any]]:
     return costs
 
 
-class _ListAwareCost(CostValidator):
-    """Ariadne's validator, with a list argument multiplying by its length (Ariadne's own
-    parsing drops lists) and only positive integers counted."""
-
-    def get_multipliers_from_string(self, multipliers: list[str], field_args: dict[str, Any]
-                                    ) -> list[int]:
-        found = []
-        for name in multipliers:
-            value = field_args.get(name)
-            if isinstance(value, (list, tuple)):
-                value = len(value)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                found.append(value)
-        return found
-
-
 def cost_limit(max_cost: int, variables: dict[str, Any] | None) -> type[ASTValidationRule]:
-    costs = cost_map()
-
-    class CostLimit(_ListAwareCost):
-        def __init__(self, context: ValidationContext) -> None:
-            super().__init__(context, max_cost, default_cost=1, variables=variables,
-                             cost_map=costs)
-
-    return CostLimit
+    return limits.cost_rule(cost_map(), max_cost, variables)
 
 
 def validation_rules(settings: Settings, variables: dict[str, Any] | None
                      ) -> list[type[ASTValidationRule]]:
-    return [depth_limit(settings.api_max_depth), cost_limit(settings.api_max_cost, variables)]
+    return [depth_limit(settings.api_max_depth), cost_limit(settings.api_max_cost, variables),
+            limits.LiteralInputs]
 
 
 def format_error(error: GraphQLError, debug: bool = False) -> dict[str, Any]:
@@ -412,6 +389,10 @@ def format_error(error: GraphQLError, debug: bool = False) -> dict[str, Any]:
         mapped = translate(original)
         if mapped.code != EngramError.code:
             original = mapped
+    if isinstance(original, GraphQLError):
+        # graphql-core's own refusal wrapped once more (a variable that does not coerce names
+        # itself and the cause in the outer message): bad input, worded for the caller.
+        original = None
     if isinstance(original, EngramError) and is_public(original):
         formatted["message"] = original.message
         formatted["extensions"] = {"code": original.code}

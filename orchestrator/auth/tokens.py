@@ -5,7 +5,8 @@ check failed:
 
 1. the header's ``alg`` is on the allow-list (RS256, ES256, EdDSA). ``none`` and
    every HMAC algorithm are refused before any key is looked at, so a public key
-   can never be used as an HMAC secret;
+   can never be used as an HMAC secret; a header that carries a key or a place to
+   fetch one (``jku``, ``x5u``, ``jwk``, ``x5c``) is refused too;
 2. the unverified ``iss`` picks the key set: the configured issuer's JWKS, or the
    local development key's when the server trusts it; any other issuer is refused;
 3. the ``kid`` names a key of that set (an unknown kid refreshes the set once);
@@ -56,6 +57,10 @@ READ_PREFIX = "read:"
 WRITE_PREFIX = "write:"
 ROLE_SCOPES = {"engram:auditor": "auditor", "engram:dba": "dba"}
 MAX_TOKEN_CHARS = 16_384
+# Header members that carry a key or say where to fetch one. Engram never follows them (keys
+# come from the configured issuer alone), and a token carrying one is refused outright: an
+# issuer has no reason to send them, and an attacker every reason.
+KEY_HEADERS = frozenset({"jku", "x5u", "jwk", "x5c"})
 
 
 def identity_from_claims(claims: Mapping[str, Any]) -> Identity:
@@ -125,6 +130,11 @@ class TokenVerifier:
         if alg not in ALLOWED_ALGORITHMS:
             raise Unauthenticated(
                 f"token algorithm {alg!r} is not allowed; Engram accepts {', '.join(ALLOWED_ALGORITHMS)}")
+        own_key = sorted(KEY_HEADERS & set(header))
+        if own_key:
+            raise Unauthenticated(
+                f"the token names its own key ({', '.join(own_key)}); Engram takes keys only from "
+                "the configured issuer's key set")
         issuer = unverified.get("iss")
         keys = self.issuers.get(issuer) if isinstance(issuer, str) else None
         if keys is None:

@@ -12,6 +12,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from orchestrator.cli.audit import audit_app
 from orchestrator.cli.auth import auth_app
@@ -25,6 +26,23 @@ from orchestrator.config import Settings
 from orchestrator.db.engine import Database
 from orchestrator.db.server import AlreadyRunning, NotRunning
 from orchestrator.errors import EngramError, Unavailable, is_unavailable
+from orchestrator.inputs import text_problem
+
+
+class _CheckedArguments(TyperGroup):
+    """Refuses a command line with text no command could use (a NUL, or a lone surrogate:
+    bytes that are not UTF-8 reach Python as those) before any command runs, by the same
+    rules as every other entry point (``orchestrator.inputs``)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        for n, arg in enumerate(args, 1):
+            problem = text_problem(arg)
+            if problem:
+                Console(stderr=True).print(f"[red]error:[/red] argument {n} {problem}",
+                                           highlight=False)
+                raise typer.Exit(2)
+        return super().parse_args(ctx, args)
+
 
 # Exit status of any command that could not reach the database (sysexits' EX_TEMPFAIL: retry).
 EXIT_UNAVAILABLE = 75
@@ -46,7 +64,7 @@ class _EngramTyper(typer.Typer):
 
 app = _EngramTyper(help="Engram: a PostgreSQL-owned memory engine for AI agents.",
                    no_args_is_help=True, add_completion=False,
-                   pretty_exceptions_enable=False)
+                   pretty_exceptions_enable=False, cls=_CheckedArguments)
 db_app = typer.Typer(help="The database: embedded server lifecycle and migrations.",
                      no_args_is_help=True)
 admin_app = typer.Typer(help="DBA tasks: tenants and scopes.", no_args_is_help=True)

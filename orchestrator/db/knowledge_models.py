@@ -222,8 +222,9 @@ class FactClaim(Base):
         Index("ix_fact_claim_tenant_id_subject_id", "tenant_id", "subject_id"),
         Index("ix_fact_claim_tenant_id_object_id", "tenant_id", "object_id"),
         Index("ix_fact_claim_tenant_id_content_id", "tenant_id", "content_id"),
-        Index("ix_fact_claim_tenant_id_fact_key_as_of", "tenant_id", "fact_key", "as_of",
-              unique=True, postgresql_where=sql_text("fact_key is not null")),
+        # Unique per scope set (0020): a writer only ever collides with a claim it can read.
+        Index("uq_fact_claim_tenant_id_fact_key_as_of_scopes", "tenant_id", "fact_key", "as_of",
+              "scopes", unique=True, postgresql_where=sql_text("fact_key is not null")),
         {"schema": "knowledge"},
     )
 

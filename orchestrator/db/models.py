@@ -109,8 +109,9 @@ class Document(Base):
     __tablename__ = "documents"
     __table_args__ = (
         PrimaryKeyConstraint("tenant_id", "id", name="pk_documents"),
-        UniqueConstraint("tenant_id", "collection", "path",
-                         name="uq_documents_tenant_id_collection_path"),
+        # Unique per scope set (0020): a writer only ever collides with a document it can read.
+        UniqueConstraint("tenant_id", "collection", "path", "scopes",
+                         name="uq_documents_tenant_id_collection_path_scopes"),
         ForeignKeyConstraint(["tenant_id"], ["auth.tenants.id"],
                              name="fk_documents_tenant_id_tenants", ondelete="CASCADE"),
         CheckConstraint("length(collection) between 1 and 200", name="ck_documents_collection_length"),

@@ -184,7 +184,9 @@ def communities_line(r: CommunityReport) -> str:
 
 def profiles_line(r: ProfileReport) -> str:
     return (f"profiles: {r.inserted} inserted, {r.updated} updated, {r.deleted} deleted, "
-            f"{r.unchanged} unchanged; {r.resummarised} summarised, {r.users} of users")
+            f"{r.unchanged} unchanged; {r.resummarised} summarised, {r.users} of users"
+            + (f"; {r.withheld} withheld (subject not shared into every scope of its claims)"
+               if r.withheld else ""))
 
 
 def _communities(session: Session, settings: Settings) -> Outcome:

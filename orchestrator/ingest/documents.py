@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import delete, func, insert, select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from orchestrator.config import Settings, get_settings
 from orchestrator.db.models import Chunk, Document, Scope
 from orchestrator.db.session import translate
-from orchestrator.errors import BadInput, NotFound
+from orchestrator.errors import BadInput, Forbidden, NotFound
 from orchestrator.ingest.chunking import chunk_text
 
 KNOWN_STATES = ("Active", "Waiting", "Done", "Someday", "Cancelled", "Archived")
@@ -95,20 +95,61 @@ def resolve_scopes(session: Session, names: tuple[str, ...] | list[str]) -> list
     return [found[n] for n in wanted]
 
 
+def at_path(session: Session, collection: str, path: str) -> list[Document]:
+    """The documents at ``(collection, path)`` the caller can read, most recently updated first.
+
+    A path is unique per scope set (migration 0020): a writer who cannot read a document
+    at a path is never told it exists, and its own write there makes another document,
+    in its scopes. A reader of both sees both; the first one here is "the document at
+    the path" for reads by path."""
+    return list(session.execute(
+        select(Document).where(Document.collection == collection, Document.path == path)
+        .order_by(Document.updated_at.desc(), Document.id)).scalars())
+
+
+def writable_scope_ids(session: Session) -> set[uuid.UUID]:
+    """The ids of the scopes the bound identity may write."""
+    return set(session.execute(select(func.auth.write_scopes())).scalar_one() or ())
+
+
+def _unwritable(session: Session, scope_ids: list[uuid.UUID] | tuple[uuid.UUID, ...],
+                writable: set[uuid.UUID]) -> list[str]:
+    missing = [s for s in scope_ids if s not in writable]
+    if not missing:
+        return []
+    names = dict(session.execute(select(Scope.id, Scope.name).where(Scope.id.in_(missing))).all())
+    return sorted(names.get(s, str(s)) for s in missing)
+
+
 def put_document(session: Session, doc: DocumentInput, settings: Settings | None = None
                  ) -> PutResult:
     """Insert or update the document at ``(collection, path)``.
 
-    Unchanged content (same hash, same fields) writes nothing. Changed content
-    re-chunks the document; its chunks go back on the embedding queue.
+    Which document: the one the caller can read at that path in exactly the scopes given,
+    else the most recently updated one it can read there (then the write moves it into
+    the scopes given), else a new one. Unchanged content (same hash, same fields) writes
+    nothing. Changed content re-chunks the document; its chunks go back on the embedding
+    queue. Writing needs write on every scope of the document, before and after:
+    ``Forbidden`` names the scopes that are missing.
     """
     settings = settings or get_settings()
     validate(doc, settings)
     scope_ids = resolve_scopes(session, doc.scopes)
     content_hash = hashlib.sha256(doc.body.encode()).digest()
-    existing = session.execute(
-        select(Document).where(Document.collection == doc.collection, Document.path == doc.path)
-    ).scalar_one_or_none()
+    writable = writable_scope_ids(session)
+    denied = _unwritable(session, scope_ids, writable)
+    if denied:
+        raise Forbidden(f"you may not write into scope(s) {', '.join(denied)}: a document needs "
+                        "write on every scope it is shared into", sqlstate="42501")
+    here = at_path(session, doc.collection, doc.path)
+    existing = next((d for d in here if sorted(d.scopes) == sorted(scope_ids)),
+                    here[0] if here else None)
+    if existing is not None:
+        denied = _unwritable(session, existing.scopes, writable)
+        if denied:
+            raise Forbidden(f"the document at {doc.collection}/{doc.path} is shared into "
+                            f"{', '.join(denied)}, which you may read but not write",
+                            sqlstate="42501")
     try:
         with session.begin_nested():
             if existing is None:
@@ -163,10 +204,16 @@ def _write_chunks(session: Session, document_id: uuid.UUID, body: str, settings:
 
 
 def delete_document(session: Session, collection: str, path: str) -> uuid.UUID:
-    doc_id = session.execute(
-        delete(Document).where(Document.collection == collection, Document.path == path)
-        .returning(Document.id)
-    ).scalar()
-    if doc_id is None:
-        raise NotFound(f"no writable document at {collection}/{path}")
-    return doc_id
+    """Delete the documents at ``(collection, path)`` the caller may write (one per scope set);
+    returns the id of the most recently updated. ``NotFound`` when there is none the caller can
+    read there, ``Forbidden`` when there are only ones it may read but not write."""
+    here = at_path(session, collection, path)
+    if not here:
+        raise NotFound(f"no document at {collection}/{path} that you can read")
+    writable = writable_scope_ids(session)
+    mine = [d.id for d in here if set(d.scopes) <= writable]
+    if not mine:
+        raise Forbidden(f"you may read the document at {collection}/{path} but not delete it: that "
+                        "needs write on every scope it is shared into", sqlstate="42501")
+    session.execute(delete(Document).where(Document.id.in_(mine)))
+    return mine[0]

@@ -25,6 +25,7 @@ from orchestrator.config import Settings, get_settings
 from orchestrator.db.models import Installation
 from orchestrator.db.session import bound_session
 from orchestrator.errors import BadInput
+from orchestrator.inputs import text_problem
 from orchestrator.recall.plan import FULL_PLAN, PlanShape
 from orchestrator.recall.prepare import PreparedMemory, build_bundle
 from orchestrator.recall.render import render
@@ -83,10 +84,12 @@ def validate(question: Any, asker: Any, budget_tokens: Any, mode: Any,
     elif len(question) > settings.recall_max_question_chars:
         problems.append(f"the question is {len(question)} characters; the limit is "
                         f"{settings.recall_max_question_chars}")
-    elif "\x00" in question:
-        problems.append("the question contains a NUL character")
+    elif text_problem(question):
+        problems.append(f"the question {text_problem(question)}")
     if asker is not None and (not isinstance(asker, str) or len(asker) > MAX_ASKER_CHARS):
         problems.append(f"asker must be text of at most {MAX_ASKER_CHARS} characters")
+    elif isinstance(asker, str) and text_problem(asker):
+        problems.append(f"asker {text_problem(asker)}")
     if isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int):
         problems.append(f"budget_tokens must be an integer, not {type(budget_tokens).__name__}")
     elif budget_tokens <= 0:
@@ -99,6 +102,8 @@ def validate(question: Any, asker: Any, budget_tokens: Any, mode: Any,
     if session is not None and (not isinstance(session, str) or not session.strip()
                                 or len(session) > MAX_SESSION_CHARS):
         problems.append(f"session must be non-empty text of at most {MAX_SESSION_CHARS} characters")
+    elif isinstance(session, str) and text_problem(session):
+        problems.append(f"session {text_problem(session)}")
     if problems:
         raise BadInput("invalid recall: " + "; ".join(problems))
     assert isinstance(question, str)

@@ -818,8 +818,11 @@ class _Builder:
                 "profiles", Profile, pool, text=pr.summary,
                 subject=func.coalesce(ent.c.canonical_name, pr.subject_user_id),
                 created_at=pr.created_at, updated_at=pr.updated_at)
+            # The subject is hydrated under the reader's policies, and a profile of an entity
+            # the reader cannot read is not served: its summary is titled with the name.
             self.lane_rows.append(row.outerjoin(
-                ent, and_(ent.c.tenant_id == tenant, ent.c.id == pr.subject_entity_id)))
+                ent, and_(ent.c.tenant_id == tenant, ent.c.id == pr.subject_entity_id))
+                .where(or_(pr.subject_entity_id.is_(None), ent.c.id.is_not(None))))
 
         if s.episodes:
             ep = Episode.__table__.c
