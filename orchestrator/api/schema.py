@@ -42,12 +42,13 @@ from graphql import (
 )
 from orchestrator.api import audit
 from orchestrator.api import documents as ops
+from orchestrator.api.bundles import bundle_view, recall_view
 from orchestrator.auth import Identity
 from orchestrator.config import Settings
 from orchestrator.db.session import translate
 from orchestrator.errors import BadInput, EngramError, internal_message, is_public
 from orchestrator.ingest.documents import DocumentInput
-from orchestrator.recall import Evidence, Recaller
+from orchestrator.recall import Recaller
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "graphql"
 PRINTED_SCHEMA = SCHEMA_DIR / "schema.printed.graphql"
@@ -151,25 +152,6 @@ def resolve_document_by_id(_: None, info: Any, id: str) -> Any:
     return as_graphql(ops.document_by_id(ctx.session, ctx.identity, ops.parse_id(id)))
 
 
-def _evidence(ev: Evidence) -> dict[str, Any]:
-    return {
-        "text": ev.text, "provenance": str(ev.provenance),
-        "scopes": [{"name": s.name, "description": s.description} for s in ev.scopes],
-        "source": ({"collection": ev.source.collection, "path": ev.source.path,
-                    "title": ev.source.title} if ev.source else None),
-        "author": ev.author, "createdAt": ev.created_at, "updatedAt": ev.updated_at,
-        "documentId": str(ev.document_id) if ev.document_id else None,
-        "chunkId": str(ev.chunk_id) if ev.chunk_id else None,
-        "charStart": ev.char_start, "charEnd": ev.char_end, "kind": ev.kind,
-        "occurredAt": ev.occurred_at, "endedAt": ev.ended_at, "itemTable": ev.item_table,
-        "itemId": str(ev.item_id) if ev.item_id else None,
-        "fact": ({"subject": ev.fact.subject, "predicate": ev.fact.predicate,
-                  "object": ev.fact.object, "epistemicKind": ev.fact.epistemic_kind,
-                  "perspectiveKey": ev.fact.perspective_key, "authorRole": ev.fact.author_role,
-                  "factKey": ev.fact.fact_key, "asOf": ev.fact.as_of} if ev.fact else None),
-    }
-
-
 def _recaller(info: Any) -> tuple[RequestContext, Recaller]:
     ctx = _ctx(info)
     if ctx.recaller is None:
@@ -184,16 +166,8 @@ def resolve_memory_prepare(_: None, info: Any, question: str, asker: str | None 
                            sessionId: str | None = None  # noqa: N803
                            ) -> dict[str, Any]:
     ctx, recaller = _recaller(info)
-    b = recaller.prepare(ctx.identity, question, asker, budgetTokens, mode, sessionId)[0]
-    return {"question": b.question, "asker": b.asker, "budgetTokens": b.budget_tokens,
-            "usedTokens": b.used_tokens, "rendered": b.rendered,
-            "keyedFacts": [_evidence(e) for e in b.keyed_facts],
-            "evidence": [_evidence(e) for e in b.evidence],
-            "lessons": [_evidence(e) for e in b.lessons],
-            "episodes": [_evidence(e) for e in b.episodes],
-            "documents": [{"id": str(d.document_id), "title": d.title, "collection": d.collection,
-                           "path": d.path, "occurredAt": d.occurred_at, "updatedAt": d.updated_at}
-                          for d in b.documents]}
+    bundle, trace = recaller.prepare(ctx.identity, question, asker, budgetTokens, mode, sessionId)
+    return bundle_view(bundle, trace.embedding_model)
 
 
 @query.field("recall")
@@ -202,10 +176,8 @@ def resolve_recall(_: None, info: Any, question: str, asker: str | None = None,
                    sessionId: str | None = None  # noqa: N803
                    ) -> dict[str, Any]:
     ctx, recaller = _recaller(info)
-    result = recaller.recall(ctx.identity, question, asker, budgetTokens, mode, sessionId)
-    return {"question": result.question, "asker": result.asker,
-            "budgetTokens": result.budget_tokens, "usedTokens": result.used_tokens,
-            "rendered": result.rendered, "evidence": [_evidence(e) for e in result.evidence]}
+    result, trace = recaller.trace(ctx.identity, question, asker, budgetTokens, mode, sessionId)
+    return recall_view(result, trace.embedding_model)
 
 
 def _auditor(ctx: RequestContext, what: str) -> tuple[Engine, uuid.UUID]:

@@ -47,8 +47,9 @@ def start_worker(settings: Settings) -> tuple[threading.Thread, threading.Event]
     db = Database(settings)
     try:
         engine = make_app_engine(db.role_url("engram_worker"), pool_size=2)
-        worker = QueueWorker(engine, Embedder.from_settings(settings), settings)
-        worker.check_model()
+        worker = QueueWorker(engine, Embedder.from_settings(settings), settings,
+                             loader=lambda model: Embedder.for_model(settings, model))
+        worker.follow_model()
     except EngramError as exc:
         # The API still answers without it; chunks wait in the queue until a worker runs.
         out.print(f"[yellow]worker not started:[/yellow] {exc}")

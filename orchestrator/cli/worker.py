@@ -68,9 +68,11 @@ def run(
     try:
         db = Database(settings)
         engine = make_app_engine(db.role_url("engram_worker"), pool_size=2)
-        embedder = Embedder.from_settings(settings)
-        worker = QueueWorker(engine, embedder, settings, tenants=tenants)
-        worker.check_model()
+        worker = QueueWorker(engine, Embedder.from_settings(settings), settings, tenants=tenants,
+                             loader=lambda model: Embedder.for_model(settings, model))
+        worker.follow_model()
+        embedder = worker.embedder
+        assert isinstance(embedder, Embedder)
     except EngramError as exc:
         _fail(str(exc))
         return
