@@ -1,4 +1,5 @@
-"""Auditor calls shared by GraphQL (``verifyChain``, ``provenance``) and the Python client.
+"""Auditor calls shared by GraphQL (``verifyChain``, ``provenance``, ``verifyReceipt``), MCP
+and the Python client.
 
 Only an identity with the ``auditor`` role (token scope ``engram:auditor``) may
 make them. They read as ``engram_auditor`` (keys and hashes, no content), and
@@ -62,6 +63,27 @@ class ChainSummary:
 
 
 @dataclass(frozen=True)
+class ReceiptEvidenceView:
+    table: str
+    row_id: dict[str, Any]
+    status: str  # unchanged, changed, deleted or unproven
+
+
+@dataclass(frozen=True)
+class ReceiptView:
+    id: uuid.UUID
+    asked_by: str
+    asked_at: Any
+    proven: bool  # seal, chain event and every served version agree
+    ok: bool  # proven, and every evidence row is still at the version served
+    seal_ok: bool
+    chain_ok: bool
+    rendered_ok: bool | None
+    evidence: list[ReceiptEvidenceView]
+    problems: list[str]
+
+
+@dataclass(frozen=True)
 class LineageNodeView:
     table: str
     row_id: dict[str, Any]
@@ -110,6 +132,23 @@ def verify_chain(engine: Engine, tenant: uuid.UUID, *, rows: bool = True) -> Cha
                         r.chain_break.seq if r.chain_break else None,
                         r.chain_break.problem if r.chain_break else None,
                         [f"{p.table_name} {p.row_id}: {p.problem}" for p in r.row_problems])
+
+
+def verify_receipt(engine: Engine, tenant: uuid.UUID, receipt_id: uuid.UUID, *,
+                   rendered: str | None = None) -> ReceiptView:
+    """Re-derive one recall receipt of the tenant (``engram audit receipt``): whether it is
+    genuine and whether its evidence is still as served. Another tenant's receipt is
+    ``NotFound``, as one that does not exist."""
+    from orchestrator.audit.receipts import verify_receipt as verify
+
+    if rendered is not None and not isinstance(rendered, str):
+        raise BadInput("rendered is the text the recall returned")
+    with engine.connect() as conn:
+        check = verify(conn, receipt_id, rendered=rendered, tenant=tenant)
+    return ReceiptView(check.id, check.asked_by, check.asked_at, check.proven, check.ok,
+                       check.seal_ok, check.chain_ok, check.rendered_ok,
+                       [ReceiptEvidenceView(e.table, e.row_id, e.status) for e in check.evidence],
+                       check.problems())
 
 
 def provenance(engine: Engine, tenant: uuid.UUID, table: str, row_id: Any, *,

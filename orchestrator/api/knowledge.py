@@ -34,6 +34,12 @@ def fact_input(input: dict[str, Any]) -> kn.FactInput:
         fact_key=input.get("factKey"), as_of=input.get("asOf"))
 
 
+def assert_payload(result: kn.AssertResult) -> dict[str, Any]:
+    return {"claimId": str(result.claim_id) if result.claim_id else None,
+            "quarantineId": str(result.quarantine_id) if result.quarantine_id else None,
+            "quarantined": result.quarantined, "reasons": list(result.reasons)}
+
+
 def bind(query: QueryType, mutation: MutationType) -> None:
     @query.field("entity")
     def resolve_entity_id(_: None, info: Any, type: str, name: str) -> str | None:
@@ -86,10 +92,13 @@ def bind(query: QueryType, mutation: MutationType) -> None:
 
     @mutation.field("assertFact")
     def resolve_assert_fact(_: None, info: Any, input: dict[str, Any]) -> dict[str, Any]:
-        result = kn.assert_fact(info.context.session, fact_input(input))
-        return {"claimId": str(result.claim_id) if result.claim_id else None,
-                "quarantineId": str(result.quarantine_id) if result.quarantine_id else None,
-                "quarantined": result.quarantined, "reasons": list(result.reasons)}
+        return assert_payload(kn.assert_fact(info.context.session, fact_input(input)))
+
+    @mutation.field("releaseQuarantine")
+    def resolve_release_quarantine(_: None, info: Any, id: str,
+                                   corrections: Any = None) -> dict[str, Any]:
+        return assert_payload(kn.release_quarantine(info.context.session,
+                                                    parse_id(id, "quarantine"), corrections))
 
     @mutation.field("resolveConflict")
     def resolve_resolve_conflict(_: None, info: Any, id: str, strategy: str,

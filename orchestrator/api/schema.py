@@ -196,6 +196,13 @@ def resolve_provenance(_: None, info: Any, table: str, rowId: Any,  # noqa: N803
                                        direction=direction, max_depth=maxDepth))  # type: ignore[arg-type]
 
 
+@query.field("verifyReceipt")
+def resolve_verify_receipt(_: None, info: Any, id: str, rendered: str | None = None) -> Any:
+    engine, tenant = _auditor(_ctx(info), "verifyReceipt")
+    return as_graphql(audit.verify_receipt(engine, tenant, ops.parse_id(id, "receipt"),
+                                           rendered=rendered))
+
+
 @query.field("verifyChain")
 def resolve_verify_chain(_: None, info: Any, rows: bool = True) -> Any:
     engine, tenant = _auditor(_ctx(info), "verifyChain")
@@ -205,13 +212,11 @@ def resolve_verify_chain(_: None, info: Any, rows: bool = True) -> Any:
 @mutation.field("upsertDocument")
 def resolve_upsert(_: None, info: Any, input: dict[str, Any]) -> dict[str, Any]:
     ctx = _ctx(info)
-    metadata = input.get("metadata")
-    if metadata is not None and not isinstance(metadata, dict):
-        raise BadInput("metadata must be a JSON object")
     doc = DocumentInput(
         collection=input["collection"], path=input["path"], title=input["title"],
         body=input["body"], scopes=tuple(input["scopes"]), kind=input.get("kind") or "note",
-        state=input.get("state"), area=input.get("area"), metadata=metadata)
+        state=input.get("state"), area=input.get("area"), metadata=input.get("metadata"),
+        occurred_at=input.get("occurredAt"))
     result, view = ops.upsert_document(ctx.session, ctx.identity, doc, ctx.settings)
     return {"document": as_graphql(view), "created": result.created, "changed": result.changed,
             "chunks": result.chunks}
@@ -306,6 +311,8 @@ FIELD_COSTS: dict[str, dict[str, dict[str, Any]]] = {
         "provenance": {"complexity": 20, "multipliers": ["maxDepth"]},
         # Recomputes every event hash of the tenant (and every row's, by default).
         "verifyChain": {"complexity": 1000},
+        # A seal and one chain probe per served row.
+        "verifyReceipt": {"complexity": 50},
     },
     "Mutation": {
         # Chunking, lexical vectors, queued embeddings and chain events per chunk.
@@ -367,6 +374,13 @@ def validation_rules(settings: Settings, variables: dict[str, Any] | None
 def format_error(error: GraphQLError, debug: bool = False) -> dict[str, Any]:
     formatted: dict[str, Any] = dict(error.formatted)
     original: BaseException | None = error.original_error
+    if isinstance(original, GraphQLError):
+        # A variable refused while it was coerced (a scalar's parser raised): the wrapping
+        # message names the variable; it is the caller's error when the parser's is ours.
+        inner = original.original_error
+        if isinstance(inner, EngramError) and is_public(inner):
+            formatted["extensions"] = {"code": inner.code}
+            return formatted
     if isinstance(original, DBAPIError):
         # A refusal the database worded for the caller keeps its code; anything else stays hidden.
         mapped = translate(original)

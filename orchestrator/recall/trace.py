@@ -132,3 +132,12 @@ class Trace:
     @staticmethod
     def _num(v: Any) -> str:
         return "-" if v is None else f"{float(v):.6f}"
+
+
+NOTHING_FITS = "(no evidence fits; nothing visible matched or the budget is too small)"
+
+
+def report(trace: Trace, rendered: str) -> str:
+    """What ``engram trace`` prints (and the MCP ``trace`` tool returns): every stage, then
+    the rendered string."""
+    return f"{trace.format()}\n7. rendered\n{rendered or NOTHING_FITS}"
