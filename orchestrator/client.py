@@ -25,7 +25,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Engine
@@ -237,8 +237,8 @@ class Engram:
     def remember(self, session_id: str, text: str, scopes: Sequence[str], *,
                  ttl_seconds: int = 86_400) -> uuid.UUID:
         """A recent session item of this user, recallable for ``ttl_seconds``."""
-        return self._run(lambda s: mem.add_working_memory(s, session_id, text, scopes,
-                                                          ttl=timedelta(seconds=ttl_seconds)))
+        ttl = mem.ttl_seconds(ttl_seconds)
+        return self._run(lambda s: mem.add_working_memory(s, session_id, text, scopes, ttl=ttl))
 
     def working_memory(self, session_id: str | None = None, *, first: int = 100) -> list[str]:
         limit = ops.check_first(first, self.settings.api_max_page_size)

@@ -151,6 +151,8 @@ def test_every_tool_allows_and_denies(api_server: ApiServer, tenant_factory: Ten
     # -- notes, decisions, episodes ------------------------------------------------------
     assert uuid.UUID(writer.ok("remember", session_id="s1", text="Prefers tea.", scopes=["team"]))
     reader.refused("remember", "FORBIDDEN", session_id="s1", text="x", scopes=["team"])
+    writer.refused("remember", "BAD_USER_INPUT", "ttl_seconds must be between", session_id="s1",
+                   text="x", scopes=["team"], ttl_seconds=10**12)
     assert writer.ok("session_notes", session_id="s1") == ["Prefers tea."]
     assert reader.ok("session_notes") == [], "session notes are their writer's own"
     assert uuid.UUID(writer.ok("record_decision", category="garden", scenario="Which beds?",
@@ -220,6 +222,8 @@ def test_every_tool_allows_and_denies(api_server: ApiServer, tenant_factory: Ten
     writer.refused("lineage", "FORBIDDEN", "engram:auditor", table="sources.documents",
                    row_id={"id": docs[2]})
     their_auditor.refused("lineage", "NOT_FOUND", table="sources.documents", row_id={"id": docs[2]})
+    auditor.refused("lineage", "BAD_USER_INPUT", "max_depth must be between", max_depth=10**6,
+                    table="sources.documents", row_id={"id": docs[2]})
     assert auditor.ok("verify_chain", rows=False)["ok"] is True
     writer.refused("verify_chain", "FORBIDDEN", "engram:auditor")
 

@@ -4,7 +4,6 @@ Python client calls the same functions); the database owns the rules."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from ariadne import MutationType, QueryType
@@ -111,7 +110,7 @@ def bind(query: QueryType, mutation: MutationType) -> None:
     def resolve_remember(_: None, info: Any, sessionId: str, text: str,  # noqa: N803
                          scopes: list[str], ttlSeconds: int = 86400) -> str:  # noqa: N803
         return str(mem.add_working_memory(info.context.session, sessionId, text, scopes,
-                                          ttl=timedelta(seconds=ttlSeconds)))
+                                          ttl=mem.ttl_seconds(ttlSeconds)))
 
     @mutation.field("recordDecision")
     def resolve_record_decision(_: None, info: Any, input: dict[str, Any]) -> str:
