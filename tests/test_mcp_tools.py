@@ -151,7 +151,7 @@ def test_every_tool_allows_and_denies(api_server: ApiServer, tenant_factory: Ten
     # -- notes, decisions, episodes ------------------------------------------------------
     assert uuid.UUID(writer.ok("remember", session_id="s1", text="Prefers tea.", scopes=["team"]))
     reader.refused("remember", "FORBIDDEN", session_id="s1", text="x", scopes=["team"])
-    writer.refused("remember", "BAD_USER_INPUT", "ttl_seconds must be between", session_id="s1",
+    writer.refused("remember", "BAD_USER_INPUT", "is above the limit", session_id="s1",
                    text="x", scopes=["team"], ttl_seconds=10**12)
     assert writer.ok("session_notes", session_id="s1") == ["Prefers tea."]
     assert reader.ok("session_notes") == [], "session notes are their writer's own"

@@ -113,9 +113,12 @@ MAX_TTL_SECONDS = 366 * 86_400
 
 def ttl_seconds(seconds: object) -> timedelta:
     """A note's time to live from a count of seconds (GraphQL ``ttlSeconds``, MCP, client)."""
-    if isinstance(seconds, bool) or not isinstance(seconds, int) \
-            or not 1 <= seconds <= MAX_TTL_SECONDS:
-        raise BadInput(f"ttl_seconds must be between 1 and {MAX_TTL_SECONDS}, not {seconds!r}")
+    if isinstance(seconds, bool) or not isinstance(seconds, int):
+        raise BadInput(f"ttl_seconds must be a whole number of seconds, not {seconds!r}")
+    if seconds <= 0:
+        raise BadInput("ttl must be a positive duration")
+    if seconds > MAX_TTL_SECONDS:
+        raise BadInput(f"ttl_seconds {seconds} is above the limit of {MAX_TTL_SECONDS} (a year)")
     return timedelta(seconds=seconds)
 
 

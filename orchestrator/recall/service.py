@@ -157,6 +157,7 @@ class Recaller:
         self._index_tier = index_tier
         self._statements: dict[str, Any] = {}
         self._active: ActiveModel | None = None
+        self._services: dict[str, QueryEmbedder] = {}
 
     @property
     def active_model(self) -> ActiveModel:
@@ -180,9 +181,13 @@ class Recaller:
                 raise ModelMismatch(f"the active embedding model is {model.describe()}, but this "
                                     f"recaller was built with {fixed}")
             return self._embedder
-        from orchestrator.worker.service import model_service_for
+        found = self._services.get(model.key)
+        if found is None:
+            from orchestrator.worker.service import model_service_for
 
-        return model_service_for(self.settings, model)
+            # Found once per activation: locating a model reads the disk.
+            found = self._services[model.key] = model_service_for(self.settings, model)
+        return found
 
     @property
     def index_tier(self) -> str:
