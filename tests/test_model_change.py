@@ -24,9 +24,11 @@ import numpy as np
 import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
+from typer.testing import CliRunner
 
 from orchestrator.auth import Identity
 from orchestrator.auth.devkey import create_dev_key, mint_token
+from orchestrator.cli.main import app
 from orchestrator.config import Settings
 from orchestrator.db.engine import make_app_engine
 from orchestrator.db.server import free_port
@@ -210,8 +212,8 @@ def test_same_dimension_backfill_resumes_activation_refuses_then_flips(
 
 
 def test_another_dimension_is_a_generated_column_swap(
-        installation: Installation, minilm: Embedder, models_dir: Path,
-        settings_md: Settings) -> None:
+        installation: Installation, test_db: TestDatabase, minilm: Embedder, models_dir: Path,
+        settings_md: Settings, tmp_path: Path) -> None:
     inst = installation
     _drain(inst, minilm, settings_md)
     recaller = Recaller(inst.app, settings_md)
@@ -225,7 +227,17 @@ def test_another_dimension_is_a_generated_column_swap(
     projected = Embedder.from_path(build_model(models_dir, PROJECTED, 96), settings=settings_md,
                                    model_name=PROJECTED)
     change.register(PROJECTED, 96)
+    # The way back from a dimension backfill: --discard drops what it added.
+    env = _serve_env(test_db, inst, tmp_path, models_dir, free_port())
+    change._add_shadow_columns(96)
+    discarded = CliRunner().invoke(app, ["models", "backfill", PROJECTED, "--discard"], env=env)
+    assert discarded.exit_code == 0 and "dropped the candidate columns of sources.chunks" \
+        in discarded.output, discarded.output
+    assert inst.scalar("select count(*) from pg_attribute where attname = 'embedding_next' "
+                       "and not attisdropped") == 0
     report = change.backfill(projected, batch=8)
+    status = CliRunner().invoke(app, ["models", "status", PROJECTED], env=env)
+    assert status.exit_code == 0 and f"candidate {PROJECTED} (96-d" in status.output
     assert report.rows == len(TEXTS) + 1
     assert "sources.ix_chunks_embedding_next_hnsw" in report.indexes_built
     assert inst.scalar("select format_type(atttypid, atttypmod) from pg_attribute where "
