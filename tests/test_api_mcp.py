@@ -137,7 +137,9 @@ def test_tools_over_stdio(api_server: ApiServer, tenant_factory: Tenants,  # noq
 def test_stdio_refuses_a_token_once_it_expires(api_server: ApiServer,  # noqa: F811
                                                tenant_factory: Tenants, admin_engine: Engine) -> None:
     t = tenant_factory("team")
-    ttl = 6
+    # Long enough for `engram mcp` to start (its imports take seconds on a loaded machine)
+    # and verify the token before it expires; the test then waits for the expiry.
+    ttl = 20
     token = api_server.token(t.org_id, "agent", ("write:team",), ttl_s=ttl)
     expires = time.time() + ttl
     env = {**server_env(api_server, token), "ENGRAM_AUTH_LEEWAY_S": "0"}
