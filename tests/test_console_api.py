@@ -122,8 +122,8 @@ def test_document_lineage_reaches_extracted_claims(api_server: ApiServer, corpus
                                                "direction": "forward"})
     tables = {n["table"] for n in data["readableLineage"]["nodes"]}
     assert {"sources.documents", "sources.chunks", "knowledge.fact_claim"} <= tables
-    assert data["documentById"]["embedState"] in ("pending", "ready")
-    assert data["documentById"]["chunkStates"]["ready"] == data["documentById"]["chunkCount"]
+    assert data["documentById"]["embedding"]["state"] == "embedded"
+    assert data["documentById"]["embedding"]["chunksEmbedded"] == data["documentById"]["chunkCount"]
     # Back from a claim: its chunk, readable.
     claim = next(n for n in data["readableLineage"]["nodes"] if n["table"] == "knowledge.fact_claim")
     back = api_server.gql(reader, q.LINEAGE, {"table": "knowledge.fact_claim", "id": claim["id"],

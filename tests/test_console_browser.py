@@ -176,7 +176,7 @@ def test_document_and_its_lineage(browser: WebDriver, server: ApiServer, corpus:
               browser.find_elements(By.CSS_SELECTOR, ".lineage-list li")}
     assert {"sources.documents", "sources.chunks", "knowledge.fact_claim"} <= tables, tables
     assert len(browser.find_elements(By.CSS_SELECTOR, ".picture g.box")) >= 3
-    assert "ready" in browser.find_element(By.ID, "embed-state").text
+    assert "embedded" in browser.find_element(By.ID, "embed-state").text
     axe(browser, "document")
     shot(browser, "04-document-lineage")
     for name, link in (("05-entities", "Entities"), ("06-keyed-facts", "Keyed facts"),

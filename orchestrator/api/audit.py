@@ -1,4 +1,5 @@
-"""Auditor calls shared by GraphQL (``verifyChain``, ``provenance``) and the Python client.
+"""Auditor calls shared by GraphQL (``verifyChain``, ``provenance``, ``verifyReceipt``), MCP
+and the Python client.
 
 Only an identity with the ``auditor`` role (token scope ``engram:auditor``) may
 make them. They read as ``engram_auditor`` (keys and hashes, no content), and
@@ -22,6 +23,10 @@ from sqlalchemy.orm import Session
 from orchestrator.auth import Identity
 from orchestrator.config import Settings
 from orchestrator.errors import BadInput, EngramError, Forbidden, NotFound
+
+# A lineage walk is recursive and probes the chain per node: deep enough for any derivation
+# Engram makes (a RAPTOR root over its levels), bounded for every caller.
+MAX_LINEAGE_DEPTH = 50
 
 
 class AuditorEngine:
@@ -61,6 +66,29 @@ class ChainSummary:
     broken_at: int | None
     problem: str | None
     row_problems: list[str]
+
+
+@dataclass(frozen=True)
+class ReceiptEvidenceView:
+    table: str
+    row_id: dict[str, Any]
+    served: str  # the row version the recall served (hex)
+    status: str  # unchanged, changed, deleted or unproven
+
+
+@dataclass(frozen=True)
+class ReceiptView:
+    id: uuid.UUID
+    asked_by: str
+    asked_at: Any
+    seal: str  # the stored receipt hash (hex)
+    proven: bool  # seal, chain event and every served version agree
+    ok: bool  # proven, and every evidence row is still at the version served
+    seal_ok: bool
+    chain_ok: bool
+    rendered_ok: bool | None
+    evidence: list[ReceiptEvidenceView]
+    problems: list[str]
 
 
 @dataclass(frozen=True)
@@ -114,6 +142,24 @@ def verify_chain(engine: Engine, tenant: uuid.UUID, *, rows: bool = True) -> Cha
                         [f"{p.table_name} {p.row_id}: {p.problem}" for p in r.row_problems])
 
 
+def verify_receipt(engine: Engine, tenant: uuid.UUID, receipt_id: uuid.UUID, *,
+                   rendered: str | None = None) -> ReceiptView:
+    """Re-derive one recall receipt of the tenant (``engram audit receipt``): whether it is
+    genuine and whether its evidence is still as served. Another tenant's receipt is
+    ``NotFound``, as one that does not exist."""
+    from orchestrator.audit.receipts import verify_receipt as verify
+
+    if rendered is not None and not isinstance(rendered, str):
+        raise BadInput("rendered is the text the recall returned")
+    with engine.connect() as conn:
+        check = verify(conn, receipt_id, rendered=rendered, tenant=tenant)
+    return ReceiptView(check.id, check.asked_by, check.asked_at, check.seal.hex(), check.proven,
+                       check.ok, check.seal_ok, check.chain_ok, check.rendered_ok,
+                       [ReceiptEvidenceView(e.table, e.row_id, e.served.hex(), e.status)
+                        for e in check.evidence],
+                       check.problems())
+
+
 def provenance(engine: Engine, tenant: uuid.UUID, table: str, row_id: Any, *,
                direction: Literal["back", "forward"] = "back", max_depth: int = 10) -> LineageView:
     """The derivation lineage of one row of the tenant, back to its origins or forward."""
@@ -121,6 +167,9 @@ def provenance(engine: Engine, tenant: uuid.UUID, table: str, row_id: Any, *,
 
     if not isinstance(row_id, dict):
         raise BadInput('the row id is the row\'s key as a JSON object, e.g. {"id": "..."}')
+    if isinstance(max_depth, bool) or not isinstance(max_depth, int) \
+            or not 1 <= max_depth <= MAX_LINEAGE_DEPTH:
+        raise BadInput(f"max_depth must be between 1 and {MAX_LINEAGE_DEPTH}, not {max_depth!r}")
     with engine.connect() as conn:
         found = lineage(conn, tenant, table, row_id, direction=direction, max_depth=max_depth)
     if not found.nodes[found.start].events:
@@ -248,45 +297,6 @@ def receipts(engine: Engine, tenant: uuid.UUID, *, first: int = 20) -> list[Rece
             "from provenance.receipts where tenant_id = :t order by asked_at desc, id limit :n"),
             {"t": tenant, "n": first}).all()
     return [ReceiptSummary(r.id, r.asked_by, r.asked_at, r.n) for r in rows]
-
-
-@dataclass(frozen=True)
-class ReceiptEvidenceView:
-    table: str
-    row_id: dict[str, Any]
-    served: str
-    status: str
-
-
-@dataclass(frozen=True)
-class ReceiptView:
-    id: uuid.UUID
-    asked_by: str
-    asked_at: Any
-    seal: str
-    proven: bool
-    ok: bool
-    evidence: list[ReceiptEvidenceView]
-    problems: list[str]
-
-
-def receipt(engine: Engine, tenant: uuid.UUID, receipt_id: uuid.UUID,
-            rendered: str | None = None) -> ReceiptView:
-    """Re-derive one receipt of this tenant; another tenant's is NOT_FOUND like a missing one."""
-    from sqlalchemy import text
-
-    from orchestrator.audit.receipts import verify_receipt
-
-    with engine.connect() as conn:
-        owner = conn.execute(text("select tenant_id, receipt_hash from provenance.receipts "
-                                  "where id = :i"), {"i": receipt_id}).one_or_none()
-        if owner is None or owner.tenant_id != tenant:
-            raise NotFound(f"no receipt {receipt_id}")
-        chk = verify_receipt(conn, receipt_id, rendered=rendered)
-    return ReceiptView(chk.id, chk.asked_by, chk.asked_at, bytes(owner.receipt_hash).hex(),
-                       chk.proven, chk.ok,
-                       [ReceiptEvidenceView(e.table, e.row_id, e.served.hex(), e.status)
-                        for e in chk.evidence], chk.problems())
 
 
 def provenance_export(engine: Engine, tenant: uuid.UUID, fmt: str = "jsonld") -> str:

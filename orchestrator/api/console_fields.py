@@ -10,10 +10,10 @@ from typing import Any
 from ariadne import MutationType, ObjectType, QueryType
 
 from orchestrator.api import audit, memory_views, operations, tracing
+from orchestrator.api.bundles import evidence_view
 from orchestrator.api.documents import check_first, parse_id
-from orchestrator.api.schema import RequestContext, _auditor, _evidence, _recaller, as_graphql
-from orchestrator.errors import BadInput, NotFound
-from orchestrator.ingest import knowledge as kn
+from orchestrator.api.schema import RequestContext, _auditor, _recaller, as_graphql
+from orchestrator.errors import NotFound
 
 
 def _ctx(info: Any) -> RequestContext:
@@ -46,7 +46,7 @@ def bind(query: QueryType, mutation: MutationType) -> list[ObjectType]:
         else:
             result, trace = recaller.study(ctx.identity, question, plan, asker, budgetTokens,
                                            mode, sessionId)
-        return tracing.recall_trace(result, trace, [_evidence(e) for e in result.evidence])
+        return tracing.recall_trace(result, trace, [evidence_view(e) for e in result.evidence])
 
     @query.field("planShapes")
     def resolve_plan_shapes(_: None, info: Any) -> list[dict[str, Any]]:
@@ -126,41 +126,15 @@ def bind(query: QueryType, mutation: MutationType) -> list[ObjectType]:
         engine, tenant = _auditor(_ctx(info), "receipts")
         return as_graphql(audit.receipts(engine, tenant, first=first))
 
-    @query.field("receipt")
-    def resolve_receipt(_: None, info: Any, id: str, rendered: str | None = None) -> Any:
-        engine, tenant = _auditor(_ctx(info), "receipt")
-        return as_graphql(audit.receipt(engine, tenant, parse_id(id, "receipt"), rendered))
-
     @query.field("provenanceExport")
     def resolve_provenance_export(_: None, info: Any, format: str = "jsonld") -> str:
         engine, tenant = _auditor(_ctx(info), "provenanceExport")
         return audit.provenance_export(engine, tenant, format)
 
-    @mutation.field("releaseQuarantine")
-    def resolve_release_quarantine(_: None, info: Any, id: str,
-                                   corrections: Any = None) -> dict[str, Any]:
-        if corrections is not None and not isinstance(corrections, dict):
-            raise BadInput("corrections must be a JSON object")
-        result = kn.release_quarantine(_ctx(info).session, parse_id(id, "quarantine"), corrections)
-        return {"claimId": str(result.claim_id) if result.claim_id else None,
-                "quarantineId": str(result.quarantine_id) if result.quarantine_id else None,
-                "quarantined": result.quarantined, "reasons": list(result.reasons)}
-
     @mutation.field("discardQuarantine")
     def resolve_discard_quarantine(_: None, info: Any, id: str) -> Any:
         return as_graphql(memory_views.discard_quarantine(_ctx(info).session,
                                                           parse_id(id, "quarantine")))
-
-    @document.field("embedState")
-    def resolve_embed_state(doc: dict[str, Any], info: Any) -> str:
-        doc_id = _uuid(doc["id"])
-        return operations.document_embed_state(
-            operations.chunk_states(_ctx(info).session, [doc_id])[doc_id])
-
-    @document.field("chunkStates")
-    def resolve_chunk_states(doc: dict[str, Any], info: Any) -> dict[str, int]:
-        doc_id = _uuid(doc["id"])
-        return operations.chunk_states(_ctx(info).session, [doc_id])[doc_id]
 
     def _claim_of(key: str) -> Any:
         def resolve(row: dict[str, Any], info: Any) -> Any:
@@ -198,7 +172,7 @@ COSTS: dict[str, dict[str, Any]] = {
     # One scan per embeddable table and a depth query per point.
     "embedQueue": {"complexity": 50},
     # A receipt's evidence rows each get a version probe.
-    "receipt": {"complexity": 50}, "checkAnchors": {"complexity": 20},
+    "checkAnchors": {"complexity": 20},
     # Recomputes up to `limit` event hashes (and the rows at the head); exports the whole log.
     "verifyChainStep": {"complexity": 200}, "provenanceExport": {"complexity": 1000},
 }

@@ -49,6 +49,25 @@ class ScopeView:
 
 
 @dataclass(frozen=True)
+class EmbeddingProgress:
+    """A document's embedding progress, from its chunks (the document has no state of its
+    own): ``embedded`` once every chunk has a vector of the active model, ``failed`` once
+    none is waiting and one failed for good, else ``pending``."""
+
+    state: str
+    chunks_total: int
+    chunks_embedded: int
+    chunks_failed: int
+
+
+def embedding_progress(states: dict[str, int]) -> EmbeddingProgress:
+    ready, failed, pending = (states.get(k, 0) for k in ("ready", "failed", "pending"))
+    total = ready + failed + pending
+    state = "pending" if pending else ("failed" if failed else "embedded")
+    return EmbeddingProgress(state, total, ready, failed)
+
+
+@dataclass(frozen=True)
 class DocumentView:
     id: uuid.UUID
     collection: str
@@ -68,6 +87,8 @@ class DocumentView:
     created_at: datetime
     updated_at: datetime
     chunk_count: int
+    embedding: EmbeddingProgress
+    occurred_at: datetime | None = None
 
 
 T = TypeVar("T")
@@ -120,16 +141,20 @@ def _views(session: Session, identity: Identity, docs: list[Document]) -> list[D
     if not docs:
         return []
     scopes = scope_views(session, identity)
-    counts: dict[uuid.UUID, int] = dict(session.execute(
-        select(Chunk.document_id, func.count()).where(Chunk.document_id.in_([d.id for d in docs]))
-        .group_by(Chunk.document_id)).all())
+    states: dict[uuid.UUID, dict[str, int]] = {d.id: {} for d in docs}
+    for doc_id, state, n in session.execute(
+            select(Chunk.document_id, Chunk.embed_state, func.count())
+            .where(Chunk.document_id.in_([d.id for d in docs]))
+            .group_by(Chunk.document_id, Chunk.embed_state)).all():
+        states[doc_id][str(state)] = int(n)
     return [DocumentView(
         id=d.id, collection=d.collection, path=d.path, title=d.title, kind=d.kind, state=d.state,
         area=d.area, body=d.body, content_hash=d.content_hash.hex(),
         scopes=scopes_of(scopes, d.scopes),
         author=d.author, metadata=d.metadata_, pinned=d.pinned, snoozed_until=d.snoozed_until,
         archived_at=d.archived_at, created_at=d.created_at, updated_at=d.updated_at,
-        chunk_count=int(counts.get(d.id, 0)),
+        chunk_count=sum(states[d.id].values()), embedding=embedding_progress(states[d.id]),
+        occurred_at=d.occurred_at,
     ) for d in docs]
 
 

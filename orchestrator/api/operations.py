@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select, text
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from orchestrator.auth import Identity
@@ -218,25 +218,3 @@ def derive_runs(session: Session, identity: Identity, *, first: int = 50) -> lis
                               row.started_at, seconds, detail, None))
     runs.sort(key=lambda r: r.started_at, reverse=True)
     return runs[:first]
-
-
-def chunk_states(session: Session, document_ids: list[uuid.UUID]) -> dict[uuid.UUID, dict[str, int]]:
-    """Each document's chunks by embedding state."""
-    from orchestrator.db.models import Chunk
-
-    out: dict[uuid.UUID, dict[str, int]] = {d: {"pending": 0, "ready": 0, "failed": 0}
-                                            for d in document_ids}
-    for doc, state, n in session.execute(
-            select(Chunk.document_id, Chunk.embed_state, func.count())
-            .where(Chunk.document_id.in_(document_ids))
-            .group_by(Chunk.document_id, Chunk.embed_state)):
-        out[doc][str(state)] = int(n)
-    return out
-
-
-def document_embed_state(states: dict[str, int]) -> str:
-    """A document's embedding state from its chunks' (the worker embeds chunks, not documents):
-    failed when any chunk failed, pending while any waits, ready when all are embedded."""
-    if states.get("failed"):
-        return "failed"
-    return "pending" if states.get("pending") else "ready"

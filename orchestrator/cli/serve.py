@@ -113,8 +113,9 @@ def start_worker(settings: Settings, health: Health) -> tuple[threading.Thread, 
     component = health.component("embedding worker")
     try:
         engine = make_app_engine(db.role_url("engram_worker"), pool_size=2)
-        worker = QueueWorker(engine, Embedder.from_settings(settings), settings)
-        worker.check_model()
+        worker = QueueWorker(engine, Embedder.from_settings(settings), settings,
+                             loader=lambda model: Embedder.for_model(settings, model))
+        worker.follow_model()
     except Exception as exc:
         if not is_unavailable(exc):
             if not isinstance(exc, EngramError):

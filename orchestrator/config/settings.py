@@ -116,6 +116,10 @@ class Settings(BaseSettings):
     embedding_model_path: Path | None = None
     embedding_query_prefix: str = ""
     embedding_passage_prefix: str = ""
+    # Where the files of other registered embedding models are (`engram models backfill`,
+    # a process switching after `engram models activate`): model <name> in <dir>/<name>.
+    # A name that is a directory, the packaged model and the Hugging Face cache also work.
+    embedding_models_dir: Path | None = None
     reranker_model: str = "BAAI/bge-reranker-v2-m3"
     reranker_model_path: Path | None = None
     reranker_window_overlap_tokens: int = 64

@@ -38,12 +38,12 @@ SCOPE = "name description canRead canWrite"
 DOCUMENTS = """query($after: String, $collection: String, $hidden: Boolean) {
   documents(first: 25, after: $after, collection: $collection, includeHidden: $hidden) {
     edges { node { id collection path title kind state pinned snoozedUntil archivedAt
-                     updatedAt chunkCount embedState scopes { name } } }
+                     updatedAt chunkCount embedding { state } scopes { name } } }
     pageInfo { hasNextPage endCursor } } }"""
 DOCUMENT = f"""query($id: ID!, $direction: String) {{
   documentById(id: $id) {{ id collection path title kind state area body author pinned
-    snoozedUntil archivedAt createdAt updatedAt chunkCount embedState
-    chunkStates {{ pending ready failed }} scopes {{ {SCOPE} }} }}
+    snoozedUntil archivedAt createdAt updatedAt chunkCount
+    embedding {{ state chunksTotal chunksEmbedded chunksFailed }} scopes {{ {SCOPE} }} }}
   readableLineage(table: "sources.documents", id: $id, direction: $direction) {{
     nodes {{ table id label }} edges {{ relation derivedTable derivedId sourceTable sourceId depth }}
   }} }}"""
@@ -79,7 +79,7 @@ AUDIT = """{ chainHead { seq hash recordedAt anchor } receipts(first: 15) { id a
 VERIFY_STEP = """query($from: Int!, $limit: Int!) { verifyChainStep(fromSeq: $from, limit: $limit) {
   fromSeq checked lastSeq headSeq done ok brokenAt problem rowProblems } }"""
 ANCHORS = "query($a: String!) { checkAnchors(anchors: $a) { seq ok problem } }"
-RECEIPT = """query($id: ID!) { receipt(id: $id) { id askedBy askedAt seal proven ok problems
+RECEIPT = """query($id: ID!) { receipt: verifyReceipt(id: $id) { id askedBy askedAt seal proven ok problems
   evidence { table rowId served status } } }"""
 PROVENANCE = """query($table: String!, $rowId: JSON!, $direction: String) {
   provenance(table: $table, rowId: $rowId, direction: $direction) { proven

@@ -130,7 +130,9 @@ class _Embedded:
 # --- knowledge -----------------------------------------------------------------------
 
 
-class Entity(_Embedded, Base):
+class Entity(Base):
+    """No embedding columns: 0081_embedding_progress dropped them (nothing embedded them)."""
+
     __tablename__ = "entities"
     __table_args__ = (
         PrimaryKeyConstraint("tenant_id", "id", name="pk_entities"),
@@ -146,7 +148,6 @@ class Entity(_Embedded, Base):
         CheckConstraint("summary is null or length(summary) <= 20000",
                         name="ck_entities_summary_length"),
         CheckConstraint("cardinality(scopes) >= 1", name="ck_entities_scopes_nonempty"),
-        *_embedding_checks("entities"),
         Index("ix_entities_tenant_id_entity_type_name_key", "tenant_id", "entity_type", "name_key"),
         Index("ix_entities_alias_keys", "alias_keys", postgresql_using="gin"),
         Index("ix_entities_tenant_id_name_key", "tenant_id", "name_key"),

@@ -155,7 +155,8 @@ class Document(Base):
     archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     pinned: Mapped[bool] = mapped_column(Boolean, server_default=sql_text("false"))
     snoozed_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    embed_state: Mapped[str] = mapped_column(EmbedState, server_default=sql_text("'pending'"))
+    # No embed_state (dropped by 0081_embedding_progress): a document's embedding progress
+    # is its chunks' (orchestrator/api/documents.py, embedding_progress).
     occurred_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # recall.title_key(title), stored (db/versions/0014_recall_probes.py): the title lane's key.
     title_key: Mapped[str | None] = mapped_column(Text, Computed("recall.title_key(title)",

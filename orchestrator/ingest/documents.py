@@ -23,6 +23,7 @@ from orchestrator.db.models import Chunk, Document, Scope
 from orchestrator.db.session import translate
 from orchestrator.errors import BadInput, Forbidden, NotFound
 from orchestrator.ingest.chunking import chunk_text
+from orchestrator.ingest.values import timestamp
 
 KNOWN_STATES = ("Active", "Waiting", "Done", "Someday", "Cancelled", "Archived")
 
@@ -39,9 +40,10 @@ class DocumentInput:
     area: str | None = None
     # ``{"extract": false}`` opts the document out of extraction (bring your own claims).
     metadata: dict[str, Any] | None = None
-    # When what the document describes happened (front matter ``date``); the timeline
-    # lane orders a collection by it. Must carry a time zone.
-    occurred_at: datetime | None = None
+    # When what the document describes happened (front matter ``date``, GraphQL and MCP
+    # ``occurredAt``): the timeline lane orders a collection by it. A time zone is required;
+    # an ISO 8601 string is read as one.
+    occurred_at: datetime | str | None = None
 
 
 @dataclass(frozen=True)
@@ -70,10 +72,13 @@ def validate(doc: DocumentInput, settings: Settings) -> None:
         problems.append("body contains a NUL character")
     if doc.state is not None and doc.state not in KNOWN_STATES:
         problems.append(f"state {doc.state!r} is not one of {', '.join(KNOWN_STATES)}")
-    if doc.occurred_at is not None and (not isinstance(doc.occurred_at, datetime)
-                                        or doc.occurred_at.tzinfo is None):
-        problems.append("occurred_at must be a datetime with a time zone")
-    if isinstance(doc.metadata, dict) and not isinstance(doc.metadata.get("extract", True), bool):
+    try:
+        timestamp("occurred_at", doc.occurred_at)
+    except BadInput as exc:
+        problems.append(exc.message)
+    if doc.metadata is not None and not isinstance(doc.metadata, dict):
+        problems.append("metadata must be a JSON object")
+    elif isinstance(doc.metadata, dict) and not isinstance(doc.metadata.get("extract", True), bool):
         problems.append(f"metadata extract must be true or false (false: never extract entities and "
                         f"claims from this document), not {doc.metadata['extract']!r}")
     if not doc.scopes:
@@ -134,6 +139,7 @@ def put_document(session: Session, doc: DocumentInput, settings: Settings | None
     """
     settings = settings or get_settings()
     validate(doc, settings)
+    occurred_at = timestamp("occurred_at", doc.occurred_at)
     scope_ids = resolve_scopes(session, doc.scopes)
     content_hash = hashlib.sha256(doc.body.encode()).digest()
     writable = writable_scope_ids(session)
@@ -159,7 +165,7 @@ def put_document(session: Session, doc: DocumentInput, settings: Settings | None
                     insert(Document).values(
                         collection=doc.collection, path=doc.path, title=doc.title,
                         body=doc.body, scopes=scope_ids, kind=doc.kind, state=doc.state,
-                        area=doc.area, metadata=doc.metadata or {}, occurred_at=doc.occurred_at,
+                        area=doc.area, metadata=doc.metadata or {}, occurred_at=occurred_at,
                     ).returning(Document.id)
                 ).scalar_one()
                 n = _write_chunks(session, doc_id, doc.body, settings)
@@ -169,7 +175,7 @@ def put_document(session: Session, doc: DocumentInput, settings: Settings | None
                 and sorted(existing.scopes) == sorted(scope_ids) and existing.kind == doc.kind
                 and existing.state == doc.state and existing.area == doc.area
                 and existing.metadata_ == (doc.metadata or {})
-                and existing.occurred_at == doc.occurred_at
+                and existing.occurred_at == occurred_at
             )
             if same_fields:
                 return PutResult(existing.id, False, False, 0)
@@ -181,7 +187,7 @@ def put_document(session: Session, doc: DocumentInput, settings: Settings | None
             existing.state = doc.state
             existing.area = doc.area
             existing.metadata_ = doc.metadata or {}
-            existing.occurred_at = doc.occurred_at
+            existing.occurred_at = occurred_at
             session.flush()
             n = 0
             if body_changed:

@@ -40,6 +40,7 @@ from orchestrator.db.knowledge_models import (
 from orchestrator.db.session import translate
 from orchestrator.errors import BadInput, Conflict, NotFound
 from orchestrator.ingest.documents import resolve_scopes
+from orchestrator.ingest.values import timestamp
 
 EpistemicKind = Literal["world_fact", "experience", "observation", "opinion", "preference"]
 Strategy = Literal["newest_wins", "highest_authority_wins", "keep_both", "manual"]
@@ -148,21 +149,6 @@ def savepoint(session: Session) -> Iterator[None]:
         raise translate(exc) from exc
 
 
-def _timestamp(name: str, value: datetime | str | None) -> datetime | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value)
-        except ValueError:
-            raise BadInput(f"{name} {value!r} is not an ISO 8601 date or time") from None
-    if not isinstance(value, datetime):
-        raise BadInput(f"{name} must be a datetime or an ISO 8601 string")
-    if value.tzinfo is None:
-        raise BadInput(f"{name} {value.isoformat()} has no time zone")
-    return value
-
-
 def literal_value(value: Literal_, datatype: str | None) -> tuple[str, str]:
     """A Python value as the (text, datatype) pair a claim stores."""
     if datatype is not None and datatype not in DATATYPES:
@@ -215,9 +201,9 @@ def _validate(fact: FactInput) -> tuple[datetime | None, datetime | None, dateti
         problems.append("a keyed fact needs both fact_key and as_of")
     if problems:
         raise BadInput("invalid claim: " + "; ".join(problems))
-    valid_from = _timestamp("valid_from", fact.valid_from)
-    valid_to = _timestamp("valid_to", fact.valid_to)
-    as_of = _timestamp("as_of", fact.as_of)
+    valid_from = timestamp("valid_from", fact.valid_from)
+    valid_to = timestamp("valid_to", fact.valid_to)
+    as_of = timestamp("as_of", fact.as_of)
     if valid_from is not None and valid_to is not None and valid_to <= valid_from:
         raise BadInput(f"invalid claim: valid_to {valid_to.isoformat()} is not after valid_from "
                        f"{valid_from.isoformat()}")
@@ -541,6 +527,8 @@ def release_quarantine(session: Session, quarantine_id: uuid.UUID,
     """Retry a quarantined claim with corrections; still failing keeps it held (new reasons)."""
     allowed = {"object_value", "object_id", "object_datatype", "predicate", "subject_id",
                "valid_from", "valid_to", "confidence", "authority", "epistemic_kind"}
+    if corrections is not None and not isinstance(corrections, dict):
+        raise BadInput("corrections are a JSON object of claim fields")
     unknown = sorted(set(corrections or {}) - allowed)
     if unknown:
         raise BadInput(f"cannot correct {', '.join(unknown)}; correctable: {', '.join(sorted(allowed))}")

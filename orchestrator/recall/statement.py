@@ -47,7 +47,9 @@ Execution order, as laid out below:
 9. **catalogs** (Area catalog; Project catalog of Active and Waiting projects),
    the seeds and the BM25 corpus statistics, for the tail and the trace;
 10. one ``union all`` with the exact scope objects (name, description) each row
-    is shared into.
+    is shared into, and the active embedding model's generation (read in the same
+    snapshot as the vectors, so the recaller can tell whether its question's
+    embedding belongs to them).
 """
 
 from __future__ import annotations
@@ -108,7 +110,8 @@ from orchestrator.db.knowledge_models import (
     WorkingMemoryItem,
     effective_claims,
 )
-from orchestrator.db.models import EMBEDDING_DIMENSION, Chunk, Document, Scope
+from orchestrator.db.models import Chunk, Document, Scope
+from orchestrator.db.worker_models import EmbeddingModel
 from orchestrator.recall.plan import FULL_PLAN, PlanShape
 from orchestrator.recall.tables import LexicalStat
 
@@ -121,6 +124,8 @@ INDEX_TIERS = ("pgvector", "vectorchord")
 # The tiers differ in the chunks' vector index only (HNSW or vchordrq, chosen by migrations
 # 0003 and 0070); the statement reads the same columns on both.
 MODES = ("causal", "timeline")
+# The column every row carries: the generation of the active embedding model.
+MODEL_GENERATION = "embedding_model_generation"
 # The lanes whose weight a mode doubles.
 MODE_LANES = {"causal": ("decisions", "causal"), "timeline": ("timeline", "episodes")}
 
@@ -139,7 +144,8 @@ COLUMNS: dict[str, TypeEngine[Any]] = {
     "text": Text(),
     "char_start": Integer(),
     "char_end": Integer(),
-    "embedding": Vector(EMBEDDING_DIMENSION),
+    # No dimension: the statement serves whichever model is active (0080_model_generations).
+    "embedding": Vector(),
     "dense_rank": BigInteger(),
     "dense_distance": Double,
     "lexical_rank": BigInteger(),
@@ -287,8 +293,7 @@ class _Builder:
         self.lim = lim
         self.index_tier = index_tier
         self.question: BindParameter[str] = bindparam("question", type_=Text())
-        self.query_embedding: BindParameter[Any] = bindparam(
-            "query_embedding", type_=Vector(EMBEDDING_DIMENSION))
+        self.query_embedding: BindParameter[Any] = bindparam("query_embedding", type_=Vector())
         self.mode: BindParameter[str | None] = bindparam("mode", None, type_=Text())
         self.session: BindParameter[str | None] = bindparam("session", None, type_=Text())
         self.rrf_k = bindparam("rrf_k", lim.rrf_k, type_=Double)
@@ -1083,7 +1088,12 @@ class _Builder:
             .where(sc.id == func.any(rows.c.scopes))
             .scalar_subquery()
         )
-        return select(rows, scope_objects.label("scope_objects"))
+        # The active model's generation, read in this statement's own snapshot: the recaller
+        # serves the rows only when it embedded the question with that model.
+        generation = (select(EmbeddingModel.generation).where(EmbeddingModel.active)
+                      .scalar_subquery())
+        return select(rows, scope_objects.label("scope_objects"),
+                      generation.label(MODEL_GENERATION))
 
 
 def build_recall_statement(shape: PlanShape = FULL_PLAN,
