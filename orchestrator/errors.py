@@ -49,6 +49,12 @@ class NotFound(EngramError):
     code = "NOT_FOUND"
 
 
+class Misconfigured(EngramError):
+    """The settings cannot give a correct server (e.g. production without a token issuer)."""
+
+    code = "CONFIG"
+
+
 class Unavailable(EngramError):
     """The database cannot be reached right now (down, restarting, the link broke): retry.
 
@@ -175,3 +181,42 @@ def describe_unavailable(exc: BaseException) -> str:
     else:
         why = "the connection failed"
     return f"the database is unavailable: {why}" + (f" ({sqlstate})" if sqlstate else "")
+
+
+# What a client is told for a refusal PostgreSQL itself worded about a constraint, a policy
+# or a lock: its own text names constraints and tables, which belong in the log only. The
+# messages of Engram's own functions (PL/pgSQL ``raise``) are written for clients and kept, as
+# are PostgreSQL's words for a bad value (class 22, 54: they describe the value, not the schema).
+_BUILTIN_WORDING: dict[str, str] = {
+    "23505": "duplicate key: a row with the same identity already exists where you can see it",
+    "23P01": "the row overlaps one that already exists",
+    "23503": "a row this write refers to does not exist or is not visible to you",
+    "23502": "a required value is missing",
+    "23514": "a value is not allowed",
+    "42501": "not permitted: a write needs write access to every scope the row is (or would be) "
+             "shared into",
+    "40001": "the write conflicted with a concurrent one; retry it",
+    "40P01": "the write conflicted with a concurrent one; retry it",
+    "55P03": "a row is locked by another write; retry it",
+}
+
+
+def database_refusal(sqlstate: str | None, message: str, *, own: bool,
+                     constraint: str | None = None, table: str | None = None,
+                     column: str | None = None) -> EngramError:
+    """A database error as Engram's: ``own`` says Engram's SQL worded ``message`` for clients
+    (kept as is); otherwise a mapped refusal gets a wording that names no constraint, table or
+    SQL (a check names its rule in words, a missing value its column), and anything unmapped
+    keeps its text for the log only (``is_public`` is false for it)."""
+    cls = error_class_for(sqlstate)
+    if own or cls is EngramError or not sqlstate:
+        return cls(message, sqlstate=sqlstate)
+    wording = _BUILTIN_WORDING.get(sqlstate) or _BUILTIN_WORDING.get(sqlstate[:2])
+    if wording is None:
+        return cls(message, sqlstate=sqlstate)
+    if sqlstate == "23514" and constraint and table and constraint.startswith(f"ck_{table}_"):
+        rule = constraint.removeprefix(f"ck_{table}_").replace("_", " ")
+        wording = f"a value breaks the rule '{rule}' of {table.replace('_', ' ')}"
+    elif sqlstate == "23502" and column:
+        wording = f"a required value is missing: {column.replace('_', ' ')}"
+    return cls(wording, sqlstate=sqlstate)

@@ -30,7 +30,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = "0030_job_runs"
-down_revision = "0019_derivation_batches"
+down_revision = "0081_embedding_progress"
 branch_labels = None
 depends_on = None
 

@@ -128,6 +128,7 @@ class ReceiptCheck:
     chain_ok: bool
     evidence: list[EvidenceCheck]
     rendered_ok: bool | None
+    seal: bytes = b""  # the stored receipt_hash
 
     @property
     def proven(self) -> bool:
@@ -158,8 +159,10 @@ class ReceiptCheck:
         return out
 
 
-def verify_receipt(conn: Executor, receipt_id: uuid.UUID, *, rendered: str | None = None) -> ReceiptCheck:
-    """Re-derive a receipt (run as an auditor: reads provenance and row hashes only)."""
+def verify_receipt(conn: Executor, receipt_id: uuid.UUID, *, rendered: str | None = None,
+                   tenant: uuid.UUID | None = None) -> ReceiptCheck:
+    """Re-derive a receipt (run as an auditor: reads provenance and row hashes only); with
+    ``tenant``, a receipt of another tenant is ``NotFound`` like one that does not exist."""
     try:
         r = conn.execute(text("""
             select r.*, provenance.receipt_hash(r.tenant_id, r.id, r.asked_by, r.asked_at, r.question_hash,
@@ -169,7 +172,9 @@ def verify_receipt(conn: Executor, receipt_id: uuid.UUID, *, rendered: str | Non
                    (select e.row_hash from provenance.events e
                      where e.tenant_id = r.tenant_id and e.table_name = 'provenance.receipts'
                        and e.row_id = jsonb_build_object('id', r.id) order by e.seq desc limit 1) as chained
-              from provenance.receipts r where r.id = :id"""), {"id": receipt_id}).one_or_none()
+              from provenance.receipts r
+             where r.id = :id and (cast(:tenant as uuid) is null or r.tenant_id = :tenant)"""),
+            {"id": receipt_id, "tenant": tenant}).one_or_none()
         if r is None:
             raise NotFound(f"no receipt {receipt_id}")
         checks = []
@@ -194,4 +199,5 @@ def verify_receipt(conn: Executor, receipt_id: uuid.UUID, *, rendered: str | Non
         and bytes(r.chained) == bytes(r.current_version),
         evidence=checks,
         rendered_ok=None if rendered is None else _sha(rendered) == bytes(r.rendered_hash),
+        seal=bytes(r.receipt_hash),
     )

@@ -60,11 +60,9 @@ def _run(question: str, token: str | None, org: str | None, user: str, read: str
             engine.dispose()
     except EngramError as exc:
         _fail(str(exc))
-    if show_trace:
-        out.print(trace.format())
-        out.print("7. rendered")
-    out.print(result.rendered or "(no evidence fits; nothing visible matched or the budget "
-              "is too small)")
+    from orchestrator.recall.trace import NOTHING_FITS, report
+
+    out.print(report(trace, result.rendered) if show_trace else result.rendered or NOTHING_FITS)
 
 
 def recall_command(question: Annotated[str, typer.Argument(help="the question")],

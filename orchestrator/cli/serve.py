@@ -22,6 +22,38 @@ out = Console(highlight=False, soft_wrap=True)
 log = logging.getLogger("engram.serve")
 
 
+def production_gate(settings: Settings) -> None:
+    """Refuse to start a production server that would be wrong (exit 2); print its warnings."""
+    from orchestrator.config.production import check_production
+    from orchestrator.errors import Misconfigured
+
+    try:
+        warnings = check_production(settings)
+    except Misconfigured as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    for warning in warnings:
+        out.print(f"[yellow]warning:[/yellow] {warning}")
+    if settings.env == "production":
+        off = [name for name, value in (("GraphiQL", settings.api_graphiql),
+                                        ("introspection", settings.api_introspection)) if not value]
+        out.print(f"production: tokens from {settings.auth_issuer} for {settings.auth_audience}; "
+                  "development key not trusted" + (f"; {' and '.join(off)} off" if off else ""))
+
+
+def load_settings() -> Settings:
+    """``Settings()``, with a bad ``ENGRAM_*`` value reported as one clear line (exit 2)."""
+    from pydantic import ValidationError
+
+    try:
+        return Settings()
+    except ValidationError as exc:
+        lines = [f"ENGRAM_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
+                 for e in exc.errors()]
+        typer.echo("error: bad settings: " + "; ".join(lines), err=True)
+        raise typer.Exit(2) from exc
+
+
 def serve_api(settings: Settings, host: str | None = None, port: int | None = None,
               health: Health | None = None) -> None:
     """The API in the foreground. It listens at once (``/healthz`` answers) and loads the models
@@ -45,6 +77,12 @@ def serve_api(settings: Settings, host: str | None = None, port: int | None = No
     port = port or settings.api_port
     out.print(f"GraphQL API on http://{host}:{port}/graphql (loading the models; "
               f"GET /readyz says when it is ready)")
+    out.print(f"Console on http://{host}:{port}/console")
+    from orchestrator.console.routes import vendor_missing
+
+    if vendor_missing():
+        out.print("[yellow]console assets are missing:[/yellow] run `make assets` (npm ci) "
+                  "to build them")
 
     def said(w: Warmup) -> None:
         if w.state == "loaded":
@@ -75,8 +113,9 @@ def start_worker(settings: Settings, health: Health) -> tuple[threading.Thread, 
     component = health.component("embedding worker")
     try:
         engine = make_app_engine(db.role_url("engram_worker"), pool_size=2)
-        worker = QueueWorker(engine, Embedder.from_settings(settings), settings)
-        worker.check_model()
+        worker = QueueWorker(engine, Embedder.from_settings(settings), settings,
+                             loader=lambda model: Embedder.for_model(settings, model))
+        worker.follow_model()
     except Exception as exc:
         if not is_unavailable(exc):
             if not isinstance(exc, EngramError):
@@ -120,6 +159,7 @@ def start_worker(settings: Settings, health: Health) -> tuple[threading.Thread, 
 
 def serve_engram(settings: Settings) -> None:
     """Worker in a thread, API in the foreground, until interrupted."""
+    production_gate(settings)
     from orchestrator.cli.logs import configure_logging
 
     configure_logging(settings)
@@ -146,7 +186,9 @@ def serve(
         PRINTED_SCHEMA.write_text(printed_schema())
         out.print(f"wrote {PRINTED_SCHEMA}")
         return
-    serve_api(Settings(), host, port)
+    settings = load_settings()
+    production_gate(settings)
+    serve_api(settings, host, port)
 
 
 def mcp(
@@ -160,8 +202,9 @@ def mcp(
     from orchestrator.db.engine import Database, make_app_engine
     from orchestrator.errors import EngramError
 
-    settings = Settings()
+    settings = load_settings()
     if http:
+        production_gate(settings)
         engine = make_app_engine(Database(settings).app_url())
         host = host or settings.api_host
         try:

@@ -73,8 +73,11 @@ def run(
         db = Database(settings)
         engine = make_app_engine(db.role_url("engram_worker"), pool_size=2)
         embedder = Embedder.from_settings(settings)
-        worker = QueueWorker(engine, embedder, settings, tenants=tenants)
-        worker.check_model()
+        worker = QueueWorker(engine, embedder, settings, tenants=tenants,
+                             loader=lambda model: Embedder.for_model(settings, model))
+        worker.follow_model()
+        if isinstance(worker.embedder, Embedder):
+            embedder = worker.embedder  # the active model's, once followed
     except EngramError as exc:
         _fail(str(exc))
         return

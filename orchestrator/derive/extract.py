@@ -4,8 +4,10 @@ Each chunk is parsed by the packaged spaCy pipeline; its entity mentions come
 from GLiNER when one is configured and present, else from spaCy's NER
 (``orchestrator.derive.nlp.choose_backend``; which one, and why, is logged at
 the start of every run and printed in its report). Mentions are linked to
-existing entities through ``knowledge.resolve_entity`` (names and aliases,
-normalised) and created in the chunk's scopes when none matches. What the text
+existing entities through ``knowledge.resolve_entity_within`` (names and aliases,
+normalised, among the entities shared into every scope of the chunk, so every
+reader of the chunk can read the entity) and created in the chunk's scopes when
+none matches. What the text
 says becomes claims, confidence 0.3 and ``author_role = 'extractor'`` (a pattern
 matcher is not a witness), written through ``knowledge.assert_facts``, so the
 shape checks and quarantine apply:
@@ -312,11 +314,13 @@ class _Writer:
         for scopes, entities in wanted.items():
             if not entities:
                 continue
-            # Sorted: resolve_entity locks per name, and two writers must take them in one order.
+            # Sorted: resolution locks per name, and two writers must take them in one order.
+            # Within the chunk's scopes: only an entity every reader of the chunk can read
+            # (migration 0022), so no claim or profile carries a name its readers may not see.
             ordered = sorted(entities, key=lambda e: (e.entity_type, e.name.lower(), e.name))
             with savepoint(self.session):
                 ids = self.session.execute(text(
-                    "select u.i, knowledge.resolve_entity(u.t, u.n, cast(:s as uuid[]), true) "
+                    "select u.i, knowledge.resolve_entity_within(u.t, u.n, cast(:s as uuid[]), true) "
                     "from unnest(cast(:t as text[]), cast(:n as text[])) with ordinality as u(t, n, i) "
                     "order by u.i"), {"s": list(scopes), "t": [e.entity_type for e in ordered],
                                       "n": [e.name for e in ordered]}).all()

@@ -48,6 +48,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -184,7 +185,9 @@ def communities_line(r: CommunityReport) -> str:
 
 def profiles_line(r: ProfileReport) -> str:
     return (f"profiles: {r.inserted} inserted, {r.updated} updated, {r.deleted} deleted, "
-            f"{r.unchanged} unchanged; {r.resummarised} summarised, {r.users} of users")
+            f"{r.unchanged} unchanged; {r.resummarised} summarised, {r.users} of users"
+            + (f"; {r.withheld} withheld (subject not shared into every scope of its claims)"
+               if r.withheld else ""))
 
 
 def _communities(session: Session, settings: Settings) -> Outcome:
@@ -307,6 +310,39 @@ def run_jobs(sessions: SessionFactory, settings: Settings, tenant: str, *,
     return results
 
 
+@dataclass(frozen=True)
+class LoggedRun:
+    job: str
+    ok: bool
+    line: str
+    seconds: float
+    started_at: datetime
+
+
+class RunLog:
+    """The last runs of each tenant's jobs in this process, for the console's operations page
+    (GraphQL ``deriveRuns``): the scheduler records every result, failures with their error."""
+
+    def __init__(self, size: int = 200) -> None:
+        self._size = size
+        self._runs: dict[str, deque[LoggedRun]] = {}
+        self._lock = threading.Lock()
+
+    def record(self, result: JobResult) -> None:
+        started = datetime.now(UTC) - timedelta(seconds=result.seconds)
+        with self._lock:
+            self._runs.setdefault(result.tenant, deque(maxlen=self._size)).append(
+                LoggedRun(result.job, result.ok, result.line, result.seconds, started))
+
+    def runs(self, tenant: str) -> list[LoggedRun]:
+        """The tenant's (organization id) runs, newest first."""
+        with self._lock:
+            return list(reversed(self._runs.get(tenant, ())))
+
+
+RUN_LOG = RunLog()
+
+
 @dataclass
 class TickReport:
     tenants: int = 0
@@ -373,6 +409,7 @@ class DeriveScheduler:
 
     def _record(self, result: JobResult) -> None:
         self.last_runs[(result.tenant, result.job)] = result
+        RUN_LOG.record(result)
         if self.on_result is not None:
             self.on_result(result)
 

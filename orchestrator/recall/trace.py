@@ -64,6 +64,8 @@ class Trace:
     side_effect_statements: int = 0
     touched_claims: int = 0
     receipt_id: uuid.UUID | None = None
+    # The registered model and activation the question was embedded with (name@generation).
+    embedding_model: str = ""
 
     def format(self) -> str:
         lines = [f"recall trace: {self.question!r}" + (f" asked by {self.asker}" if self.asker
@@ -71,6 +73,9 @@ class Trace:
                  f"plan {self.plan}; mode {self.mode or 'none'}; budget {self.budget_tokens} "
                  f"tokens; {self.statements} statement(s) after binding the identity"
                  + (f"; working memory of session {self.session!r}" if self.session else "")]
+        if self.embedding_model:
+            lines.append(f"question embedded by {self.embedding_model} (the active model, "
+                         "checked in the statement's snapshot)")
         if "chunks" in self.corpus:
             lines.append(f"lexical corpus (visible): {self.corpus.get('chunks')} chunks, average "
                          f"length {self._num(self.corpus.get('avg_length'))}")
@@ -127,3 +132,12 @@ class Trace:
     @staticmethod
     def _num(v: Any) -> str:
         return "-" if v is None else f"{float(v):.6f}"
+
+
+NOTHING_FITS = "(no evidence fits; nothing visible matched or the budget is too small)"
+
+
+def report(trace: Trace, rendered: str) -> str:
+    """What ``engram trace`` prints (and the MCP ``trace`` tool returns): every stage, then
+    the rendered string."""
+    return f"{trace.format()}\n7. rendered\n{rendered or NOTHING_FITS}"

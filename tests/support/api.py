@@ -116,7 +116,7 @@ def strict_server(settings: Settings, app_engine: Engine, api_home: Path,
                   api_server: ApiServer) -> Iterator[ApiServer]:
     """Same key, tight limits and production defaults (no introspection, no GraphiQL)."""
     s = api_settings(settings, api_home, api_max_depth=3, api_max_cost=30,
-                     api_environment="production")
+                     env="production")
     with serve(s, app_engine) as server:
         yield server
 
