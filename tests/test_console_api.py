@@ -163,7 +163,7 @@ AUDITOR_ONLY = [
     ("{ verifyChainStep { ok } }", {}),
     ('{ checkAnchors(anchors: "") { ok } }', {}),
     ("{ receipts { id } }", {}),
-    ('{ receipt(id: "00000000-0000-4000-8000-000000000000") { ok } }', {}),
+    ('{ verifyReceipt(id: "00000000-0000-4000-8000-000000000000") { ok } }', {}),
     ("{ provenanceExport }", {}),
 ]
 

@@ -29,7 +29,7 @@ NAMED = frozenset({
     "question", "asker", "plan", "mode", "budget_tokens", "session", "timings_ms", "corpus",
     "pools", "fused", "hydration_dropped", "reranker", "ordered", "suppressed", "kept",
     "used_tokens", "statements", "precedence", "side_effect_statements", "touched_claims",
-    "receipt_id"})
+    "receipt_id", "embedding_model"})
 
 
 def plan_shape(name: str | None) -> PlanShape:
@@ -110,6 +110,7 @@ def recall_trace(result: Any, trace: Trace, evidence: list[dict[str, Any]]) -> d
         "suppressed": [{"label": a, "twin": b, "similarity": s} for a, b, s in trace.suppressed],
         "touchedClaims": trace.touched_claims,
         "receiptId": str(trace.receipt_id) if trace.receipt_id else None,
+        "embeddingModel": trace.embedding_model or None,
         "steps": [{"name": f.name, "data": json_value(getattr(trace, f.name))}
                   for f in dataclasses.fields(trace) if f.name not in NAMED],
     }
