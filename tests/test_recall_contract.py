@@ -19,6 +19,7 @@ from orchestrator.recall.service import count_statements
 from orchestrator.recall.statement import StatementLimits, build_recall_statement
 from orchestrator.recall.tail import token_cost
 from tests.support.recall import doc, embedder, recaller, write_documents
+from tests.support.tiers import tier_facts
 
 __all__ = ["embedder", "recaller"]
 
@@ -138,7 +139,8 @@ def test_rls_other_tenant_and_scope_never_returned_counted_or_traced(
         assert "BLUEHERON" not in text.replace(question, "")
         assert "41 dollars" not in text and "Deals" not in text
         assert all(e.source is None or e.source.path != "secret.md" for e in result.evidence)
-        assert trace.corpus["chunks"] == visible, "BM25's N counts only visible chunks"
+        if tier_facts(app_engine).lexical_stats_visible_only:
+            assert trace.corpus["chunks"] == visible, "BM25's N counts only visible chunks"
         assert not trace.pools["project_catalog"]
     # The exec reader does see it, with the exact scope object it is shared into.
     result = recaller.recall(a.identity(read=("exec",)), question)
@@ -194,7 +196,12 @@ BM25_CORPUS = [
 
 
 def test_bm25_equals_reference_implementation(tenant_factory, app_engine, embedder, settings):
+    """Every tier whose lexical lane scores (both, since 0070: tests/support/tiers.py) gives
+    exactly Lucene's BM25 over the caller's visible chunks, with those chunks' statistics."""
     bm25s = pytest.importorskip("bm25s")
+    facts = tier_facts(app_engine)
+    if not (facts.lexical_scores and facts.lexical_stats):
+        pytest.fail(f"the {facts.name} tier must score the lexical lane and show its statistics")
     t = tenant_factory("team")
     ident = t.identity(write=("team",))
     write_documents(app_engine, ident, embedder,

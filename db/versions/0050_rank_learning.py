@@ -125,7 +125,11 @@ grant execute on function memory.rank_training_rows(timestamptz, interval) to en
 
 
 def upgrade() -> None:
-    channels = "'graphql', 'mcp', 'python', 'cli', 'worker'"
+    channels = "'graphql', 'mcp', 'python', 'cli', 'worker', 'rest'"
+    # The REST prepare endpoint is a channel of its own (usage rows say where a recall came from).
+    op.drop_constraint("ck_usage_ledger_channel_known", "usage_ledger", schema="memory")
+    op.create_check_constraint("ck_usage_ledger_channel_known", "usage_ledger",
+                               f"channel in ({channels})", schema="memory")
     op.create_table(
         "rank_models",
         sa.Column("tenant_id", UUID, server_default=sa.text("auth.tenant_id()"), nullable=False),
@@ -209,3 +213,8 @@ def downgrade() -> None:
     op.execute("drop function memory.rank_training_rows(timestamptz, interval)")
     op.drop_table("rank_events", schema="memory")
     op.drop_table("rank_models", schema="memory")
+    op.execute("delete from memory.usage_ledger where channel = 'rest'")
+    op.drop_constraint("ck_usage_ledger_channel_known", "usage_ledger", schema="memory")
+    op.create_check_constraint("ck_usage_ledger_channel_known", "usage_ledger",
+                               "channel in ('graphql', 'mcp', 'python', 'cli', 'worker')",
+                               schema="memory")

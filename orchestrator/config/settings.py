@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 import platformdirs
 from pydantic import Field
@@ -34,6 +35,10 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ENGRAM_", extra="ignore")
 
     home: Path = Field(default_factory=default_home)
+    # ENGRAM_ENV. production: `engram serve` refuses to start without a token issuer or with
+    # the development key trusted, and GraphiQL and introspection are off unless set
+    # (orchestrator/config/production.py; docs/deployment.md).
+    env: Literal["development", "production"] = "development"
     # An external server: the URL of a role that may run migrations (it creates
     # roles, so a superuser or a role with CREATEROLE and the database's owner).
     database_url: str | None = None
@@ -148,6 +153,10 @@ class Settings(BaseSettings):
     embedding_model_path: Path | None = None
     embedding_query_prefix: str = ""
     embedding_passage_prefix: str = ""
+    # Where the files of other registered embedding models are (`engram models backfill`,
+    # a process switching after `engram models activate`): model <name> in <dir>/<name>.
+    # A name that is a directory, the packaged model and the Hugging Face cache also work.
+    embedding_models_dir: Path | None = None
     reranker_model: str = "BAAI/bge-reranker-v2-m3"
     reranker_model_path: Path | None = None
     reranker_window_overlap_tokens: int = 64
@@ -221,8 +230,7 @@ class Settings(BaseSettings):
     api_port: int = 8700
     # Where `engram recall|prepare|trace` ask a running API first (default: api_host:api_port).
     api_url: str | None = None
-    # development: introspection and GraphiQL on unless set; production: off unless set.
-    api_environment: str = "development"
+    # Unset: on in development, off in production (ENGRAM_ENV).
     api_introspection: bool | None = None
     api_graphiql: bool | None = None
     api_max_body_bytes: int = 4 * 1024 * 1024
@@ -233,6 +241,14 @@ class Settings(BaseSettings):
     # GraphQL operations running at once, each in a thread; `engram serve` sizes the app
     # engine's pool to twice this (a recall holds the request's connection and its own).
     api_threads: int = 64
+    # The console (/console): sign-in through the issuer's authorization-code flow (with PKCE)
+    # when console_oidc_client_id is set; its discovery document is
+    # console_oidc_discovery_url or, unset, <auth_issuer>/.well-known/openid-configuration.
+    # A pasted token is accepted in development, or when no OIDC client is configured.
+    console_oidc_client_id: str | None = None
+    console_oidc_client_secret: str | None = None
+    console_oidc_discovery_url: str | None = None
+    console_oidc_scopes: str = "openid profile"
 
     # Summaries and RAPTOR (orchestrator/derive/summarize.py, raptor.py). Summaries are
     # extractive unless both endpoint fields are set: then abstractive through that
@@ -260,12 +276,18 @@ class Settings(BaseSettings):
     # rebuilt from scratch by the schedule at most every derive_raptor_full_every_s seconds
     # (0, the default: never; the incremental update runs every tick either way).
     derive_community_max_levels: int = 8
+    # Job runs that failed or skipped an item are kept in memory.job_runs this many days.
+    derive_job_runs_keep_days: int = 30
     derive_lifecycle_dry_run: bool = False
     derive_raptor_full_every_s: float = 0.0
     # Quality gates of extraction, consolidation and profiles (orchestrator/derive/quality.py):
     # code, URLs, markup, numbers and log lines never become entities, observations or
     # profiles. Off only to measure what they keep out (benchmarks/derive_junk.py).
     derive_quality_gates: bool = True
+
+    # Level of Engram's log (stderr) in `engram serve`, `up` and `worker run`: debug, info,
+    # warning, error.
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @property
     def data_dir(self) -> Path:

@@ -67,6 +67,7 @@ from sqlalchemy.orm import Session
 from orchestrator.audit.lineage import begin_activity, end_activity, record_derivation
 from orchestrator.config import Settings
 from orchestrator.db.knowledge_models import RECALLABLE_CONFIDENCE, Observation, effective_claims
+from orchestrator.derive import poison
 from orchestrator.derive.digest import Digester
 from orchestrator.derive.extract import AUTHOR_ROLE, BOOKKEEPING_PREDICATES
 from orchestrator.derive.quality import plausible_statement
@@ -214,35 +215,8 @@ def consolidate(session: Session, *, min_evidence: int = MIN_EVIDENCE,
                             or _differs(stored[okey], wanted[okey][1])):
             begin_activity(session, "derive.consolidate", {"min_evidence": min_evidence})
             started = True
-        if okey not in wanted:
-            session.execute(delete(Observation).where(Observation.id == stored[okey][0]))
-            report.deleted += 1
-            continue
-        gkey, group = wanted[okey]
-        if group.confidence >= RECALLABLE_CONFIDENCE:
-            report.recallable += 1
-        old = stored.get(okey)
-        if old is not None and not _differs(old, group):
-            report.unchanged += 1
-            continue
-        claim_ids = sorted(cid for cid, _ in group.claims)
-        made = digest([t for _, t in group.claims], max_sentences=MAX_SENTENCES)
-        values = {"text": made.text or group.claims[0][1], "confidence": group.confidence,
-                  "source_claim_ids": claim_ids, "summary_method": made.method,
-                  "summary_model": made.model}
-        if old is not None:
-            oid = old[0]
-            session.execute(update(Observation).where(Observation.id == oid).values(**values))
-            report.updated += 1
-        else:
-            scopes, partition, subject = gkey[0], gkey[1], gkey[2]
-            oid = session.execute(insert(Observation).values(
-                observation_key=okey, subject_entity_id=subject, perspective_key=partition,
-                scopes=list(scopes), **values).returning(Observation.id)).scalar_one()
-            report.inserted += 1
-        report.changed_ids.append(oid)
-        record_derivation(session, ("memory.observations", {"id": str(oid)}),
-                          [("knowledge.fact_claim", {"id": str(cid)}) for cid in claim_ids])
+        with poison.item(session, f"observation {okey}", restore=report):
+            _write(session, report, okey, wanted.get(okey), stored.get(okey), digest)
     if started:
         end_activity(session)
     return report
@@ -260,6 +234,41 @@ def _one_per_text(wanted: dict[str, tuple[_GroupKey, _Group]]) -> dict[str, tupl
                                       wanted[k][0][3] in BOOKKEEPING_PREDICATES, k))
             for okeys in by_text.values()}
     return {k: v for k, v in wanted.items() if k in keep}
+
+
+def _write(session: Session, report: ConsolidateReport, okey: str,
+           wanted: tuple[_GroupKey, _Group] | None,
+           old: tuple[uuid.UUID, float, frozenset[uuid.UUID]] | None, digest: Digester) -> None:
+    """Bring one observation in line with its group: delete, leave, update or insert it."""
+    if wanted is None:
+        assert old is not None
+        session.execute(delete(Observation).where(Observation.id == old[0]))
+        report.deleted += 1
+        return
+    gkey, group = wanted
+    if group.confidence >= RECALLABLE_CONFIDENCE:
+        report.recallable += 1
+    if old is not None and not _differs(old, group):
+        report.unchanged += 1
+        return
+    claim_ids = sorted(cid for cid, _ in group.claims)
+    made = digest([t for _, t in group.claims], max_sentences=MAX_SENTENCES)
+    values = {"text": made.text or group.claims[0][1], "confidence": group.confidence,
+              "source_claim_ids": claim_ids, "summary_method": made.method,
+              "summary_model": made.model}
+    if old is not None:
+        oid = old[0]
+        session.execute(update(Observation).where(Observation.id == oid).values(**values))
+        report.updated += 1
+    else:
+        scopes, partition, subject = gkey[0], gkey[1], gkey[2]
+        oid = session.execute(insert(Observation).values(
+            observation_key=okey, subject_entity_id=subject, perspective_key=partition,
+            scopes=list(scopes), **values).returning(Observation.id)).scalar_one()
+        report.inserted += 1
+    report.changed_ids.append(oid)
+    record_derivation(session, ("memory.observations", {"id": str(oid)}),
+                      [("knowledge.fact_claim", {"id": str(cid)}) for cid in claim_ids])
 
 
 def _differs(old: tuple[uuid.UUID, float, frozenset[uuid.UUID]], group: _Group) -> bool:

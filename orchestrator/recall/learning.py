@@ -58,7 +58,7 @@ from orchestrator.recall.ranker import (
 )
 
 OPERATIONS = ("recall", "prepare")
-CHANNELS = ("graphql", "mcp", "python", "cli", "worker")
+CHANNELS = ("graphql", "mcp", "python", "cli", "worker", "rest")
 POSITION_BIAS = ("unbiased LambdaMART (LightGBM lambdarank_position_bias_regularization over the "
                  "served position; pooled-not-served rows share the position after the last served)")
 

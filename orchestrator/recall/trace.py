@@ -75,6 +75,8 @@ class Trace:
     usage_event: uuid.UUID | None = None
     embedding_cached: bool = False
     plan_note: str = ""
+    # The registered model and activation the question was embedded with (name@generation).
+    embedding_model: str = ""
 
     def format(self) -> str:
         lines = [f"recall trace: {self.question!r}" + (f" asked by {self.asker}" if self.asker
@@ -85,6 +87,9 @@ class Trace:
         lines.append("query embedding: " + ("from the cache (this tenant, this model)"
                                             if self.embedding_cached else "computed")
                      + (f"; {self.plan_note}" if self.plan_note else ""))
+        if self.embedding_model:
+            lines.append(f"question embedded by {self.embedding_model} (the active model, "
+                         "checked in the statement's snapshot)")
         if "chunks" in self.corpus:
             lines.append(f"lexical corpus (visible): {self.corpus.get('chunks')} chunks, average "
                          f"length {self._num(self.corpus.get('avg_length'))}")
@@ -152,3 +157,12 @@ class Trace:
     @staticmethod
     def _num(v: Any) -> str:
         return "-" if v is None else f"{float(v):.6f}"
+
+
+NOTHING_FITS = "(no evidence fits; nothing visible matched or the budget is too small)"
+
+
+def report(trace: Trace, rendered: str) -> str:
+    """What ``engram trace`` prints (and the MCP ``trace`` tool returns): every stage, then
+    the rendered string."""
+    return f"{trace.format()}\n7. rendered\n{rendered or NOTHING_FITS}"
