@@ -190,11 +190,18 @@ def stack() -> Iterator[Stack]:
 
 
 # The stack's processes (a derive tick every 3 s, a worker polling every second) would load
-# the machine for the rest of the session: it is closed after the last test that uses it.
+# the machine for the rest of the session: it is closed after the last collected test that
+# uses it (tests that do not use it may run between those that do).
 _running: list[Stack] = []
+_last_user: list[str] = []
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    users = [item.nodeid for item in items if "stack" in getattr(item, "fixturenames", ())]
+    _last_user[:] = users[-1:]
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    if _running and (nextitem is None or "stack" not in getattr(nextitem, "fixturenames", ())):
+    if _running and (nextitem is None or item.nodeid in _last_user):
         while _running:
             _running.pop().close()
