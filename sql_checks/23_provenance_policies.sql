@@ -13,15 +13,15 @@ select tests.make_document('t-prov-p2', 'b.md', array['team'], 'beta');
 
 select tests.act_as('t-prov-p1', 'alice', array['team'], array['team']);
 select lives_ok($$insert into provenance.agents (kind, name, version) values ('model', 'm', '1')$$,
-                'agents insert allow: own tenant');
+                'agents insert allow: own tenant [policy agents__insert_app allow]');
 select throws_ok($$insert into provenance.agents (tenant_id, kind, name) values (tests.tenant('t-prov-p2'), 'person', 'x')$$,
-                 '42501', null, 'agents insert deny: the app cannot choose the tenant');
-select isnt(provenance.begin_activity('ingest.run', '{"n": 1}'), null, 'activities insert allow: begin_activity');
+                 '42501', null, 'agents insert deny: the app cannot choose the tenant [policy agents__insert_app deny]');
+select isnt(provenance.begin_activity('ingest.run', '{"n": 1}'), null, 'activities insert allow: begin_activity [policy activities__insert_app allow]');
 select is((select actor_user || '/' || actor_role from provenance.activities where kind = 'ingest.run'),
           'alice/engram_app', 'the activity is stamped with the user and role, not the caller''s say');
 select throws_ok($$update provenance.activities set kind = 'x'$$, '42501', null,
                  'activities update deny: only ended_at is writable');
-select lives_ok($$select provenance.end_activity()$$, 'activities update allow: ending one''s activity');
+select lives_ok($$select provenance.end_activity()$$, 'activities update allow: ending one''s activity [policy activities__update_app allow]');
 select set_config('engram.activity_id', '00000000-0000-0000-0000-000000000001', true);
 select throws_ok($$update sources.documents set title = 'x' where path = 'a.md'$$, '22023', null,
                  'a write cannot name an activity that does not exist');
@@ -29,12 +29,12 @@ select set_config('engram.activity_id', '', true);
 select lives_ok($$insert into provenance.derivations (derived_table, derived_row_id, source_table, source_row_id)
                   select 'sources.chunks', jsonb_build_object('id', c.id), 'sources.documents',
                          jsonb_build_object('id', c.document_id) from sources.chunks c limit 1$$,
-                'derivations insert allow: visible rows of the own tenant');
+                'derivations insert allow: visible rows of the own tenant [policy derivations__insert_app allow]');
 select throws_ok($$insert into provenance.derivations (derived_table, derived_row_id, source_table, source_row_id)
                    select 'sources.documents', jsonb_build_object('id', d.id), 'sources.documents',
                           jsonb_build_object('id', d.id) from sources.documents d limit 1$$ ||
                  $$ union all select 'sources.documents', '{"id": "00000000-0000-0000-0000-000000000000"}', null, null$$,
-                 null, null, 'derivations insert deny: a row that does not exist');
+                 null, null, 'derivations insert deny: a row that does not exist [policy derivations__insert_app deny]');
 select throws_ok($$insert into provenance.derivations (derived_table, derived_row_id, derived_version,
                                                         source_table, source_row_id)
                    select 'sources.documents', jsonb_build_object('id', d.id), '\x00', 'sources.documents',
@@ -49,10 +49,10 @@ select lives_ok($$insert into provenance.receipts (question_hash, evidence, rend
                          'row_id', jsonb_build_object('id', d.id),
                          'version', encode(provenance.row_version('sources.documents', jsonb_build_object('id', d.id)), 'hex'))),
                          sha256('r') from sources.documents d where d.path = 'a.md'$$,
-                'receipts insert allow: evidence at its current version');
+                'receipts insert allow: evidence at its current version [policy receipts__insert_app allow]');
 select throws_ok($$insert into provenance.receipts (question_hash, evidence, rendered_hash, receipt_hash)
                    values (sha256('q'), '[]', sha256('r'), sha256('forged'))$$, '42501', null,
-                 'receipts insert deny: the seal is computed, not written');
+                 'receipts insert deny: the seal is computed, not written [policy receipts__insert_app deny]');
 reset role;
 
 select tests.act_as('t-prov-p1', 'alice', array['team'], array['team']);
@@ -72,7 +72,7 @@ select is_empty('select 1 from provenance.activities union all select 1 from pro
                 'union all select 1 from provenance.receipts union all select 1 from provenance.agents',
                 'select deny: another tenant''s provenance is invisible to the app');
 select is_empty($$update provenance.activities set ended_at = now() returning 1$$,
-                'update deny: another tenant''s activities are untouchable');
+                'update deny: another tenant''s activities are untouchable [policy activities__update_app deny]');
 reset role;
 
 select * from finish();

@@ -50,7 +50,7 @@ select throws_ok($$select body from sources.documents limit 1$$, '42501', null,
                  'worker select deny: document bodies');
 select lives_ok($$select scopes from sources.documents limit 1$$,
                 'worker select allow: the document scope set the chunk trigger reads');
-select throws_ok($$update sources.documents set embed_state = 'ready'$$, '42501', null,
+select throws_ok($$update sources.documents set title = 'x'$$, '42501', null,
                  'worker update deny: documents');
 select throws_ok($$select * from auth.tenants$$, '42501', null, 'worker select deny: auth tables');
 select throws_ok($$select name from auth.scopes$$, '42501', null,

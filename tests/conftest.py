@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, create_engine, text
@@ -34,6 +35,8 @@ from orchestrator.db.server import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_DB = "engram_test"
+# Session fixtures shared by several modules (a fixture imported into two modules is two fixtures).
+pytest_plugins = ["tests.support.stack"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -63,20 +66,31 @@ class TestDatabase:
             eng.dispose()
 
 
-def _containers_db(tmp: Path) -> tuple[Settings, str]:
+def _containers_db(tmp: Path) -> tuple[Settings, Any]:
+    """The docker/ PostgreSQL image (built from docker/postgres.Dockerfile unless
+    ENGRAM_TEST_IMAGE names one) started through testcontainers; the caller stops it."""
+    import docker  # type: ignore[import-not-found]
+
+    if not hasattr(docker, "from_env"):  # the repo's docker/ folder, not the SDK
+        pytest.skip("--containers needs the containers extra: pip install -e '.[containers]'")
     try:
-        import docker  # type: ignore[import-not-found]
         docker.from_env().ping()
     except Exception as exc:  # no engine on this machine
         pytest.skip(f"--containers given but no Docker engine is reachable: {exc}")
     from testcontainers.postgres import PostgresContainer  # type: ignore[import-not-found]
 
-    image = os.environ.get("ENGRAM_TEST_IMAGE", "engram-postgres:test")
+    image = os.environ.get("ENGRAM_TEST_IMAGE")
+    if not image:
+        from testcontainers.core.image import DockerImage  # type: ignore[import-not-found]
+
+        image = "engram-postgres:test"
+        DockerImage(path=str(REPO / "docker"), dockerfile_path="postgres.Dockerfile", tag=image,
+                    clean_up=False).build()
     container = PostgresContainer(image, driver="psycopg")
     container.start()
     url = container.get_connection_url()
     return Settings(home=tmp, database_url=url, app_password="engram-test", worker_password="engram-test",
-                    auditor_password="engram-test"), url
+                    auditor_password="engram-test"), container
 
 
 @pytest.fixture(scope="session")
@@ -85,6 +99,7 @@ def test_db(request: pytest.FixtureRequest) -> Iterator[TestDatabase]:
     tmp = Path(tempfile.mkdtemp(prefix="engram-test-"))
     tmp.chmod(0o755)
     home = tmp / "home"
+    container: Any = None
     if external:
         # migrate() gives the login roles these configured passwords.
         password = os.environ.get("ENGRAM_TEST_APP_PASSWORD", "engram-test")
@@ -92,7 +107,7 @@ def test_db(request: pytest.FixtureRequest) -> Iterator[TestDatabase]:
                             auditor_password=password, worker_password=password)
         kind = "external"
     elif request.config.getoption("--containers"):
-        settings, _ = _containers_db(home)
+        settings, container = _containers_db(home)
         kind = "containers"
     else:
         settings = Settings(home=home, db_port=free_port(), db_name=TEST_DB)
@@ -111,6 +126,8 @@ def test_db(request: pytest.FixtureRequest) -> Iterator[TestDatabase]:
 
         close_background()  # recalls' receipts and access counts, before the server stops
         tdb.dispose()
+        if container is not None:
+            container.stop()
         if kind == "embedded":
             try:
                 db.server.stop()

@@ -222,7 +222,7 @@ def test_an_issuer_outage_over_http_serves_cached_keys_then_refuses(
     issuer.add("k1", "ES256")
     token = issuer.sign("k1", organization_id=t.org_id, scope="read:team",
                         aud=api_server.settings.auth_audience)
-    ttl, grace = 0.5, 2.5
+    ttl, grace = 0.5, 4.0
     verifier, serving = issuer_server(api_server, app_engine, issuer, auth_jwks_ttl_s=ttl,
                                       auth_jwks_grace_s=grace, auth_jwks_min_refresh_s=60.0)
     keys = verifier.issuers[issuer.issuer]
@@ -232,8 +232,11 @@ def test_an_issuer_outage_over_http_serves_cached_keys_then_refuses(
         loaded = time.monotonic()
         issuer.stop()
         time.sleep(ttl + 0.2)
-        for _ in range(10):
+        served = 0
+        # Requests inside the grace period (as many as a loaded machine fits, at least one).
+        while served < 10 and (served == 0 or time.monotonic() < loaded + ttl + grace - 1.0):
             assert server.gql(token, ME)["me"]["orgId"] == t.org_id
+            served += 1
         assert keys.fetches == 2, "one failed refresh during the outage, then back-off"
         assert any("serving the 1 cached key" in r.getMessage() for r in caplog.records)
         time.sleep(max(0.0, loaded + ttl + grace + 0.3 - time.monotonic()))

@@ -19,6 +19,7 @@ from orchestrator.recall.service import count_statements
 from orchestrator.recall.statement import StatementLimits, build_recall_statement
 from orchestrator.recall.tail import token_cost
 from tests.support.recall import doc, embedder, recaller, write_documents
+from tests.support.tiers import tier_facts
 
 __all__ = ["embedder", "recaller"]
 
@@ -107,12 +108,14 @@ def test_statement_is_one_round_trip(notes, recaller, app_engine):
     sent = [s for s in seen if "chain_receipts" not in s and "touch_claims" not in s]
     assert result.evidence
     # bind_identity, the one recall statement every lane rides in, then the side effects:
-    # here the receipt only (no fact was served, so no access counter is bumped).
-    assert len(sent) == 3, sent
+    # the receipt and the usage rows (no fact was served, so no access counter is bumped;
+    # the tenant's ranking model was read by the warm-up recall and is cached).
+    assert len(sent) == 4, sent
     assert "bind_identity" in sent[0]
     assert "lexical_candidates" in sent[1] and "graph_walk" in sent[1] and "causal_lane" in sent[1]
     assert "provenance.receipts" in sent[2]
-    assert trace.statements == 1 and trace.side_effect_statements == 1
+    assert "memory.rank_events" in sent[3] and "memory.usage_ledger" in sent[3]
+    assert trace.statements == 1 and trace.side_effect_statements == 2
     assert trace.receipt_id is not None and trace.touched_claims == 0
 
 
@@ -136,7 +139,8 @@ def test_rls_other_tenant_and_scope_never_returned_counted_or_traced(
         assert "BLUEHERON" not in text.replace(question, "")
         assert "41 dollars" not in text and "Deals" not in text
         assert all(e.source is None or e.source.path != "secret.md" for e in result.evidence)
-        assert trace.corpus["chunks"] == visible, "BM25's N counts only visible chunks"
+        if tier_facts(app_engine).lexical_stats_visible_only:
+            assert trace.corpus["chunks"] == visible, "BM25's N counts only visible chunks"
         assert not trace.pools["project_catalog"]
     # The exec reader does see it, with the exact scope object it is shared into.
     result = recaller.recall(a.identity(read=("exec",)), question)
@@ -192,7 +196,12 @@ BM25_CORPUS = [
 
 
 def test_bm25_equals_reference_implementation(tenant_factory, app_engine, embedder, settings):
+    """Every tier whose lexical lane scores (both, since 0070: tests/support/tiers.py) gives
+    exactly Lucene's BM25 over the caller's visible chunks, with those chunks' statistics."""
     bm25s = pytest.importorskip("bm25s")
+    facts = tier_facts(app_engine)
+    if not (facts.lexical_scores and facts.lexical_stats):
+        pytest.fail(f"the {facts.name} tier must score the lexical lane and show its statistics")
     t = tenant_factory("team")
     ident = t.identity(write=("team",))
     write_documents(app_engine, ident, embedder,

@@ -51,15 +51,16 @@ def corpus(tenant_factory, app_engine, embedder, settings):
     return ident
 
 
-def test_unavailable_reranker_keeps_fused_order_and_says_so(corpus, app_engine, settings,
-                                                           embedder):
+def test_unavailable_reranker_leaves_the_order_to_the_learned_ranker_and_says_so(
+        corpus, app_engine, settings, embedder):
     from orchestrator.worker.embedder import Reranker
 
     absent = Reranker.from_settings(Settings(reranker_model="nobody/absent-reranker"))
     assert not absent.available
     recaller = Recaller(app_engine, settings, embedder=embedder, reranker=absent)
     _, trace = recaller.trace(corpus, "what are the risks of the kitchen renovation?")
-    assert trace.reranker.startswith("unavailable") and "fused order" in trace.reranker
+    assert trace.reranker.startswith("unavailable")
+    assert trace.ranker.startswith("default ") and "scored" in trace.ranker
     assert all(it.rerank is None for it in trace.ordered)
     groups = [not it.direct for it in trace.ordered]
     assert groups == sorted(groups), "direct subjects come first"

@@ -9,8 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import httpx
 import pytest
 
 from orchestrator.db.server import free_port
+from tests.support.stack import wait_for
 
 ENGRAM = [sys.executable, "-m", "orchestrator.cli.main"]
 
@@ -42,16 +42,6 @@ def run(env: dict[str, str], *args: str) -> str:
                           check=False)
     assert done.returncode == 0, (args, done.stdout, done.stderr)
     return done.stdout
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 180) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(1)
 
 
 @pytest.mark.slow
@@ -99,6 +89,16 @@ def test_engram_up_runs_database_worker_derive_and_api(fresh: dict[str, str]) ->
             'query { entity(type: "person", name: "Maria Lopez") }')["entity"])
         assert entity
         assert "derive jobs every 2s" in log.read_text()
+        # The console is on the same server, and `engram up` says where.
+        assert f"Console on {url}/console" in log.read_text()
+        assert "Sign in" in httpx.get(f"{url}/console/signin", timeout=30).text
+        # The scheduler's runs reach a DBA through GraphQL (deriveRuns), newest first.
+        dba = run(fresh, "auth", "token", "--tenant", "acme", "--user", "dora", "--scopes",
+                  "read:team,engram:dba").strip().splitlines()[-1]
+        runs = httpx.post(f"{url}/graphql", json={"query": "{ deriveRuns { job ok source } }"},
+                          headers={"authorization": f"Bearer {dba}"}, timeout=60).json()
+        assert {"extract", "scheduler"} <= {v for r in runs["data"]["deriveRuns"]
+                                            for v in (r["job"], r["source"])}, runs
     finally:
         proc.terminate()
         proc.wait(timeout=60)

@@ -27,13 +27,9 @@ from orchestrator.db.engine import make_app_engine
 from orchestrator.worker.embedder import Embedder
 from orchestrator.worker.queue import ModelMismatch, QueueWorker
 from tests.conftest import TestDatabase
-from tests.support.worker import (
-    WorkerDatabase,
-    fresh_worker_db,
-    worker_db,
-)
+from tests.support.worker import WorkerDatabase, worker_db
 
-__all__ = ["fresh_worker_db", "worker_db"]
+__all__ = ["worker_db"]
 
 pytestmark = pytest.mark.slow
 
@@ -333,47 +329,3 @@ def test_facts_and_memories_are_embedded_too(worker_db: WorkerDatabase, worker_e
             "(select embed_state::text from memory.working_memory where tenant_id = :t)"),
             {"t": tenant}).one()
     assert tuple(states) == ("ready", "ready")
-
-
-def test_model_change_is_a_backfill_then_an_atomic_flip(
-        fresh_worker_db: WorkerDatabase, embedder: Embedder) -> None:
-    db = fresh_worker_db
-    tenant = db.make_tenant()
-    db.add_chunks(tenant, [f"text {i} for the model change" for i in range(20)])
-    engine = make_app_engine(db.worker_url, pool_size=2)
-    try:
-        old = QueueWorker(engine, Recording(embedder), _settings())
-        assert old.drain().rows == 20
-        # The candidate: the same weights under another registered name, so the test can
-        # tell whose vectors the rows hold by embed_model.
-        candidate = Recording(embedder, model_name="tests/minilm-candidate")
-        with pytest.raises(ModelMismatch, match="not registered"):
-            old.backfill(candidate)
-        with db.admin.begin() as conn:
-            conn.execute(text("insert into worker.embedding_models (name, dimension) "
-                              "values ('tests/minilm-candidate', 384), ('tests/wide', 768)"))
-        with pytest.raises(ModelMismatch, match="run the backfill first"):
-            old.activate("tests/minilm-candidate")
-        with pytest.raises(ModelMismatch, match="a dimension change needs a migration"):
-            old.activate("tests/wide")
-        assert old.backfill(candidate) == 20
-        assert len(candidate.texts) == 20
-        assert {s[3] for s in db.states(tenant)} == {embedder.model_name}, (
-            "the backfill leaves the rows (and recall) on the active model")
-        assert old.activate("tests/minilm-candidate") == {
-            t.name: (20 if t.name == "sources.chunks" else 0) for t in old.tables}
-        assert {s[3] for s in db.states(tenant)} == {"tests/minilm-candidate"}
-        with db.admin.connect() as conn:
-            active = conn.execute(text(
-                "select name from worker.embedding_models where active")).scalar_one()
-        assert active == "tests/minilm-candidate"
-        db.add_chunks(tenant, ["written after the flip"])
-        # A worker already running notices at its next batch; a new start is refused.
-        with pytest.raises(ModelMismatch, match="changed to tests/minilm-candidate"):
-            old.process_batch(old.tables[0])
-        with pytest.raises(ModelMismatch, match="active embedding model is tests/minilm"):
-            old.drain()
-        new = QueueWorker(engine, candidate, _settings(), tenants=[tenant])
-        assert new.drain().rows == 1
-    finally:
-        engine.dispose()

@@ -42,7 +42,7 @@ The receipts' UPDATE and DELETE chain triggers stay (both are refused anyway); t
 catalog guard (sql_checks/22) accepts the queue trigger as the receipts' INSERT chain.
 
 Revision ID: 0040_receipt_batches
-Revises: 0019_derivation_batches
+Revises: 0031_drop_dead_policy
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = "0040_receipt_batches"
-down_revision = "0019_derivation_batches"
+down_revision = "0031_drop_dead_policy"
 branch_labels = None
 depends_on = None
 

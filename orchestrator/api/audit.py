@@ -1,4 +1,5 @@
-"""Auditor calls shared by GraphQL (``verifyChain``, ``provenance``) and the Python client.
+"""Auditor calls shared by GraphQL (``verifyChain``, ``provenance``, ``verifyReceipt``), MCP
+and the Python client.
 
 Only an identity with the ``auditor`` role (token scope ``engram:auditor``) may
 make them. They read as ``engram_auditor`` (keys and hashes, no content), and
@@ -23,6 +24,10 @@ from orchestrator.auth import Identity
 from orchestrator.config import Settings
 from orchestrator.errors import BadInput, EngramError, Forbidden, NotFound
 
+# A lineage walk is recursive and probes the chain per node: deep enough for any derivation
+# Engram makes (a RAPTOR root over its levels), bounded for every caller.
+MAX_LINEAGE_DEPTH = 50
+
 
 class AuditorEngine:
     """engram_auditor's engine, made on first use (only auditor calls need it)."""
@@ -38,9 +43,11 @@ class AuditorEngine:
                 from sqlalchemy import create_engine
 
                 from orchestrator.db.engine import Database
+                from orchestrator.inputs import guard_engine
 
-                self._engine = create_engine(Database(self.settings).role_url("engram_auditor"),
-                                             pool_size=2, max_overflow=2, pool_pre_ping=True)
+                self._engine = guard_engine(create_engine(
+                    Database(self.settings).role_url("engram_auditor"), pool_size=2,
+                    max_overflow=2, pool_pre_ping=True))
             return self._engine
 
     def dispose(self) -> None:
@@ -59,6 +66,30 @@ class ChainSummary:
     broken_at: int | None
     problem: str | None
     row_problems: list[str]
+    warnings: list[str]
+
+
+@dataclass(frozen=True)
+class ReceiptEvidenceView:
+    table: str
+    row_id: dict[str, Any]
+    served: str  # the row version the recall served (hex)
+    status: str  # unchanged, changed, deleted or unproven
+
+
+@dataclass(frozen=True)
+class ReceiptView:
+    id: uuid.UUID
+    asked_by: str
+    asked_at: Any
+    seal: str  # the stored receipt hash (hex)
+    proven: bool  # seal, chain event and every served version agree
+    ok: bool  # proven, and every evidence row is still at the version served
+    seal_ok: bool
+    chain_ok: bool
+    rendered_ok: bool | None
+    evidence: list[ReceiptEvidenceView]
+    problems: list[str]
 
 
 @dataclass(frozen=True)
@@ -104,12 +135,31 @@ def verify_chain(engine: Engine, tenant: uuid.UUID, *, rows: bool = True) -> Cha
     with engine.connect() as conn:
         reports = chain.verify(conn, tenant, rows=rows)
     if not reports:
-        return ChainSummary(True, 0, None, None, None, None, [])
+        return ChainSummary(True, 0, None, None, None, None, [], [])
     r = reports[0]
     return ChainSummary(r.ok, r.checked, r.head_seq, r.head_hash.hex() if r.head_hash else None,
                         r.chain_break.seq if r.chain_break else None,
                         r.chain_break.problem if r.chain_break else None,
-                        [f"{p.table_name} {p.row_id}: {p.problem}" for p in r.row_problems])
+                        [f"{p.table_name} {p.row_id}: {p.problem}" for p in r.row_problems],
+                        [str(w) for w in r.warnings])
+
+
+def verify_receipt(engine: Engine, tenant: uuid.UUID, receipt_id: uuid.UUID, *,
+                   rendered: str | None = None) -> ReceiptView:
+    """Re-derive one recall receipt of the tenant (``engram audit receipt``): whether it is
+    genuine and whether its evidence is still as served. Another tenant's receipt is
+    ``NotFound``, as one that does not exist."""
+    from orchestrator.audit.receipts import verify_receipt as verify
+
+    if rendered is not None and not isinstance(rendered, str):
+        raise BadInput("rendered is the text the recall returned")
+    with engine.connect() as conn:
+        check = verify(conn, receipt_id, rendered=rendered, tenant=tenant)
+    return ReceiptView(check.id, check.asked_by, check.asked_at, check.seal.hex(), check.proven,
+                       check.ok, check.seal_ok, check.chain_ok, check.rendered_ok,
+                       [ReceiptEvidenceView(e.table, e.row_id, e.served.hex(), e.status)
+                        for e in check.evidence],
+                       check.problems())
 
 
 def provenance(engine: Engine, tenant: uuid.UUID, table: str, row_id: Any, *,
@@ -119,6 +169,9 @@ def provenance(engine: Engine, tenant: uuid.UUID, table: str, row_id: Any, *,
 
     if not isinstance(row_id, dict):
         raise BadInput('the row id is the row\'s key as a JSON object, e.g. {"id": "..."}')
+    if isinstance(max_depth, bool) or not isinstance(max_depth, int) \
+            or not 1 <= max_depth <= MAX_LINEAGE_DEPTH:
+        raise BadInput(f"max_depth must be between 1 and {MAX_LINEAGE_DEPTH}, not {max_depth!r}")
     with engine.connect() as conn:
         found = lineage(conn, tenant, table, row_id, direction=direction, max_depth=max_depth)
     if not found.nodes[found.start].events:
@@ -133,3 +186,125 @@ def provenance(engine: Engine, tenant: uuid.UUID, table: str, row_id: Any, *,
                          found.nodes[e.source].row_id if e.source else None,
                          e.source_agent_id, e.depth, e.event.seq if e.event else None)
          for e in found.edges])
+
+
+# --- the console's audit views (graphql/console.graphql); auditors only, own tenant only ---
+
+
+@dataclass(frozen=True)
+class ChainHeadView:
+    seq: int
+    hash: str
+    recorded_at: Any
+    anchor: str
+
+
+def chain_head(engine: Engine, tenant: uuid.UUID) -> ChainHeadView | None:
+    """The tenant's newest event, with the anchor line to keep outside the database."""
+    from orchestrator.audit.chain import heads
+
+    with engine.connect() as conn:
+        found = heads(conn, tenant)
+    if not found:
+        return None
+    h = found[0]
+    return ChainHeadView(h.seq, h.hash.hex(), h.recorded_at, json.dumps(h.to_json()))
+
+
+@dataclass(frozen=True)
+class ChainStep:
+    from_seq: int
+    checked: int
+    last_seq: int | None
+    head_seq: int | None
+    done: bool
+    ok: bool
+    broken_at: int | None
+    problem: str | None
+    row_problems: list[str]
+
+
+MAX_STEP_EVENTS = 5000
+
+
+def verify_chain_step(engine: Engine, tenant: uuid.UUID, *, from_seq: int = 1, limit: int = 500,
+                      rows: bool = True) -> ChainStep:
+    """Recompute events ``from_seq`` .. ``from_seq + limit - 1`` from the stored previous hash
+    (the same canonical form the database hashes), so a long chain verifies in steps a client
+    can show progress for; the step that reaches the head also checks the rows when asked."""
+    from orchestrator.audit.canonical import GENESIS, verify_offline
+    from orchestrator.audit.chain import events, heads
+    from orchestrator.audit.chain import verify as verify_full
+
+    if from_seq < 1:
+        raise BadInput(f"fromSeq must be 1 or more, not {from_seq}")
+    if not 1 <= limit <= MAX_STEP_EVENTS:
+        raise BadInput(f"limit must be between 1 and {MAX_STEP_EVENTS}")
+    with engine.connect() as conn:
+        head = heads(conn, tenant)
+        head_seq = head[0].seq if head else None
+        before = events(conn, tenant, from_seq=from_seq - 1, limit=1) if from_seq > 1 else []
+        if from_seq > 1 and (not before or before[0].seq != from_seq - 1):
+            raise BadInput(f"event {from_seq - 1} does not exist; start from 1")
+        batch = events(conn, tenant, from_seq=from_seq, limit=limit)
+        brk = verify_offline(batch, prev=before[0].hash if before else GENESIS, first_seq=from_seq)
+        last = batch[-1].seq if batch else None
+        done = brk is not None or head_seq is None or (last is not None and last >= head_seq)
+        problems: list[str] = []
+        if done and brk is None and rows:
+            report = verify_full(conn, tenant, from_seq=max(head_seq or 1, 1), rows=True)
+            problems = [f"{p.table_name} {json.dumps(p.row_id, sort_keys=True)}: {p.problem}"
+                        for r in report for p in r.row_problems]
+    return ChainStep(from_seq, len(batch), last, head_seq, done, brk is None and not problems,
+                     brk.seq if brk else None, brk.problem if brk else None, problems)
+
+
+@dataclass(frozen=True)
+class AnchorView:
+    seq: int
+    ok: bool
+    problem: str | None
+
+
+def check_anchors(engine: Engine, tenant: uuid.UUID, lines: str) -> list[AnchorView]:
+    """Check anchors of this tenant; an anchor of another tenant is refused, not looked up."""
+    from orchestrator.audit.chain import check_anchors as check
+    from orchestrator.audit.chain import parse_anchors
+
+    anchors = parse_anchors(lines.splitlines())
+    if not anchors:
+        raise BadInput("no anchor given: paste the JSON lines chainHead or `engram audit anchor` gave")
+    if any(t != tenant for t, _, _ in anchors):
+        raise BadInput("an anchor names another tenant; check only this tenant's anchors")
+    with engine.connect() as conn:
+        return [AnchorView(c.seq, c.ok, c.problem) for c in check(conn, anchors)]
+
+
+@dataclass(frozen=True)
+class ReceiptSummary:
+    id: uuid.UUID
+    asked_by: str
+    asked_at: Any
+    evidence_count: int
+
+
+def receipts(engine: Engine, tenant: uuid.UUID, *, first: int = 20) -> list[ReceiptSummary]:
+    if not 1 <= first <= 200:
+        raise BadInput("first must be between 1 and 200")
+    from sqlalchemy import text
+
+    with engine.connect() as conn:
+        rows = conn.execute(text(
+            "select id, asked_by, asked_at, jsonb_array_length(evidence) as n "
+            "from provenance.receipts where tenant_id = :t order by asked_at desc, id limit :n"),
+            {"t": tenant, "n": first}).all()
+    return [ReceiptSummary(r.id, r.asked_by, r.asked_at, r.n) for r in rows]
+
+
+def provenance_export(engine: Engine, tenant: uuid.UUID, fmt: str = "jsonld") -> str:
+    from orchestrator.audit.export import export
+
+    if fmt not in ("jsonld", "ttl"):
+        raise BadInput(f"format {fmt!r} is not jsonld or ttl")
+    with engine.connect() as conn:
+        return export(conn, tenant, fmt)  # type: ignore[arg-type]

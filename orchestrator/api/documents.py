@@ -30,7 +30,14 @@ from orchestrator.config import Settings
 from orchestrator.db.models import Chunk, Document, Scope
 from orchestrator.derive import lifecycle
 from orchestrator.errors import BadInput, Forbidden, NotFound
-from orchestrator.ingest.documents import DocumentInput, PutResult, delete_document, put_document
+from orchestrator.ingest.documents import (
+    DocumentInput,
+    PutResult,
+    at_path,
+    delete_document,
+    put_document,
+)
+from orchestrator.inputs import text_problem
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,25 @@ class ScopeView:
     description: str
     can_read: bool
     can_write: bool
+
+
+@dataclass(frozen=True)
+class EmbeddingProgress:
+    """A document's embedding progress, from its chunks (the document has no state of its
+    own): ``embedded`` once every chunk has a vector of the active model, ``failed`` once
+    none is waiting and one failed for good, else ``pending``."""
+
+    state: str
+    chunks_total: int
+    chunks_embedded: int
+    chunks_failed: int
+
+
+def embedding_progress(states: dict[str, int]) -> EmbeddingProgress:
+    ready, failed, pending = (states.get(k, 0) for k in ("ready", "failed", "pending"))
+    total = ready + failed + pending
+    state = "pending" if pending else ("failed" if failed else "embedded")
+    return EmbeddingProgress(state, total, ready, failed)
 
 
 @dataclass(frozen=True)
@@ -61,6 +87,8 @@ class DocumentView:
     created_at: datetime
     updated_at: datetime
     chunk_count: int
+    embedding: EmbeddingProgress
+    occurred_at: datetime | None = None
 
 
 T = TypeVar("T")
@@ -113,16 +141,20 @@ def _views(session: Session, identity: Identity, docs: list[Document]) -> list[D
     if not docs:
         return []
     scopes = scope_views(session, identity)
-    counts: dict[uuid.UUID, int] = dict(session.execute(
-        select(Chunk.document_id, func.count()).where(Chunk.document_id.in_([d.id for d in docs]))
-        .group_by(Chunk.document_id)).all())
+    states: dict[uuid.UUID, dict[str, int]] = {d.id: {} for d in docs}
+    for doc_id, state, n in session.execute(
+            select(Chunk.document_id, Chunk.embed_state, func.count())
+            .where(Chunk.document_id.in_([d.id for d in docs]))
+            .group_by(Chunk.document_id, Chunk.embed_state)).all():
+        states[doc_id][str(state)] = int(n)
     return [DocumentView(
         id=d.id, collection=d.collection, path=d.path, title=d.title, kind=d.kind, state=d.state,
         area=d.area, body=d.body, content_hash=d.content_hash.hex(),
         scopes=scopes_of(scopes, d.scopes),
         author=d.author, metadata=d.metadata_, pinned=d.pinned, snoozed_until=d.snoozed_until,
         archived_at=d.archived_at, created_at=d.created_at, updated_at=d.updated_at,
-        chunk_count=int(counts.get(d.id, 0)),
+        chunk_count=sum(states[d.id].values()), embedding=embedding_progress(states[d.id]),
+        occurred_at=d.occurred_at,
     ) for d in docs]
 
 
@@ -135,7 +167,8 @@ def decode_cursor(cursor: str, parts: int = 2) -> tuple[str, ...]:
         value = json.loads(base64.urlsafe_b64decode(cursor.encode()))
     except (binascii.Error, ValueError, UnicodeDecodeError) as exc:
         raise BadInput("the cursor is not one this API handed out") from exc
-    if not (isinstance(value, list) and len(value) == parts and all(isinstance(v, str) for v in value)):
+    if not (isinstance(value, list) and len(value) == parts
+            and all(isinstance(v, str) and text_problem(v) is None for v in value)):
         raise BadInput("the cursor is not one this API handed out")
     return tuple(value)
 
@@ -147,6 +180,16 @@ def check_first(first: int, max_page: int) -> int:
     return first
 
 
+def _key_value(key: InstrumentedAttribute[Any], value: str) -> Any:
+    """A cursor part as its key column's type (a uuid key must hold a UUID)."""
+    if key.type.python_type is uuid.UUID:
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            raise BadInput("the cursor is not one this API handed out") from None
+    return value
+
+
 def keyset_page(session: Session, stmt: Select[Any], keys: Sequence[InstrumentedAttribute[Any]], *,
                 first: int, after: str | None, max_page: int) -> tuple[list[Any], bool, bool]:
     """Up to ``first`` rows of ``stmt`` after the cursor in ``keys`` order (a unique key), whether
@@ -155,7 +198,7 @@ def keyset_page(session: Session, stmt: Select[Any], keys: Sequence[Instrumented
     page = stmt
     earlier = None
     if after is not None:
-        cursor = tuple_(*(literal(v, type_=k.type) for k, v in
+        cursor = tuple_(*(literal(_key_value(k, v), type_=k.type) for k, v in
                           zip(keys, decode_cursor(after, len(keys)), strict=True)))
         page = stmt.where(tuple_(*keys) > cursor)
         earlier = stmt.where(tuple_(*keys) <= cursor)
@@ -181,17 +224,19 @@ def list_documents(session: Session, identity: Identity, settings: Settings, *, 
         stmt = stmt.where(Document.state == state)
     if not include_hidden:
         stmt = stmt.where(_visible_now())
-    docs, more, before = keyset_page(session, stmt, (Document.collection, Document.path), first=first,
-                                     after=after, max_page=settings.api_max_page_size)
+    # A path is unique per scope set, so the id breaks ties between documents at one path.
+    docs, more, before = keyset_page(session, stmt, (Document.collection, Document.path, Document.id),
+                                     first=first, after=after, max_page=settings.api_max_page_size)
     views = _views(session, identity, docs)
-    return Page([(encode_cursor(v.collection, v.path), v) for v in views], more, before)
+    return Page([(encode_cursor(v.collection, v.path, str(v.id)), v) for v in views], more, before)
 
 
 def get_document(session: Session, identity: Identity, collection: str, path: str
                  ) -> DocumentView | None:
-    doc = session.execute(select(Document).where(
-        Document.collection == collection, Document.path == path)).scalar_one_or_none()
-    return _views(session, identity, [doc])[0] if doc is not None else None
+    """The document at ``(collection, path)`` the caller can read (the most recently updated,
+    when documents in different scope sets share the path)."""
+    here = at_path(session, collection, path)
+    return _views(session, identity, here[:1])[0] if here else None
 
 
 def get_document_by_id(session: Session, identity: Identity, doc_id: uuid.UUID

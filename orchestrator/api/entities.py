@@ -29,6 +29,7 @@ from orchestrator.auth import Identity
 from orchestrator.config import Settings
 from orchestrator.db.knowledge_models import Entity
 from orchestrator.errors import BadInput, NotFound
+from orchestrator.ingest.knowledge import visible_ids
 
 
 @dataclass(frozen=True)
@@ -52,9 +53,12 @@ def _views(session: Session, identity: Identity, rows: list[Entity]) -> list[Ent
     if not rows:
         return []
     scopes = scope_views(session, identity)
+    # A survivor the caller cannot read is not named (its id is a hidden row's).
+    survivors = visible_ids(session, Entity, [e.merged_into for e in rows])
     return [EntityView(e.id, e.entity_type, e.canonical_name, list(e.aliases), e.summary,
-                       scopes_of(scopes, e.scopes), e.merged_into, e.created_by, e.created_at,
-                       e.updated_at) for e in rows]
+                       scopes_of(scopes, e.scopes),
+                       e.merged_into if e.merged_into in survivors else None, e.created_by,
+                       e.created_at, e.updated_at) for e in rows]
 
 
 def list_entities(session: Session, identity: Identity, settings: Settings, *,

@@ -4,7 +4,6 @@ Python client calls the same functions); the database owns the rules."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from ariadne import MutationType, QueryType
@@ -32,6 +31,12 @@ def fact_input(input: dict[str, Any]) -> kn.FactInput:
         confidence=input.get("confidence", 1.0), authority=input.get("authority", 0),
         valid_from=input.get("validFrom"), valid_to=input.get("validTo"),
         fact_key=input.get("factKey"), as_of=input.get("asOf"))
+
+
+def assert_payload(result: kn.AssertResult) -> dict[str, Any]:
+    return {"claimId": str(result.claim_id) if result.claim_id else None,
+            "quarantineId": str(result.quarantine_id) if result.quarantine_id else None,
+            "quarantined": result.quarantined, "reasons": list(result.reasons)}
 
 
 def bind(query: QueryType, mutation: MutationType) -> None:
@@ -86,10 +91,13 @@ def bind(query: QueryType, mutation: MutationType) -> None:
 
     @mutation.field("assertFact")
     def resolve_assert_fact(_: None, info: Any, input: dict[str, Any]) -> dict[str, Any]:
-        result = kn.assert_fact(info.context.session, fact_input(input))
-        return {"claimId": str(result.claim_id) if result.claim_id else None,
-                "quarantineId": str(result.quarantine_id) if result.quarantine_id else None,
-                "quarantined": result.quarantined, "reasons": list(result.reasons)}
+        return assert_payload(kn.assert_fact(info.context.session, fact_input(input)))
+
+    @mutation.field("releaseQuarantine")
+    def resolve_release_quarantine(_: None, info: Any, id: str,
+                                   corrections: Any = None) -> dict[str, Any]:
+        return assert_payload(kn.release_quarantine(info.context.session,
+                                                    parse_id(id, "quarantine"), corrections))
 
     @mutation.field("resolveConflict")
     def resolve_resolve_conflict(_: None, info: Any, id: str, strategy: str,
@@ -102,7 +110,7 @@ def bind(query: QueryType, mutation: MutationType) -> None:
     def resolve_remember(_: None, info: Any, sessionId: str, text: str,  # noqa: N803
                          scopes: list[str], ttlSeconds: int = 86400) -> str:  # noqa: N803
         return str(mem.add_working_memory(info.context.session, sessionId, text, scopes,
-                                          ttl=timedelta(seconds=ttlSeconds)))
+                                          ttl=mem.ttl_seconds(ttlSeconds)))
 
     @mutation.field("recordDecision")
     def resolve_record_decision(_: None, info: Any, input: dict[str, Any]) -> str:

@@ -16,12 +16,22 @@ Every tool call is one transaction under that identity (``orchestrator.client``,
 the same service functions as GraphQL), so the scope lattice and row level
 security apply as they do over GraphQL. Any refusal, a database error at commit
 included, comes back as a tool error whose text starts with Engram's error code.
+
+The tools cover what an agent or an operator does: recall, memory_prepare and
+trace; notes (remember, session_notes), decisions and episodes; documents
+(search, get, upsert with occurred_at, delete, pin, snooze, archive); entities,
+claims and keyed facts; conflicts and quarantine (list, resolve, release);
+feedback (mark_used); and, for auditors (token scope ``engram:auditor``), receipts,
+lineage and the chain.
 """
 
 from __future__ import annotations
 
 import functools
+import uuid
 from collections.abc import Callable
+from dataclasses import fields, is_dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
 import anyio
@@ -35,12 +45,17 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from orchestrator.api.audit import AuditorEngine
+from orchestrator.api.documents import DocumentView
 from orchestrator.auth.tokens import TokenVerifier, identity_from_claims
 from orchestrator.client import Engram
 from orchestrator.config import Settings
 from orchestrator.db.session import translate
-from orchestrator.errors import EngramError, Unauthenticated, internal_message, is_public
+from orchestrator.errors import BadInput, EngramError, Unauthenticated, internal_message, is_public
+from orchestrator.ingest.knowledge import AssertResult
+from orchestrator.ingest.values import timestamp
+from orchestrator.inputs import check_arguments
 from orchestrator.recall import Evidence, Recaller
+from orchestrator.recall.trace import report
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -55,11 +70,15 @@ def tool_error(exc: EngramError) -> ToolError:
 
 
 def coded(fn: F) -> F:
-    """Run a tool so that every Engram or database error, at commit too, is a coded ToolError."""
+    """Run a tool so that its arguments are checked like every input (no NUL or lone surrogate,
+    finite numbers, 32-bit ints, bounded nesting) and every Engram or database error, at commit
+    too, is a coded ToolError."""
 
     @functools.wraps(fn)
     def run(*args: Any, **kw: Any) -> Any:
         try:
+            # The rules every entry point applies (orchestrator.inputs), by argument name.
+            check_arguments({**{f"argument {n}": a for n, a in enumerate(args)}, **kw})
             return fn(*args, **kw)
         except EngramError as exc:
             raise tool_error(exc) from exc
@@ -133,11 +152,53 @@ def _evidence(e: Evidence) -> dict[str, Any]:
             "source": f"{e.source.collection}/{e.source.path}" if e.source else None}
 
 
+def plain(value: Any) -> Any:
+    """A service result as a tool's JSON: dataclasses as objects with their field names, ids
+    and moments as text, bytes as hex."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    return value
+
+
+def _document(view: DocumentView, *, body: bool = False) -> dict[str, Any]:
+    """A document for a tool: no body unless asked, scope names, its embedding progress."""
+    out = {"id": str(view.id), "collection": view.collection, "path": view.path,
+           "title": view.title, "kind": view.kind, "state": view.state, "area": view.area,
+           "scopes": [s.name for s in view.scopes], "pinned": view.pinned,
+           "snoozed_until": plain(view.snoozed_until), "archived_at": plain(view.archived_at),
+           "occurred_at": plain(view.occurred_at), "updated_at": view.updated_at.isoformat(),
+           "embedding": plain(view.embedding)}
+    if body:
+        out["body"] = view.body
+    return out
+
+
+def _assert_result(result: AssertResult) -> dict[str, Any]:
+    return {"claim_id": str(result.claim_id) if result.claim_id else None,
+            "quarantine_id": str(result.quarantine_id) if result.quarantine_id else None,
+            "quarantined": result.quarantined, "reasons": list(result.reasons)}
+
+
 def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None = None,
                  token_verifier: BearerVerifier | None = None) -> MCPServer[Any]:
+    """Every operation an agent or operator needs, each one call of the Python client (the
+    service functions GraphQL calls) under the caller's identity."""
     server: MCPServer[Any] = MCPServer(
-        name="engram", instructions="Engram memory: recall evidence, remember, record facts.",
+        name="engram", instructions="Engram memory: recall and prepare evidence, remember notes "
+        "and decisions, write documents, record and resolve facts, give feedback, audit.",
         auth=auth, token_verifier=token_verifier)
+
+    # -- recall ----------------------------------------------------------------------
 
     @server.tool()
     @coded
@@ -154,17 +215,146 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
     @server.tool()
     @coded
     def memory_prepare(question: str, asker: str | None = None, budget_tokens: int | None = None,
-                       session_id: str | None = None) -> str:
+                       session_id: str | None = None, mode: str | None = None) -> str:
         """One prompt-ready bundle under one budget: current keyed facts about the entities in
         play, relevant evidence, lessons, recent episodes and top documents."""
         return str(engram_for().memory_prepare(question, asker=asker, budget_tokens=budget_tokens,
-                                               session=session_id).rendered)
+                                               mode=mode, session=session_id).rendered)
+
+    @server.tool()
+    @coded
+    def trace(question: str, asker: str | None = None, budget_tokens: int | None = None,
+              mode: str | None = None, session_id: str | None = None) -> str:
+        """What `engram trace` prints: every stage of a recall (pools per lane, fusion, rerank,
+        order, budget cut, side effects, timings), then the rendered string."""
+        result, found = engram_for().trace(question, asker=asker, budget_tokens=budget_tokens,
+                                           mode=mode, session=session_id)
+        return report(found, result.rendered)
+
+    # -- memory: notes, decisions, episodes ------------------------------------------
 
     @server.tool()
     @coded
     def remember(session_id: str, text: str, scopes: list[str], ttl_seconds: int = 86400) -> str:
-        """Keep a recent session item; returns its id."""
+        """Keep a recent session note; returns its id."""
         return str(engram_for().remember(session_id, text, scopes, ttl_seconds=ttl_seconds))
+
+    @server.tool()
+    @coded
+    def session_notes(session_id: str | None = None, first: int = 100) -> list[str]:
+        """The caller's unexpired session notes (of one session, or all), oldest first."""
+        return engram_for().working_memory(session_id, first=first)
+
+    @server.tool()
+    @coded
+    def record_decision(category: str, scenario: str, reasoning: str, confidence: float,
+                        scopes: list[str], outcome: str | None = None) -> str:
+        """Record a decision with its reasoning; returns its id."""
+        return str(engram_for().record_decision(category, scenario, reasoning, confidence, scopes,
+                                                outcome=outcome))
+
+    @server.tool()
+    @coded
+    def record_episode(session_id: str, summary: str, started_at: str, ended_at: str,
+                       scopes: list[str], turn_count: int = 0) -> str:
+        """Record what happened in a session (ISO 8601 times with a time zone); returns its id."""
+        start, end = timestamp("started_at", started_at), timestamp("ended_at", ended_at)
+        assert start is not None and end is not None
+        return str(engram_for().record_episode(session_id, summary, start, end, scopes,
+                                               turn_count=turn_count))
+
+    # -- documents and their lifecycle -------------------------------------------------
+
+    @server.tool()
+    @coded
+    def search_documents(collection: str | None = None, kind: str | None = None,
+                         state: str | None = None, first: int = 20, after: str | None = None,
+                         include_hidden: bool = False) -> dict[str, Any]:
+        """Readable documents (no bodies), ordered by collection and path, with a next cursor;
+        include_hidden adds archived and snoozed ones."""
+        page = engram_for().documents(first=first, after=after, collection=collection, kind=kind,
+                                      state=state, include_hidden=include_hidden)
+        return {"documents": [_document(v) for _, v in page.items],
+                "next": page.end_cursor if page.has_next_page else None}
+
+    @server.tool()
+    @coded
+    def get_document(collection: str, path: str) -> dict[str, Any] | None:
+        """One readable document with its body and embedding progress, or null."""
+        view = engram_for().document(collection, path)
+        return None if view is None else _document(view, body=True)
+
+    @server.tool()
+    @coded
+    def upsert_document(collection: str, path: str, title: str, body: str, scopes: list[str],
+                        kind: str = "note", state: str | None = None, area: str | None = None,
+                        metadata: dict[str, Any] | None = None,
+                        occurred_at: str | None = None) -> dict[str, Any]:
+        """Write the document at (collection, path), as `engram ingest` does: occurred_at (ISO
+        8601 with a time zone) is when what it describes happened (the timeline lane);
+        metadata {"extract": false} keeps it out of extraction. Unchanged content writes
+        nothing; changed content is chunked and queued for embedding."""
+        result, view = engram_for().upsert_document(
+            collection, path, title, body, scopes=scopes, kind=kind, state=state, area=area,
+            metadata=metadata, occurred_at=occurred_at)
+        return {"document": _document(view), "created": result.created, "changed": result.changed,
+                "chunks": result.chunks}
+
+    @server.tool()
+    @coded
+    def delete_document(collection: str, path: str) -> str:
+        """Delete the document at (collection, path); returns its id."""
+        return str(engram_for().delete_document(collection, path))
+
+    @server.tool()
+    @coded
+    def pin(document_id: str, pinned: bool = True) -> dict[str, Any]:
+        """Pin (or unpin) a document: recall boosts pinned items."""
+        return _document(engram_for().pin(document_id, pinned))
+
+    @server.tool()
+    @coded
+    def snooze(document_id: str, until: str | None = None) -> dict[str, Any]:
+        """Hide a document from recall until a moment (ISO 8601 with a time zone); no until
+        wakes it now."""
+        return _document(engram_for().snooze(document_id, timestamp("until", until)))
+
+    @server.tool()
+    @coded
+    def archive(document_id: str, archived: bool = True) -> dict[str, Any]:
+        """Archive (or restore) a document: archived documents are hidden from recall."""
+        return _document(engram_for().archive(document_id, archived))
+
+    # -- entities, claims and keyed facts ---------------------------------------------
+
+    @server.tool()
+    @coded
+    def entity(entity_type: str, name: str) -> str | None:
+        """The id of the entity of this type named (or aliased) name, or null; never creates."""
+        found = engram_for().entity(entity_type, name)
+        return str(found) if found else None
+
+    @server.tool()
+    @coded
+    def resolve_entity(entity_type: str, name: str, scopes: list[str]) -> str:
+        """The id of the entity of this type named name, created (shared into scopes) if missing."""
+        return str(engram_for().resolve_entity(entity_type, name, scopes))
+
+    @server.tool()
+    @coded
+    def search_entities(query: str | None = None, entity_type: str | None = None,
+                        first: int = 20, after: str | None = None) -> dict[str, Any]:
+        """Readable canonical entities whose name or alias contains query, with a next cursor."""
+        page = engram_for().entities(query=query, entity_type=entity_type, first=first, after=after)
+        return {"entities": [plain(v) for _, v in page.items],
+                "next": page.end_cursor if page.has_next_page else None}
+
+    @server.tool()
+    @coded
+    def facts(entity_id: str, include_beaten: bool = False, first: int = 100) -> list[Any]:
+        """Current claims about an entity (keyed facts applied; beaten ones with include_beaten)."""
+        return list(plain(engram_for().facts(entity_id, include_beaten=include_beaten,
+                                             first=first)))
 
     @server.tool()
     @coded
@@ -177,53 +367,74 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
         """Assert a claim about an entity; it lands or is quarantined with the reasons. A keyed
         fact gives fact_key and as_of (ISO 8601 with a time zone): the newest as_of per key is
         current and outranks prose that contradicts it."""
-        result = engram_for().assert_fact(
+        return _assert_result(engram_for().assert_fact(
             subject_id, predicate, text, scopes, value=value, object_id=object_id,
             datatype=datatype, kind=kind, confidence=confidence,  # type: ignore[arg-type]
             authority=authority, valid_from=valid_from, valid_to=valid_to, fact_key=fact_key,
-            as_of=as_of)
-        return {"claim_id": str(result.claim_id) if result.claim_id else None,
-                "quarantine_id": str(result.quarantine_id) if result.quarantine_id else None,
-                "quarantined": result.quarantined, "reasons": list(result.reasons)}
+            as_of=as_of))
 
     @server.tool()
     @coded
-    def record_decision(category: str, scenario: str, reasoning: str, confidence: float,
-                        scopes: list[str], outcome: str | None = None) -> str:
-        """Record a decision with its reasoning; returns its id."""
-        return str(engram_for().record_decision(category, scenario, reasoning, confidence, scopes,
-                                                outcome=outcome))
+    def conflicts(status: str | None = None, first: int = 100) -> list[Any]:
+        """Detected fact conflicts the caller can read (status open or resolved), oldest first."""
+        return list(plain(engram_for().conflicts(status=status, first=first)))
 
     @server.tool()
     @coded
-    def search_documents(collection: str | None = None, kind: str | None = None,
-                         state: str | None = None, first: int = 20, after: str | None = None
-                         ) -> dict[str, Any]:
-        """Readable documents (no bodies), ordered by collection and path, with a next cursor."""
-        page = engram_for().documents(first=first, after=after, collection=collection, kind=kind,
-                                      state=state)
-        return {"documents": [{"id": str(v.id), "collection": v.collection, "path": v.path,
-                               "title": v.title, "kind": v.kind, "state": v.state}
-                              for _, v in page.items],
-                "next": page.end_cursor if page.has_next_page else None}
+    def resolve_conflict(conflict_id: str, strategy: str, winner: str | None = None) -> str | None:
+        """Resolve a conflict: newest_wins, highest_authority_wins, keep_both, or manual with
+        winner (a claim id); returns the winning claim (null for keep_both)."""
+        won = engram_for().resolve_conflict(conflict_id, strategy, winner)  # type: ignore[arg-type]
+        return str(won) if won else None
 
     @server.tool()
     @coded
-    def get_document(collection: str, path: str) -> dict[str, Any] | None:
-        """One readable document with its body, or null."""
-        view = engram_for().document(collection, path)
-        if view is None:
-            return None
-        return {"id": str(view.id), "title": view.title, "body": view.body, "kind": view.kind,
-                "state": view.state, "scopes": [s.name for s in view.scopes],
-                "updated_at": view.updated_at.isoformat()}
+    def quarantine(status: str | None = "held", first: int = 100) -> list[Any]:
+        """Claims held back by a shape check, with the reasons, oldest first."""
+        return list(plain(engram_for().quarantine(status=status, first=first)))
+
+    @server.tool()
+    @coded
+    def release_quarantine(quarantine_id: str,
+                           corrections: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Retry a held claim with corrections (claim fields such as object_value, predicate,
+        valid_from); it lands, or stays held with the new reasons."""
+        return _assert_result(engram_for().release_quarantine(quarantine_id, corrections))
+
+    # -- feedback -----------------------------------------------------------------------
 
     @server.tool()
     @coded
     def mark_used(items: list[dict[str, str]] | None = None, claim_ids: list[str] | None = None) -> int:
         """Feedback: these served items helped. items: [{"table": item_table, "id": item_id}] from
         recall's evidence; claim_ids: the short form for facts. Returns how many were recorded."""
+        if items is not None and not all(isinstance(i, dict) for i in items):
+            raise BadInput('items are objects {"table": item_table, "id": item_id}')
         return engram_for().mark_used([(str(i.get("table")), str(i.get("id"))) for i in items or []],
                                       claim_ids=claim_ids or [])
+
+    # -- provenance (auditors: token scope engram:auditor) --------------------------------
+
+    @server.tool()
+    @coded
+    def verify_receipt(receipt_id: str, rendered: str | None = None) -> dict[str, Any]:
+        """Auditors only: re-derive a recall receipt of this tenant (a trace names it): proven
+        (genuine) and ok (its evidence is still as served); rendered checks the text too."""
+        return dict(plain(engram_for().verify_receipt(receipt_id, rendered=rendered)))
+
+    @server.tool()
+    @coded
+    def lineage(table: str, row_id: dict[str, Any], direction: str = "back",
+                max_depth: int = 10) -> dict[str, Any]:
+        """Auditors only: the derivation lineage of a row (table such as "sources.documents",
+        row_id its key, e.g. {"id": "..."}), back to its origins or forward."""
+        return dict(plain(engram_for().provenance(table, row_id, direction=direction,  # type: ignore[arg-type]
+                                                  max_depth=max_depth)))
+
+    @server.tool()
+    @coded
+    def verify_chain(rows: bool = True) -> dict[str, Any]:
+        """Auditors only: recompute this tenant's provenance hash chain (and each row's)."""
+        return dict(plain(engram_for().verify_chain(rows=rows)))
 
     return server

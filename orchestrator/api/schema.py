@@ -14,6 +14,7 @@ resolvers and mutations priced high, lists multiplied by their page size).
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, fields, is_dataclass
@@ -23,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from ariadne import MutationType, QueryType, ScalarType, load_schema_from_path, make_executable_schema
-from ariadne.validation.query_cost import CostValidator
 from graphql.validation import ASTValidationRule
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
@@ -40,17 +40,21 @@ from graphql import (
     ValidationContext,
     ValidationRule,
 )
-from orchestrator.api import audit
+from orchestrator.api import audit, limits
 from orchestrator.api import documents as ops
+from orchestrator.api.bundles import bundle_view, recall_view
+from orchestrator.api.operations import LATENCIES
 from orchestrator.auth import Identity
 from orchestrator.config import Settings
 from orchestrator.db.session import translate
 from orchestrator.errors import BadInput, EngramError, internal_message, is_public
 from orchestrator.ingest.documents import DocumentInput
-from orchestrator.recall import Evidence, Recaller
+from orchestrator.recall import Recaller
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "graphql"
 PRINTED_SCHEMA = SCHEMA_DIR / "schema.printed.graphql"
+# The SDL files, in order: the core schema, then the console's fields (extend type ...).
+SDL_FILES = ("schema.graphql", "console.graphql")
 
 
 
@@ -151,25 +155,6 @@ def resolve_document_by_id(_: None, info: Any, id: str) -> Any:
     return as_graphql(ops.document_by_id(ctx.session, ctx.identity, ops.parse_id(id)))
 
 
-def _evidence(ev: Evidence) -> dict[str, Any]:
-    return {
-        "text": ev.text, "provenance": str(ev.provenance),
-        "scopes": [{"name": s.name, "description": s.description} for s in ev.scopes],
-        "source": ({"collection": ev.source.collection, "path": ev.source.path,
-                    "title": ev.source.title} if ev.source else None),
-        "author": ev.author, "createdAt": ev.created_at, "updatedAt": ev.updated_at,
-        "documentId": str(ev.document_id) if ev.document_id else None,
-        "chunkId": str(ev.chunk_id) if ev.chunk_id else None,
-        "charStart": ev.char_start, "charEnd": ev.char_end, "kind": ev.kind,
-        "occurredAt": ev.occurred_at, "endedAt": ev.ended_at, "itemTable": ev.item_table,
-        "itemId": str(ev.item_id) if ev.item_id else None,
-        "fact": ({"subject": ev.fact.subject, "predicate": ev.fact.predicate,
-                  "object": ev.fact.object, "epistemicKind": ev.fact.epistemic_kind,
-                  "perspectiveKey": ev.fact.perspective_key, "authorRole": ev.fact.author_role,
-                  "factKey": ev.fact.fact_key, "asOf": ev.fact.as_of} if ev.fact else None),
-    }
-
-
 def _recaller(info: Any) -> tuple[RequestContext, Recaller]:
     ctx = _ctx(info)
     if ctx.recaller is None:
@@ -184,16 +169,11 @@ def resolve_memory_prepare(_: None, info: Any, question: str, asker: str | None 
                            sessionId: str | None = None  # noqa: N803
                            ) -> dict[str, Any]:
     ctx, recaller = _recaller(info)
-    b = recaller.prepare(ctx.identity, question, asker, budgetTokens, mode, sessionId)[0]
-    return {"question": b.question, "asker": b.asker, "budgetTokens": b.budget_tokens,
-            "usedTokens": b.used_tokens, "rendered": b.rendered,
-            "keyedFacts": [_evidence(e) for e in b.keyed_facts],
-            "evidence": [_evidence(e) for e in b.evidence],
-            "lessons": [_evidence(e) for e in b.lessons],
-            "episodes": [_evidence(e) for e in b.episodes],
-            "documents": [{"id": str(d.document_id), "title": d.title, "collection": d.collection,
-                           "path": d.path, "occurredAt": d.occurred_at, "updatedAt": d.updated_at}
-                          for d in b.documents]}
+    started = time.perf_counter()
+    bundle, trace = recaller.prepare(ctx.identity, question, asker, budgetTokens, mode, sessionId,
+                                     "graphql")
+    LATENCIES.record(ctx.identity.org_id, (time.perf_counter() - started) * 1000.0)
+    return bundle_view(bundle, trace.embedding_model)
 
 
 @query.field("recall")
@@ -202,20 +182,11 @@ def resolve_recall(_: None, info: Any, question: str, asker: str | None = None,
                    sessionId: str | None = None  # noqa: N803
                    ) -> dict[str, Any]:
     ctx, recaller = _recaller(info)
-    result = recaller.recall(ctx.identity, question, asker, budgetTokens, mode, sessionId)
-    return {"question": result.question, "asker": result.asker,
-            "budgetTokens": result.budget_tokens, "usedTokens": result.used_tokens,
-            "rendered": result.rendered, "evidence": [_evidence(e) for e in result.evidence]}
-
-
-@query.field("recallTrace")
-def resolve_recall_trace(_: None, info: Any, question: str, asker: str | None = None,
-                         budgetTokens: int | None = None, mode: str | None = None,  # noqa: N803
-                         sessionId: str | None = None  # noqa: N803
-                         ) -> dict[str, Any]:
-    ctx, recaller = _recaller(info)
-    result, trace = recaller.trace(ctx.identity, question, asker, budgetTokens, mode, sessionId)
-    return {"rendered": result.rendered, "trace": trace.format()}
+    started = time.perf_counter()
+    result, trace = recaller.trace(ctx.identity, question, asker, budgetTokens, mode, sessionId,
+                                   "graphql", detail=False)
+    LATENCIES.record(ctx.identity.org_id, (time.perf_counter() - started) * 1000.0)
+    return recall_view(result, trace.embedding_model)
 
 
 def _auditor(ctx: RequestContext, what: str) -> tuple[Engine, uuid.UUID]:
@@ -234,6 +205,13 @@ def resolve_provenance(_: None, info: Any, table: str, rowId: Any,  # noqa: N803
                                        direction=direction, max_depth=maxDepth))  # type: ignore[arg-type]
 
 
+@query.field("verifyReceipt")
+def resolve_verify_receipt(_: None, info: Any, id: str, rendered: str | None = None) -> Any:
+    engine, tenant = _auditor(_ctx(info), "verifyReceipt")
+    return as_graphql(audit.verify_receipt(engine, tenant, ops.parse_id(id, "receipt"),
+                                           rendered=rendered))
+
+
 @query.field("verifyChain")
 def resolve_verify_chain(_: None, info: Any, rows: bool = True) -> Any:
     engine, tenant = _auditor(_ctx(info), "verifyChain")
@@ -243,13 +221,11 @@ def resolve_verify_chain(_: None, info: Any, rows: bool = True) -> Any:
 @mutation.field("upsertDocument")
 def resolve_upsert(_: None, info: Any, input: dict[str, Any]) -> dict[str, Any]:
     ctx = _ctx(info)
-    metadata = input.get("metadata")
-    if metadata is not None and not isinstance(metadata, dict):
-        raise BadInput("metadata must be a JSON object")
     doc = DocumentInput(
         collection=input["collection"], path=input["path"], title=input["title"],
         body=input["body"], scopes=tuple(input["scopes"]), kind=input.get("kind") or "note",
-        state=input.get("state"), area=input.get("area"), metadata=metadata)
+        state=input.get("state"), area=input.get("area"), metadata=input.get("metadata"),
+        occurred_at=input.get("occurredAt"))
     result, view = ops.upsert_document(ctx.session, ctx.identity, doc, ctx.settings)
     return {"document": as_graphql(view), "created": result.created, "changed": result.changed,
             "chunks": result.chunks}
@@ -280,11 +256,13 @@ def resolve_archive(_: None, info: Any, id: str, archived: bool = True) -> Any:
 
 @lru_cache(maxsize=1)
 def build_schema() -> GraphQLSchema:
-    from orchestrator.api import knowledge
+    from orchestrator.api import console_fields, knowledge
 
     knowledge.bind(query, mutation)
-    sdl = load_schema_from_path(str(SCHEMA_DIR / "schema.graphql"))
-    return make_executable_schema(sdl, query, mutation, datetime_scalar, json_scalar)
+    extended = console_fields.bind(query, mutation)
+    # Not the whole folder: schema.printed.graphql there is the generated snapshot.
+    sdl = "\n".join(load_schema_from_path(str(SCHEMA_DIR / name)) for name in SDL_FILES)
+    return make_executable_schema(sdl, query, mutation, *extended, datetime_scalar, json_scalar)
 
 
 def printed_schema() -> str:
@@ -344,6 +322,8 @@ FIELD_COSTS: dict[str, dict[str, dict[str, Any]]] = {
         "provenance": {"complexity": 20, "multipliers": ["maxDepth"]},
         # Recomputes every event hash of the tenant (and every row's, by default).
         "verifyChain": {"complexity": 1000},
+        # A seal and one chain probe per served row.
+        "verifyReceipt": {"complexity": 50},
     },
     "Mutation": {
         # Chunking, lexical vectors, queued embeddings and chain events per chunk.
@@ -358,58 +338,49 @@ MUTATION_COST = 25
 def cost_map() -> dict[str, dict[str, Any]]:
     """A cost for every field of every object type of the schema (introspection aside)."""
     from graphql import GraphQLObjectType
+    from orchestrator.api.console_fields import COSTS
 
     schema = build_schema()
+    given_costs = {**FIELD_COSTS, "Query": {**FIELD_COSTS["Query"], **COSTS}}
     costs: dict[str, dict[str, Any]] = {}
     for name, type_ in schema.type_map.items():
         if name.startswith("__") or not isinstance(type_, GraphQLObjectType):
             continue
         default = {"complexity": MUTATION_COST if type_ is schema.mutation_type else 1}
-        given = FIELD_COSTS.get(name, {})
+        given = given_costs.get(name, {})
         costs[name] = {f: given.get(f, default) for f in type_.fields}
     return costs
 
 
-class _ListAwareCost(CostValidator):
-    """Ariadne's validator, with a list argument multiplying by its length (Ariadne's own
-    parsing drops lists) and only positive integers counted."""
-
-    def get_multipliers_from_string(self, multipliers: list[str], field_args: dict[str, Any]
-                                    ) -> list[int]:
-        found = []
-        for name in multipliers:
-            value = field_args.get(name)
-            if isinstance(value, (list, tuple)):
-                value = len(value)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                found.append(value)
-        return found
-
-
 def cost_limit(max_cost: int, variables: dict[str, Any] | None) -> type[ASTValidationRule]:
-    costs = cost_map()
-
-    class CostLimit(_ListAwareCost):
-        def __init__(self, context: ValidationContext) -> None:
-            super().__init__(context, max_cost, default_cost=1, variables=variables,
-                             cost_map=costs)
-
-    return CostLimit
+    return limits.cost_rule(cost_map(), max_cost, variables)
 
 
 def validation_rules(settings: Settings, variables: dict[str, Any] | None
                      ) -> list[type[ASTValidationRule]]:
-    return [depth_limit(settings.api_max_depth), cost_limit(settings.api_max_cost, variables)]
+    return [depth_limit(settings.api_max_depth), cost_limit(settings.api_max_cost, variables),
+            limits.LiteralInputs]
 
 
 def format_error(error: GraphQLError, debug: bool = False) -> dict[str, Any]:
     formatted: dict[str, Any] = dict(error.formatted)
     original: BaseException | None = error.original_error
+    if isinstance(original, GraphQLError):
+        # A variable refused while it was coerced (a scalar's parser raised): the wrapping
+        # message names the variable; it is the caller's error when the parser's is ours.
+        inner = original.original_error
+        if isinstance(inner, EngramError) and is_public(inner):
+            formatted["extensions"] = {"code": inner.code}
+            return formatted
     if isinstance(original, DBAPIError):
         # A refusal the database worded for the caller keeps its code; anything else stays hidden.
         mapped = translate(original)
         if mapped.code != EngramError.code:
             original = mapped
+    if isinstance(original, GraphQLError):
+        # graphql-core's own refusal wrapped once more (a variable that does not coerce names
+        # itself and the cause in the outer message): bad input, worded for the caller.
+        original = None
     if isinstance(original, EngramError) and is_public(original):
         formatted["message"] = original.message
         formatted["extensions"] = {"code": original.code}

@@ -183,6 +183,11 @@ class Lineage:
         return True
 
 
+# Deeper than any derivation Engram makes (RAPTOR levels + communities + claims + chunks);
+# the walk is bounded by it whatever a caller asks for.
+MAX_DEPTH = 100
+
+
 def _json_key(row_id: dict[str, Any]) -> str:
     import json
 
@@ -194,8 +199,9 @@ def lineage(conn: Executor, tenant: uuid.UUID, table: str, row_id: dict[str, Any
     """Derivation edges from a row to its origins (back) or to what was derived from it (forward)."""
     if direction not in ("back", "forward"):
         raise BadInput("direction is back or forward")
-    if max_depth < 1:
-        raise BadInput("max_depth must be 1 or more")
+    if isinstance(max_depth, bool) or not isinstance(max_depth, int) or \
+            not 1 <= max_depth <= MAX_DEPTH:
+        raise BadInput(f"max_depth must be 1 to {MAX_DEPTH}, not {max_depth!r}")
     near, far = ("derived", "source") if direction == "back" else ("source", "derived")
     rows = _exec(conn, f"""
         with recursive walk as (

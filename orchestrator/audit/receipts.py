@@ -135,6 +135,7 @@ class ReceiptCheck:
     evidence: list[EvidenceCheck]
     rendered_ok: bool | None
     queued: bool = False  # sealed, its chain event still in provenance.receipt_queue
+    seal: bytes = b""  # the stored receipt_hash
 
     @property
     def proven(self) -> bool:
@@ -168,8 +169,10 @@ class ReceiptCheck:
         return out
 
 
-def verify_receipt(conn: Executor, receipt_id: uuid.UUID, *, rendered: str | None = None) -> ReceiptCheck:
-    """Re-derive a receipt (run as an auditor: reads provenance and row hashes only)."""
+def verify_receipt(conn: Executor, receipt_id: uuid.UUID, *, rendered: str | None = None,
+                   tenant: uuid.UUID | None = None) -> ReceiptCheck:
+    """Re-derive a receipt (run as an auditor: reads provenance and row hashes only); with
+    ``tenant``, a receipt of another tenant is ``NotFound`` like one that does not exist."""
     try:
         r = conn.execute(text("""
             select r.*, provenance.receipt_hash(r.tenant_id, r.id, r.asked_by, r.asked_at, r.question_hash,
@@ -181,7 +184,9 @@ def verify_receipt(conn: Executor, receipt_id: uuid.UUID, *, rendered: str | Non
                        and e.row_id = jsonb_build_object('id', r.id) order by e.seq desc limit 1) as chained,
                    exists (select 1 from provenance.receipt_queue q
                             where q.tenant_id = r.tenant_id and q.id = r.id) as queued
-              from provenance.receipts r where r.id = :id"""), {"id": receipt_id}).one_or_none()
+              from provenance.receipts r
+             where r.id = :id and (cast(:tenant as uuid) is null or r.tenant_id = :tenant)"""),
+            {"id": receipt_id, "tenant": tenant}).one_or_none()
         if r is None:
             raise NotFound(f"no receipt {receipt_id}")
         checks = []
@@ -207,4 +212,5 @@ def verify_receipt(conn: Executor, receipt_id: uuid.UUID, *, rendered: str | Non
         evidence=checks,
         rendered_ok=None if rendered is None else _sha(rendered) == bytes(r.rendered_hash),
         queued=bool(r.queued),
+        seal=bytes(r.receipt_hash),
     )

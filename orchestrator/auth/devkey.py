@@ -3,7 +3,8 @@
 ``engram auth dev-key`` writes an ES256 (P-256) private key under
 ``ENGRAM_HOME/auth`` with mode 0600 and its public JWKS beside it. The server
 trusts tokens signed by it only when ``auth_trust_dev_key`` says so, or, left
-unset, when the database is the embedded one (a laptop, not a deployment).
+unset, when the database is the embedded one and ``ENGRAM_ENV`` is not production
+(a laptop, not a deployment).
 Tokens minted here go through exactly the same verification as an issuer's.
 """
 
@@ -38,9 +39,11 @@ def jwks_path(settings: Settings) -> Path:
 
 
 def dev_key_trusted(settings: Settings) -> bool:
+    """Trusted when set so; unset: only on a development server with the embedded database.
+    (``engram serve`` in production refuses to start when it is set true.)"""
     if settings.auth_trust_dev_key is not None:
         return settings.auth_trust_dev_key
-    return not settings.database_url
+    return settings.env != "production" and not settings.database_url
 
 
 def _thumbprint_kid(public_jwk: dict[str, Any]) -> str:

@@ -80,6 +80,35 @@ class KeySet:
         self._cond = threading.Condition()
         self.fetches = 0
 
+    def prefetch(self) -> None:
+        """Read the key set now, if it was never read (at start, so the first token checked
+        does not wait for the fetch); a failure is logged and backs off like any other."""
+        with self._cond:
+            if self._loaded_at is not None or self._fetching or self._clock() < self._retry_at:
+                return
+            self._fetching = True
+        try:
+            self._refresh()
+        finally:
+            with self._cond:
+                self._fetching = False
+                self._cond.notify_all()
+
+    def status(self) -> dict[str, Any]:
+        """For readiness: ``ok`` (keys fresh, or none needed yet), ``retrying`` (the last
+        fetch failed; cached keys answer until their grace ends) or ``failing`` (it failed
+        and no cached key can answer). The error itself goes to the log, not here."""
+        with self._cond:
+            now = self._clock()
+            if self._last_error is None:
+                state = "ok"
+            elif self._loaded_at is not None and now - self._loaded_at <= self._ttl_s + self._grace_s:
+                state = "retrying"
+            else:
+                state = "failing"
+            return {"state": state, "keys": len(self._keys), "failures": self._failures,
+                    "next_try_in_s": round(max(0.0, self._retry_at - now), 1) if self._failures else None}
+
     def _wanted(self, kid: str, now: float) -> bool:
         """Whether this lookup should fetch now (called holding the lock)."""
         if now < self._retry_at:

@@ -5,7 +5,8 @@ check failed:
 
 1. the header's ``alg`` is on the allow-list (RS256, ES256, EdDSA). ``none`` and
    every HMAC algorithm are refused before any key is looked at, so a public key
-   can never be used as an HMAC secret;
+   can never be used as an HMAC secret; a header that carries a key or a place to
+   fetch one (``jku``, ``x5u``, ``jwk``, ``x5c``) is refused too;
 2. the unverified ``iss`` picks the key set: the configured issuer's JWKS, or the
    local development key's when the server trusts it; any other issuer is refused;
 3. the ``kid`` names a key of that set (an unknown kid refreshes the set once);
@@ -21,7 +22,8 @@ nothing Engram understands is ``Forbidden`` (HTTP 403):
 * ``scope`` (space separated, as OAuth sends it) gives the scope lattice:
   ``read:<scope>`` grants read, ``write:<scope>`` grants write (and so read) on
   the Engram scope named ``<scope>``; other entries (``openid``, ``profile``,
-  ...) are ignored. ``engram:auditor`` adds the ``auditor`` role. Scope names
+  ...) are ignored. ``engram:auditor`` adds the ``auditor`` role, ``engram:dba`` the ``dba`` role
+  (the tenant-wide operations views: derive job runs). Scope names
   that the tenant does not have are refused when the identity is bound.
 """
 
@@ -46,14 +48,19 @@ from jwt.exceptions import (
 from orchestrator.auth.identity import Identity
 from orchestrator.auth.jwks import KeySet, file_fetcher, url_fetcher
 from orchestrator.config import Settings
+from orchestrator.config.production import jwks_url
 from orchestrator.errors import Forbidden, Unauthenticated
 
 ALLOWED_ALGORITHMS = ("RS256", "ES256", "EdDSA")
 ORGANIZATION_CLAIM = "organization_id"
 READ_PREFIX = "read:"
 WRITE_PREFIX = "write:"
-ROLE_SCOPES = {"engram:auditor": "auditor"}
+ROLE_SCOPES = {"engram:auditor": "auditor", "engram:dba": "dba"}
 MAX_TOKEN_CHARS = 16_384
+# Header members that carry a key or say where to fetch one. Engram never follows them (keys
+# come from the configured issuer alone), and a token carrying one is refused outright: an
+# issuer has no reason to send them, and an attacker every reason.
+KEY_HEADERS = frozenset({"jku", "x5u", "jwk", "x5c"})
 
 
 def identity_from_claims(claims: Mapping[str, Any]) -> Identity:
@@ -100,9 +107,8 @@ class TokenVerifier:
 
         verifier = cls(settings.auth_audience, settings.auth_leeway_s)
         if settings.auth_issuer:
-            url = settings.auth_jwks_url or settings.auth_issuer.rstrip("/") + "/jwks"
             verifier.issuers[settings.auth_issuer] = KeySet(
-                url_fetcher(url), ttl_s=settings.auth_jwks_ttl_s,
+                url_fetcher(jwks_url(settings) or ""), ttl_s=settings.auth_jwks_ttl_s,
                 min_refresh_s=settings.auth_jwks_min_refresh_s, grace_s=settings.auth_jwks_grace_s,
                 retry_max_s=settings.auth_jwks_retry_max_s, name=f"issuer {settings.auth_issuer}")
         if dev_key_trusted(settings):
@@ -124,6 +130,11 @@ class TokenVerifier:
         if alg not in ALLOWED_ALGORITHMS:
             raise Unauthenticated(
                 f"token algorithm {alg!r} is not allowed; Engram accepts {', '.join(ALLOWED_ALGORITHMS)}")
+        own_key = sorted(KEY_HEADERS & set(header))
+        if own_key:
+            raise Unauthenticated(
+                f"the token names its own key ({', '.join(own_key)}); Engram takes keys only from "
+                "the configured issuer's key set")
         issuer = unverified.get("iss")
         keys = self.issuers.get(issuer) if isinstance(issuer, str) else None
         if keys is None:

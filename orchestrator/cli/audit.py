@@ -70,12 +70,21 @@ def verify_cmd(
     tenant: Annotated[str | None, typer.Option(help="organization id or tenant id (default: all)")] = None,
     from_seq: Annotated[int, typer.Option("--from", help="first sequence number to check")] = 1,
     rows: Annotated[bool, typer.Option(help="also compare current rows with the chain")] = True,
-    anchors: Annotated[Path | None, typer.Option(help="a file written by `engram audit anchor`")] = None,
+    anchors: Annotated[Path | None, typer.Option(
+        "--anchors", "--anchors-from", help="a file written by `engram audit anchor --out` (kept "
+        "outside the database): each anchored event must still have its hash")] = None,
+    strict: Annotated[bool, typer.Option(
+        "--strict", help="exit 1 on warnings too (events by a role other than Engram's writers, "
+        "events no anchor covers)")] = False,
 ) -> None:
-    """Recompute the chain; report the first broken link per tenant, or OK with counts and head."""
-    from orchestrator.audit.chain import check_anchors, parse_anchors, verify
+    """Recompute the chain; report the first broken link per tenant, or OK with counts and head.
 
-    broken = False
+    Also warns about events written by a role other than Engram's writers (engram_app,
+    engram_worker), naming it, and, with --anchors, about events after a tenant's last
+    anchor, which no anchor vouches for."""
+    from orchestrator.audit.chain import check_anchors, parse_anchors, unanchored, verify
+
+    broken = warned = False
     try:
         with auditor() as conn:
             tid = resolve_tenant(conn, tenant) if tenant else None
@@ -98,20 +107,28 @@ def verify_cmd(
                     out.print(f"ROW {label}: {p.table_name} {json.dumps(p.row_id)}: {p.problem} "
                               f"(latest event {p.event_seq}; expected {_short(p.expected_hash)} "
                               f"found {_short(p.found_hash)})")
+                for w in rep.warnings:
+                    warned = True
+                    out.print(f"WARNING {label}: {w}")
             if anchors is not None:
                 try:
                     lines = anchors.read_text().splitlines()
                 except OSError as exc:
                     raise BadInput(f"cannot read {anchors}: {exc.strerror}") from exc
-                for chk in check_anchors(conn, parse_anchors(lines)):
+                parsed = parse_anchors(lines)
+                for chk in check_anchors(conn, parsed):
                     if chk.ok:
                         out.print(f"ANCHOR OK {chk.tenant_id} seq {chk.seq}")
                     else:
                         broken = True
                         out.print(f"ANCHOR BROKEN {chk.tenant_id} seq {chk.seq}: {chk.problem}")
+                for gap in unanchored(conn, parsed, tid):
+                    warned = True
+                    out.print(f"NOT ANCHORED {names.get(gap.tenant_id, '(deleted tenant)')} "
+                              f"({gap.tenant_id}): {gap}")
     except EngramError as exc:
         _fail(str(exc))
-    if broken:
+    if broken or (strict and warned):
         raise typer.Exit(1)
 
 

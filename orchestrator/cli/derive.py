@@ -12,7 +12,8 @@ failed (or the document is not found or not writable), 2 for bad input.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, date, datetime
 from typing import Annotated, NoReturn, TypeVar
 
@@ -24,6 +25,7 @@ from orchestrator.cli.auth import cli_identity
 from orchestrator.cli.progress import progress_bar
 from orchestrator.config import Settings
 from orchestrator.derive import lifecycle
+from orchestrator.derive.poison import Skipped
 from orchestrator.errors import BadInput, EngramError
 
 T = TypeVar("T")
@@ -47,9 +49,13 @@ def _fail(message: str, code: int) -> NoReturn:
 
 
 def _run(token: str | None, tenant: str | None, user: str, scopes: str | None,
-         job: Callable[[Session], T]) -> T:
+         job: Callable[[Session], T], name: str | None = None) -> T:
+    """``job`` in one transaction as the token's identity. A derive job (``name`` given) that
+    fails on one item runs again item by item and skips it (``orchestrator.derive.poison``):
+    the skipped items are printed, and the run is kept in ``memory.job_runs``."""
     from orchestrator.db.engine import Database, make_app_engine
     from orchestrator.db.session import bound_session
+    from orchestrator.derive import poison
 
     settings = Settings()
     try:
@@ -57,15 +63,35 @@ def _run(token: str | None, tenant: str | None, user: str, scopes: str | None,
     except EngramError as exc:
         _fail(str(exc), 2)
     engine = make_app_engine(Database(settings).app_url(), pool_size=1)
+
+    def sessions() -> AbstractContextManager[Session]:
+        return bound_session(engine, identity)
+
+    started_at = datetime.now(UTC)
     try:
-        with bound_session(engine, identity) as session:
-            return job(session)
+        if name is None:
+            with sessions() as session:
+                return job(session)
+        result, skipped = poison.run_guarded(sessions, job, what=f"derive {name}")
+        _show_skipped(skipped)
+        if skipped:
+            poison.record_run(sessions, name, ok=True, line=f"{len(skipped)} skipped", skipped=skipped,
+                              started_at=started_at, keep_days=settings.derive_job_runs_keep_days)
+        return result
     except BadInput as exc:
         _fail(str(exc), 2)
     except EngramError as exc:
         _fail(str(exc), 1)
     finally:
         engine.dispose()
+
+
+def _show_skipped(skipped: Sequence[Skipped]) -> None:
+    for s in skipped:
+        err.print(f"[yellow]note:[/yellow] {s}")
+    if skipped:
+        err.print(f"[yellow]{len(skipped)} items skipped[/yellow]; the rest was written "
+                  "(kept in memory.job_runs)")
 
 
 def _moment(value: str | None) -> datetime | None:
@@ -87,7 +113,7 @@ def sweep(
     """List the documents past their collection's policy; --apply archives exactly those."""
     moment = _moment(as_of)
     report = _run(token, tenant, user, scopes,
-                  lambda s: lifecycle.sweep(s, apply=apply, as_of=moment))
+                  lambda s: lifecycle.sweep(s, apply=apply, as_of=moment), "lifecycle" if apply else None)
     verb = "archived" if report.applied else "would archive"
     # Plain tab-separated lines (rich would expand the tabs) so scripts can cut columns.
     for it in report.items:
@@ -211,7 +237,7 @@ def usage(
     except ValueError:
         _fail(f"--day {day!r} is not YYYY-MM-DD", 2)
     rows, items = _run(token, tenant, user, scopes, lambda s: (
-        lifecycle.aggregate_usage(s, which), lifecycle.refresh_value(s, which)))
+        lifecycle.aggregate_usage(s, which), lifecycle.refresh_value(s, which)), "usage")
     out.print(f"{which.isoformat()}: {rows} usage_daily rows written, {items} value_daily rows changed")
 
 
@@ -228,6 +254,7 @@ def extract_job(
     from orchestrator.cli.progress import progress_bar
     from orchestrator.db.engine import Database, make_app_engine
     from orchestrator.db.session import bound_session
+    from orchestrator.derive import poison
     from orchestrator.derive.extract import extract_all
 
     settings = Settings()
@@ -236,10 +263,15 @@ def extract_job(
     except EngramError as exc:
         _fail(str(exc), 2)
     engine = make_app_engine(Database(settings).app_url(), pool_size=1)
+    started_at = datetime.now(UTC)
     try:
         with progress_bar(err, "extracting", unit="chunks") as update:
             report = extract_all(lambda: bound_session(engine, identity), settings, limit=limit,
                                  on_progress=update)
+        if report.skipped:
+            poison.record_run(lambda: bound_session(engine, identity), "extract", ok=True,
+                              line=report.line(), skipped=report.skipped, started_at=started_at,
+                              keep_days=settings.derive_job_runs_keep_days)
     except BadInput as exc:
         _fail(str(exc), 2)
     except EngramError as exc:
@@ -247,6 +279,7 @@ def extract_job(
     finally:
         engine.dispose()
     out.print(report.line())
+    _show_skipped(report.skipped)
     if report.notice:
         err.print(f"[yellow]note:[/yellow] {report.notice}")
 
@@ -263,7 +296,7 @@ def communities_job(
     settings = Settings()
     with progress_bar(err, "communities") as bar:
         r = _run(token, tenant, user, scopes,
-                 lambda s: rebuild(s, full=full, settings=settings, on_progress=bar))
+                 lambda s: rebuild(s, full=full, settings=settings, on_progress=bar), "communities")
     out.print(communities_line(r))
 
 
@@ -277,7 +310,8 @@ def profiles_job(
 
     settings = Settings()
     with progress_bar(err, "profiles") as bar:
-        r = _run(token, tenant, user, scopes, lambda s: refresh(s, settings=settings, on_progress=bar))
+        r = _run(token, tenant, user, scopes, lambda s: refresh(s, settings=settings, on_progress=bar),
+                 "profiles")
     out.print(profiles_line(r))
 
 
@@ -292,7 +326,7 @@ def raptor_job(
     settings = Settings()
     with progress_bar(err, "summarising") as bar:
         r = _run(token, tenant, user, scopes,
-                 lambda s: build(s, full=full, settings=settings, on_progress=bar))
+                 lambda s: build(s, full=full, settings=settings, on_progress=bar), "raptor")
     out.print(f"{r.scope_sets} scope sets: {r.inserted} inserted, {r.updated} updated, {r.deleted} deleted, "
               f"{r.unchanged} unchanged; {r.resummarised} summarised, {r.joined} items joined a leaf, "
               f"{r.levels} levels")
@@ -302,15 +336,16 @@ def raptor_job(
 # (orchestrator/derive/jobs.py); the worker runs the same jobs on a schedule.
 
 def _outcome(token: str | None, tenant: str | None, user: str, scopes: str | None,
-             job: Callable[[Session, Settings], object], **overrides: object) -> None:
+             name: str, **overrides: object) -> None:
     """Run one registry job; ``overrides`` (not None) replace settings for this run."""
-    from orchestrator.derive.jobs import Outcome
+    from orchestrator.derive.jobs import JOBS_BY_NAME, Outcome
 
     settings = Settings()
     given = {k: v for k, v in overrides.items() if v is not None}
     if given:
         settings = Settings(**{**settings.model_dump(), **given})
-    result = _run(token, tenant, user, scopes, lambda s: job(s, settings))
+    job = JOBS_BY_NAME[name].run
+    result = _run(token, tenant, user, scopes, lambda s: job(s, settings), name)
     assert isinstance(result, Outcome)
     out.print(result.line)
     for note in result.notes:
@@ -322,9 +357,7 @@ def conflicts_job(
     token: Token = None, tenant: Tenant = None, user: User = "dev", scopes: Scopes = None,
 ) -> None:
     """Detect conflicts among every claim you can read; prints how many are new."""
-    from orchestrator.derive.jobs import JOBS_BY_NAME
-
-    _outcome(token, tenant, user, scopes, JOBS_BY_NAME["conflicts"].run)
+    _outcome(token, tenant, user, scopes, "conflicts")
 
 
 @derive_app.command("consolidate")
@@ -335,9 +368,7 @@ def consolidate_job(
     token: Token = None, tenant: Tenant = None, user: User = "dev", scopes: Scopes = None,
 ) -> None:
     """Observations from corroborating claims, per scope set and perspective; only changes are written."""
-    from orchestrator.derive.jobs import JOBS_BY_NAME
-
-    _outcome(token, tenant, user, scopes, JOBS_BY_NAME["consolidate"].run,
+    _outcome(token, tenant, user, scopes, "consolidate",
              derive_consolidate_min_evidence=min_evidence)
 
 
@@ -348,9 +379,7 @@ def episodes_job(
     token: Token = None, tenant: Tenant = None, user: User = "dev", scopes: Scopes = None,
 ) -> None:
     """Your working-memory sessions as private episodes; only sessions that grew are touched."""
-    from orchestrator.derive.jobs import JOBS_BY_NAME
-
-    _outcome(token, tenant, user, scopes, JOBS_BY_NAME["episodes"].run,
+    _outcome(token, tenant, user, scopes, "episodes",
              derive_episode_max_items=max_items)
 
 
@@ -359,9 +388,7 @@ def decisions_job(
     token: Token = None, tenant: Tenant = None, user: User = "dev", scopes: Scopes = None,
 ) -> None:
     """Items marked as decisions become decision records with causal links (idempotent)."""
-    from orchestrator.derive.jobs import JOBS_BY_NAME
-
-    _outcome(token, tenant, user, scopes, JOBS_BY_NAME["decisions"].run)
+    _outcome(token, tenant, user, scopes, "decisions")
 
 
 @derive_app.command("all")

@@ -8,27 +8,64 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from orchestrator.cli.audit import audit_app
 from orchestrator.cli.auth import auth_app
 from orchestrator.cli.derive import derive_app, lifecycle_app
 from orchestrator.cli.ingest import ingest, remember
 from orchestrator.cli.models import models_app
+from orchestrator.cli.rank import rank_app
 from orchestrator.cli.recall import register as register_recall
 from orchestrator.cli.serve import mcp, serve
 from orchestrator.cli.worker import worker_app
 from orchestrator.config import Settings
 from orchestrator.db.engine import Database
 from orchestrator.db.server import AlreadyRunning, NotRunning
-from orchestrator.errors import EngramError
+from orchestrator.errors import EngramError, Unavailable, is_unavailable
+from orchestrator.inputs import text_problem
 
-app = typer.Typer(help="Engram: a PostgreSQL-owned memory engine for AI agents.",
-                  no_args_is_help=True, add_completion=False,
-                  pretty_exceptions_enable=False)
+
+class _CheckedArguments(TyperGroup):
+    """Refuses a command line with text no command could use (a NUL, or a lone surrogate:
+    bytes that are not UTF-8 reach Python as those) before any command runs, by the same
+    rules as every other entry point (``orchestrator.inputs``)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        for n, arg in enumerate(args, 1):
+            problem = text_problem(arg)
+            if problem:
+                Console(stderr=True).print(f"[red]error:[/red] argument {n} {problem}",
+                                           highlight=False)
+                raise typer.Exit(2)
+        return super().parse_args(ctx, args)
+
+
+# Exit status of any command that could not reach the database (sysexits' EX_TEMPFAIL: retry).
+EXIT_UNAVAILABLE = 75
+
+
+class _EngramTyper(typer.Typer):
+    """The CLI: a command that meets a database out of reach says so in one line (no host,
+    no port, no traceback) and exits with ``EXIT_UNAVAILABLE``."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except Exception as exc:
+            if not is_unavailable(exc):
+                raise
+            err.print(f"[red]error:[/red] {Unavailable.MESSAGE} ({Unavailable.code})", highlight=False)
+            sys.exit(EXIT_UNAVAILABLE)
+
+
+app = _EngramTyper(help="Engram: a PostgreSQL-owned memory engine for AI agents.",
+                   no_args_is_help=True, add_completion=False,
+                   pretty_exceptions_enable=False, cls=_CheckedArguments)
 db_app = typer.Typer(help="The database: embedded server lifecycle and migrations.",
                      no_args_is_help=True)
 admin_app = typer.Typer(help="DBA tasks: tenants and scopes.", no_args_is_help=True)
@@ -40,6 +77,7 @@ app.add_typer(derive_app, name="derive")
 app.add_typer(lifecycle_app, name="lifecycle")
 app.add_typer(worker_app, name="worker")
 app.add_typer(models_app, name="models")
+app.add_typer(rank_app, name="rank")
 app.command("serve")(serve)
 app.command("mcp")(mcp)
 app.command("ingest")(ingest)
@@ -158,6 +196,52 @@ def db_migrate(revision: Annotated[str, typer.Argument()] = "head") -> None:
     except EngramError as exc:
         _fail(str(exc))
     out.print(f"database migrated to {rev}")
+
+
+@db_app.command("reindex")
+def db_reindex(
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="say what would be rebuilt, change nothing")] = False,
+) -> None:
+    """Rebuild the vector and text indexes without blocking reads or writes (docs/database.md).
+
+    pgvector tier: REINDEX CONCURRENTLY of every HNSW and GIN index. VectorChord tier: the
+    same, and the vchordrq index rebuilt with lists sized from the table when they no
+    longer fit (plus the matching vchordrq.probes for the app and worker roles).
+    """
+    from sqlalchemy import create_engine
+
+    from orchestrator.cli.progress import progress_bar
+    from orchestrator.db import indexes
+
+    db = _database()
+    engine = create_engine(db.admin_url())
+    try:
+        with engine.connect() as conn:
+            tier = indexes.index_tier(conn)
+            steps = indexes.plan(conn)
+        out.print(f"index tier {tier}: {len(steps)} indexes")
+        for step in steps:
+            out.print(f"  {step.index} ({step.method}): {step.reason}", highlight=False)
+        if dry_run:
+            for step in steps:
+                for statement in step.statements:
+                    out.print(f"    {statement.splitlines()[0]}", highlight=False)
+            return
+        with progress_bar(err, "reindex", transient=True) as update:
+            def on_progress(index: str, done: int, total: int, phase: str) -> None:
+                update(done, total, f"{index}: {phase}")
+
+            timings = indexes.run(engine, steps, on_progress)
+    except EngramError as exc:
+        _fail(str(exc))
+    except Exception as exc:  # a failed REINDEX CONCURRENTLY leaves an invalid copy to drop
+        _fail(f"reindex stopped: {str(exc).splitlines()[0]} (run it again: the invalid index a "
+              "failed concurrent build leaves behind is dropped first)")
+    finally:
+        engine.dispose()
+    for index, seconds in timings:
+        out.print(f"rebuilt {index} in {seconds:.1f}s", highlight=False)
 
 
 @db_app.command("reset")

@@ -43,13 +43,12 @@ SessionOpt = Annotated[str | None, typer.Option("--session",
 Local = Annotated[bool, typer.Option("--local", help="recall in this process even when an API "
                                                      "server is running")]
 
-EMPTY = "(no evidence fits; nothing visible matched or the budget is too small)"
 _ARGS = ("$q: String!, $asker: String, $budget: Int, $mode: String, $session: String")
 _CALL = "(question: $q, asker: $asker, budgetTokens: $budget, mode: $mode, sessionId: $session)"
 QUERIES = {
     "recall": f"query({_ARGS}) {{ answer: recall{_CALL} {{ rendered }} }}",
     "prepare": f"query({_ARGS}) {{ answer: memoryPrepare{_CALL} {{ rendered }} }}",
-    "trace": f"query({_ARGS}) {{ answer: recallTrace{_CALL} {{ rendered trace }} }}",
+    "trace": f"query({_ARGS}) {{ answer: recallTrace{_CALL} {{ rendered text }} }}",
 }
 
 
@@ -120,7 +119,7 @@ def _run(question: str, token: str | None, org: str | None, user: str, read: str
                                               "mode": mode, "session": session})
         if answer is not None:
             err.print(f"answered by the API at {url} (its models and plans; nothing loaded here)")
-            _show(what, answer.get("trace"), answer["rendered"])
+            _show(what, answer.get("text"), answer["rendered"])
             return
         err.print(f"[yellow]the API at {url} stopped answering; recalling in this process[/yellow]")
     _in_process(settings, question, token, org, user, " ".join(scopes), asker, budget, mode, what,
@@ -144,10 +143,11 @@ def _in_process(settings: Settings, question: str, token: str | None, org: str |
         try:
             recaller = Recaller(engine, settings)
             if what == "prepare":
-                bundle, trace = recaller.prepare(identity, question, asker, budget, mode, session)
+                bundle, trace = recaller.prepare(identity, question, asker, budget, mode, session,
+                                                 "cli")
                 rendered = bundle.rendered
             else:
-                result, trace = recaller.trace(identity, question, asker, budget, mode, session)
+                result, trace = recaller.trace(identity, question, asker, budget, mode, session, "cli")
                 rendered = result.rendered
             recaller.settle()  # the receipt's chain event, before this process ends
         finally:
@@ -161,7 +161,9 @@ def _show(what: str, trace: str | None, rendered: str) -> None:
     if what == "trace" and trace is not None:
         out.print(trace)
         out.print("7. rendered")
-    out.print(rendered or EMPTY)
+    from orchestrator.recall.trace import NOTHING_FITS
+
+    out.print(rendered or NOTHING_FITS)
 
 
 def recall_command(question: Annotated[str, typer.Argument(help="the question")],

@@ -8,6 +8,7 @@ the foreground.
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Annotated
 
@@ -15,53 +16,127 @@ import typer
 from rich.console import Console
 
 from orchestrator.config import Settings
+from orchestrator.health import Health
 
 out = Console(highlight=False, soft_wrap=True)
+log = logging.getLogger("engram.serve")
 
 
-def serve_api(settings: Settings, host: str | None = None, port: int | None = None) -> None:
+def production_gate(settings: Settings) -> None:
+    """Refuse to start a production server that would be wrong (exit 2); print its warnings."""
+    from orchestrator.config.production import check_production
+    from orchestrator.errors import Misconfigured
+
+    try:
+        warnings = check_production(settings)
+    except Misconfigured as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    for warning in warnings:
+        out.print(f"[yellow]warning:[/yellow] {warning}")
+    if settings.env == "production":
+        off = [name for name, value in (("GraphiQL", settings.api_graphiql),
+                                        ("introspection", settings.api_introspection)) if not value]
+        out.print(f"production: tokens from {settings.auth_issuer} for {settings.auth_audience}; "
+                  "development key not trusted" + (f"; {' and '.join(off)} off" if off else ""))
+
+
+def load_settings() -> Settings:
+    """``Settings()``, with a bad ``ENGRAM_*`` value reported as one clear line (exit 2)."""
+    from pydantic import ValidationError
+
+    try:
+        return Settings()
+    except ValidationError as exc:
+        lines = [f"ENGRAM_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
+                 for e in exc.errors()]
+        typer.echo("error: bad settings: " + "; ".join(lines), err=True)
+        raise typer.Exit(2) from exc
+
+
+def serve_api(settings: Settings, host: str | None = None, port: int | None = None,
+              health: Health | None = None) -> None:
+    """The API in the foreground. It listens at once (``/healthz`` answers) and loads the models
+    in a thread; ``/readyz`` says ready, and the log says so, when they are loaded and warm."""
     import uvicorn
 
     from orchestrator.api.app import create_app
+    from orchestrator.api.health import Warmup
+    from orchestrator.auth.tokens import TokenVerifier
+    from orchestrator.cli.logs import configure_logging
     from orchestrator.db.engine import Database, make_app_engine
+    from orchestrator.recall import Recaller
 
+    configure_logging(settings)
     engine = make_app_engine(Database(settings).app_url(), pool_size=settings.api_threads)
-    app = create_app(settings, engine)
+    recaller = Recaller(engine, settings)
+    verifier = TokenVerifier.from_settings(settings)
+    warmup = Warmup()
+    app = create_app(settings, engine, verifier, recaller=recaller, health=health, warmup=warmup)
     host = host or settings.api_host
     port = port or settings.api_port
-    out.print(f"GraphQL API on http://{host}:{port}/graphql")
+    out.print(f"GraphQL API on http://{host}:{port}/graphql (loading the models; "
+              f"GET /readyz says when it is ready)")
+    out.print(f"Console on http://{host}:{port}/console")
+    from orchestrator.console.routes import vendor_missing
+
+    if vendor_missing():
+        out.print("[yellow]console assets are missing:[/yellow] run `make assets` (npm ci) "
+                  "to build them")
+
+    def said(w: Warmup) -> None:
+        if w.state == "loaded":
+            log.info("ready: models loaded and every recall stage warmed in %.1f s (%s)",
+                     w.seconds or 0.0, w.detail)
+            out.print(f"ready: models loaded in {w.seconds or 0.0:.1f}s; serving recalls at full speed")
+        else:
+            out.print(f"[yellow]not ready:[/yellow] the models did not load ({w.detail}); "
+                      "recalls load them on first use")
+
+    warmup.start(recaller, verifier, on_done=said)
     try:
         uvicorn.run(app, host=host, port=port, log_level="info", lifespan="off")
     finally:
         engine.dispose()
 
 
-def start_worker(settings: Settings) -> tuple[threading.Thread, threading.Event] | None:
+def start_worker(settings: Settings, health: Health) -> tuple[threading.Thread, threading.Event] | None:
     """The worker in a thread of this process (``engram up``): the very loop of ``engram worker
     run`` (``orchestrator.cli.worker.run_worker``): embedding, extraction right after it,
     the derive jobs when ``derive_interval_s`` > 0, receipts left queued. None if the worker
-    cannot run."""
+    cannot run. Each part reconnects with back-off when the database goes away and reports
+    its state in ``health`` (``/readyz``)."""
     from orchestrator.cli.worker import run_worker
     from orchestrator.db.engine import Database, make_app_engine
-    from orchestrator.errors import EngramError
+    from orchestrator.errors import EngramError, is_unavailable
     from orchestrator.worker.embedder import Embedder
     from orchestrator.worker.queue import QueueWorker
 
     db = Database(settings)
+    component = health.component("embedding worker")
     try:
         engine = make_app_engine(db.role_url("engram_worker"), pool_size=2)
-        worker = QueueWorker(engine, Embedder.from_settings(settings), settings)
-        worker.check_model()
-    except EngramError as exc:
-        # The API still answers without it; chunks wait in the queue until a worker runs.
-        out.print(f"[yellow]worker not started:[/yellow] {exc}")
-        return None
+        worker = QueueWorker(engine, Embedder.from_settings(settings), settings,
+                             loader=lambda model: Embedder.for_model(settings, model))
+        worker.follow_model()
+    except Exception as exc:
+        if not is_unavailable(exc):
+            if not isinstance(exc, EngramError):
+                raise
+            # The API still answers without it; chunks wait in the queue until a worker runs.
+            component.dead(exc)
+            out.print(f"[yellow]worker not started:[/yellow] {exc}")
+            return None
+        # The database is not reachable yet: the worker's loop waits for it with back-off.
     stop = threading.Event()
 
     def run() -> None:
         try:
-            run_worker(db, engine, worker, settings, stop, derive=settings.derive_interval_s > 0,
-                       extract=True, say=out.print)
+            run_worker(db, engine, worker, settings, stop, health,
+                       derive=settings.derive_interval_s > 0, extract=True, say=out.print)
+        except Exception as exc:  # the component says it is dead; the API keeps answering
+            component.dead(exc)
+            log.error("the embedding worker stopped: %s", exc)
         finally:
             engine.dispose()
 
@@ -75,9 +150,14 @@ def start_worker(settings: Settings) -> tuple[threading.Thread, threading.Event]
 
 def serve_engram(settings: Settings) -> None:
     """Worker in a thread, API in the foreground, until interrupted."""
-    started = start_worker(settings)
+    production_gate(settings)
+    from orchestrator.cli.logs import configure_logging
+
+    configure_logging(settings)
+    health = Health()
+    started = start_worker(settings, health)
     try:
-        serve_api(settings)
+        serve_api(settings, health=health)
     finally:
         if started is not None:
             started[1].set()
@@ -97,7 +177,9 @@ def serve(
         PRINTED_SCHEMA.write_text(printed_schema())
         out.print(f"wrote {PRINTED_SCHEMA}")
         return
-    serve_api(Settings(), host, port)
+    settings = load_settings()
+    production_gate(settings)
+    serve_api(settings, host, port)
 
 
 def mcp(
@@ -111,8 +193,9 @@ def mcp(
     from orchestrator.db.engine import Database, make_app_engine
     from orchestrator.errors import EngramError
 
-    settings = Settings()
+    settings = load_settings()
     if http:
+        production_gate(settings)
         engine = make_app_engine(Database(settings).app_url())
         host = host or settings.api_host
         try:

@@ -10,6 +10,8 @@ service identity, in a thread of their own every ``ENGRAM_DERIVE_INTERVAL_S``,
 and appends the recall receipts other processes left queued to the chain
 (``orchestrator.audit.chainer``). ``run_worker`` is that loop, and ``engram up``
 runs the very same one in a thread (``orchestrator.cli.serve.start_worker``).
+Every loop reconnects with back-off when the database goes away and reports its
+state in a ``Health`` component (``/readyz`` under ``engram up``).
 ``--once --derive`` drains, runs them once, and drains what they wrote.
 ``serve`` starts the HTTP service of ``orchestrator.worker.server``.
 """
@@ -24,9 +26,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from sqlalchemy.exc import DBAPIError
 
+from orchestrator.cli.logs import configure_logging
 from orchestrator.config import Settings
-from orchestrator.errors import EngramError
+from orchestrator.errors import EngramError, describe_unavailable, is_unavailable
+from orchestrator.health import Component, Health
 
 if TYPE_CHECKING:  # imported lazily at run time: `engram worker --help` stays fast
     from collections.abc import Callable
@@ -66,6 +71,7 @@ def run(
     from orchestrator.worker.queue import QueueWorker
 
     settings = Settings()
+    configure_logging(settings)
     try:
         tenants = [uuid.UUID(t) for t in tenant] if tenant else None
     except ValueError as exc:
@@ -75,32 +81,39 @@ def run(
         db = Database(settings)
         engine = make_app_engine(db.role_url("engram_worker"), pool_size=2)
         embedder = Embedder.from_settings(settings)
-        worker = QueueWorker(engine, embedder, settings, tenants=tenants)
-        worker.check_model()
+        worker = QueueWorker(engine, embedder, settings, tenants=tenants,
+                             loader=lambda model: Embedder.for_model(settings, model))
+        worker.follow_model()
+        if isinstance(worker.embedder, Embedder):
+            embedder = worker.embedder  # the active model's, once followed
     except EngramError as exc:
         _fail(str(exc))
         return
+    except DBAPIError as exc:
+        if once or not is_unavailable(exc):
+            raise
+        # `run` waits for the database (with back-off) instead of exiting: a worker started
+        # beside a server that is still starting, or restarting, simply begins a little later.
+        err.print(f"[yellow]worker:[/yellow] {describe_unavailable(exc)}; waiting for it", highlight=False)
     err.print(f"worker: {embedder.model_name} ({embedder.dimension}-d) on {embedder.device.device}"
               f" ({embedder.device.reason})", highlight=False)
     if derive and not once and settings.derive_interval_s <= 0:
         _fail("--derive needs ENGRAM_DERIVE_INTERVAL_S > 0 (the seconds between derive ticks)")
     wanted = derive if derive is not None else (not once and settings.derive_interval_s > 0)
+    scheduler = _derive_scheduler(db, engine, settings, tenants, verbose=True) if wanted and once else None
     stop = threading.Event()
+    health = Health()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         if once:
-            scheduler = _derive_scheduler(db, engine, settings, tenants, verbose=True) if wanted else None
-            try:
-                _drain_once(worker, stop)
-                if scheduler is not None:
-                    scheduler.tick()
-                    _drain_once(worker, stop)  # what the jobs wrote waits for its embedding
-            finally:
-                if scheduler is not None:
-                    scheduler.app_engine.dispose()
+            _drain_once(worker, stop)
+            if scheduler is not None:
+                scheduler.tick()
+                _drain_once(worker, stop)  # what the jobs wrote waits for its embedding
         else:
-            err.print("worker: draining, then listening for new rows (Ctrl-C stops)")
-            run_worker(db, engine, worker, settings, stop, tenants=tenants, derive=wanted,
+            err.print("worker: draining, then listening for new rows (Ctrl-C stops); it reconnects "
+                      "with back-off when the database goes away")
+            run_worker(db, engine, worker, settings, stop, health, tenants=tenants, derive=wanted,
                        extract=extract, say=lambda line: err.print(line, highlight=False,
                                                                    soft_wrap=True))
     except KeyboardInterrupt:
@@ -110,40 +123,52 @@ def run(
     finally:
         stop.set()
         engine.dispose()
+        if scheduler is not None:
+            scheduler.app_engine.dispose()
 
 
 def run_worker(db: Database, engine: Engine, worker: QueueWorker, settings: Settings,
-               stop: threading.Event, *, tenants: list[uuid.UUID] | None = None, derive: bool,
-               extract: bool, say: Callable[[str], None]) -> None:
+               stop: threading.Event, health: Health, *, tenants: list[uuid.UUID] | None = None,
+               derive: bool, extract: bool, say: Callable[[str], None]) -> None:
     """The worker until ``stop``: embed the queue, extract what it embedded, run the derive
     jobs, chain the receipts other processes left queued. The one loop of `engram worker run`
-    and `engram up`."""
+    and `engram up`; each part is a ``health`` component (embedding worker, derive schedule,
+    extraction on ingest) that reconnects with back-off and says when it is failing or dead."""
     from orchestrator.audit.chainer import ReceiptChainer
+    from orchestrator.db.engine import make_app_engine
 
+    schedule = health.component("derive schedule")
     scheduler = _derive_scheduler(db, engine, settings, tenants, verbose=False) if derive else None
-    extractor_app: Engine | None = None
-    on_batch = None
     if scheduler is not None:
         say(f"worker: derive jobs every {settings.derive_interval_s:g}s for every tenant as "
             "service:derive")
-        threading.Thread(target=scheduler.run_forever, args=(stop,), name="engram-derive",
+        threading.Thread(target=scheduler.run_forever, args=(stop, schedule), name="engram-derive",
                          daemon=True).start()
+    else:
+        schedule.off("off (ENGRAM_DERIVE_INTERVAL_S is 0)" if settings.derive_interval_s <= 0
+                     else "off (--no-derive)" if not derive else "off (engram_app cannot be reached)")
+    extractor_app: Engine | None = None
+    on_batch = None
+    extraction = health.component("extraction on ingest")
     if extract:
-        from orchestrator.db.engine import make_app_engine
-
         try:
             extractor_app = make_app_engine(db.app_url(), pool_size=2)
         except EngramError as exc:
             say(f"worker: extraction off: {exc}")
+            extraction.off(f"off ({exc})")
         if extractor_app is not None:
-            on_batch = _extract_on_ingest(engine, extractor_app, settings, tenants, stop, say)
+            on_batch = _extract_on_ingest(engine, extractor_app, settings, tenants, stop, say,
+                                          extraction)
+    else:
+        extraction.off("off (--no-extract)")
     # Receipts a killed recall process left sealed but unchained (migration 0040); and, on
     # the same beat, the BM25 df deltas folded (0041), so a recall unnests few of them.
     chainer = ReceiptChainer(engine, interval_s=max(settings.recall_chain_interval_s, 1.0))
     chainer.tasks.append(lambda: fold_lexical_terms(engine, settings.recall_fold_min_deltas))
     chainer.start()
     try:
-        worker.run_forever(db.psql_url("engram_worker"), stop, on_batch=on_batch)
+        worker.run_forever(db.psql_url("engram_worker"), stop, on_batch=on_batch,
+                           component=health.component("embedding worker"))
     finally:
         stop.set()
         chainer.close()
@@ -191,7 +216,8 @@ def fold_lexical_terms(engine: Engine, min_deltas: int) -> int:
 
 def _extract_on_ingest(worker_engine: Engine, app_engine: Engine, settings: Settings,
                        tenants: list[uuid.UUID] | None, stop: threading.Event,
-                       say: Callable[[str], None]) -> Callable[[BatchReport], None]:
+                       say: Callable[[str], None], component: Component
+                       ) -> Callable[[BatchReport], None]:
     """A thread that extracts new chunks as soon as the queue has embedded them (it woke on
     their NOTIFY); returns the queue's batch callback that wakes it."""
     from orchestrator.derive.extract import ExtractOnIngest, backend_for
@@ -201,7 +227,8 @@ def _extract_on_ingest(worker_engine: Engine, app_engine: Engine, settings: Sett
     say(f"worker: new chunks are extracted right after embedding; entities by {choice.description}")
     if choice.notice:
         say(f"worker: note: {choice.notice}")
-    threading.Thread(target=extractor.run_forever, args=(stop,), name="engram-extract", daemon=True).start()
+    threading.Thread(target=extractor.run_forever, args=(stop, component), name="engram-extract",
+                     daemon=True).start()
 
     def on_batch(b: BatchReport) -> None:
         if b.table == "sources.chunks" and b.claimed:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 import platformdirs
 from pydantic import Field
@@ -34,6 +35,10 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ENGRAM_", extra="ignore")
 
     home: Path = Field(default_factory=default_home)
+    # ENGRAM_ENV. production: `engram serve` refuses to start without a token issuer or with
+    # the development key trusted, and GraphiQL and introspection are off unless set
+    # (orchestrator/config/production.py; docs/deployment.md).
+    env: Literal["development", "production"] = "development"
     # An external server: the URL of a role that may run migrations (it creates
     # roles, so a superuser or a role with CREATEROLE and the database's owner).
     database_url: str | None = None
@@ -123,6 +128,26 @@ class Settings(BaseSettings):
     # and every recall_chain_interval_s (also what other, killed processes left).
     recall_chain_delay_s: float = 0.05
     recall_chain_interval_s: float = 2.0
+    # Ranking (orchestrator/recall/ranker.py, mmr.py, ppr.py; docs/ranking.md). The learned
+    # ranker orders the candidates unless a cross-encoder is available (it then does); a
+    # tenant's active model is looked up again after rank_model_refresh_s seconds. MMR:
+    # recall_diverse turns it on, recall_mmr_lambda weighs relevance against novelty (1:
+    # merit order), recall_mmr_doc_cap chunks of one document before its others wait; only
+    # the first recall_mmr_depth candidates are re-ordered.
+    # rank_usage_pooled: pooled-but-not-served candidates a usage row keeps as negatives.
+    recall_learned: bool = True
+    rank_model_refresh_s: float = 60.0
+    recall_diverse: bool = True
+    recall_mmr_lambda: float = 0.85
+    recall_mmr_doc_cap: int = 3
+    recall_mmr_depth: int = 60
+    rank_usage_rows: bool = True
+    rank_usage_pooled: int = 20
+    # engram rank train: the label window after a recall in which a mark_used counts, the
+    # held-back share of the tenant's history, and the least events a training run needs.
+    rank_label_window_s: float = 3600.0
+    rank_holdout_share: float = 0.25
+    rank_min_events: int = 50
 
     # Torch worker (orchestrator/worker). Model names are Hugging Face ids; a *_path
     # points at a local directory and wins over the name. The default embedding
@@ -131,6 +156,10 @@ class Settings(BaseSettings):
     embedding_model_path: Path | None = None
     embedding_query_prefix: str = ""
     embedding_passage_prefix: str = ""
+    # Where the files of other registered embedding models are (`engram models backfill`,
+    # a process switching after `engram models activate`): model <name> in <dir>/<name>.
+    # A name that is a directory, the packaged model and the Hugging Face cache also work.
+    embedding_models_dir: Path | None = None
     reranker_model: str = "BAAI/bge-reranker-v2-m3"
     reranker_model_path: Path | None = None
     reranker_window_overlap_tokens: int = 64
@@ -204,8 +233,7 @@ class Settings(BaseSettings):
     api_port: int = 8700
     # Where `engram recall|prepare|trace` ask a running API first (default: api_host:api_port).
     api_url: str | None = None
-    # development: introspection and GraphiQL on unless set; production: off unless set.
-    api_environment: str = "development"
+    # Unset: on in development, off in production (ENGRAM_ENV).
     api_introspection: bool | None = None
     api_graphiql: bool | None = None
     api_max_body_bytes: int = 4 * 1024 * 1024
@@ -216,6 +244,14 @@ class Settings(BaseSettings):
     # GraphQL operations running at once, each in a thread; `engram serve` sizes the app
     # engine's pool to twice this (a recall holds the request's connection and its own).
     api_threads: int = 64
+    # The console (/console): sign-in through the issuer's authorization-code flow (with PKCE)
+    # when console_oidc_client_id is set; its discovery document is
+    # console_oidc_discovery_url or, unset, <auth_issuer>/.well-known/openid-configuration.
+    # A pasted token is accepted in development, or when no OIDC client is configured.
+    console_oidc_client_id: str | None = None
+    console_oidc_client_secret: str | None = None
+    console_oidc_discovery_url: str | None = None
+    console_oidc_scopes: str = "openid profile"
 
     # Summaries and RAPTOR (orchestrator/derive/summarize.py, raptor.py). Summaries are
     # extractive unless both endpoint fields are set: then abstractive through that
@@ -243,8 +279,18 @@ class Settings(BaseSettings):
     # rebuilt from scratch by the schedule at most every derive_raptor_full_every_s seconds
     # (0, the default: never; the incremental update runs every tick either way).
     derive_community_max_levels: int = 8
+    # Job runs that failed or skipped an item are kept in memory.job_runs this many days.
+    derive_job_runs_keep_days: int = 30
     derive_lifecycle_dry_run: bool = False
     derive_raptor_full_every_s: float = 0.0
+    # Quality gates of extraction, consolidation and profiles (orchestrator/derive/quality.py):
+    # code, URLs, markup, numbers and log lines never become entities, observations or
+    # profiles. Off only to measure what they keep out (benchmarks/derive_junk.py).
+    derive_quality_gates: bool = True
+
+    # Level of Engram's log (stderr) in `engram serve`, `up` and `worker run`: debug, info,
+    # warning, error.
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @property
     def data_dir(self) -> Path:

@@ -1,7 +1,8 @@
-"""Mapped tables of the derive jobs (migration ``0009_derive``).
+"""Mapped tables of the derive jobs (migrations ``0009_derive``, ``0030_job_runs``).
 
-Lifecycle policies per collection, the last use of each document and the
-extractor's record of what it read; see the revision for why each exists.
+Lifecycle policies per collection, the last use of each document, the
+extractor's record of what it read, and the job runs worth a look (failed, or
+skipped an item); see the revisions for why each exists.
 """
 
 from __future__ import annotations
@@ -11,15 +12,17 @@ from datetime import datetime
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     DateTime,
     ForeignKeyConstraint,
+    Index,
     Integer,
     PrimaryKeyConstraint,
     Text,
 )
 from sqlalchemy import text as sql_text
-from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
 from orchestrator.db.models import Base
@@ -92,3 +95,35 @@ class Extraction(Base):
                                                             server_default=sql_text("'{}'"))
     extracted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True),
                                                    server_default=sql_text("now()"))
+
+
+class JobRun(Base):
+    """A derive job run that failed or skipped an item (migration ``0030_job_runs``)."""
+
+    __tablename__ = "job_runs"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "id", name="pk_job_runs"),
+        ForeignKeyConstraint(["tenant_id"], ["auth.tenants.id"], name="fk_job_runs_tenant_id_tenants",
+                             ondelete="CASCADE"),
+        CheckConstraint(r"job ~ '^[a-z][a-z0-9_.]{0,62}$'", name="ck_job_runs_job_format"),
+        CheckConstraint("length(line) <= 2000", name="ck_job_runs_line_length"),
+        CheckConstraint("skipped >= 0", name="ck_job_runs_skipped_nonnegative"),
+        CheckConstraint("jsonb_typeof(problems) = 'array' and jsonb_array_length(problems) <= 100",
+                        name="ck_job_runs_problems_list"),
+        CheckConstraint("cardinality(scopes) >= 1", name="ck_job_runs_scopes_nonempty"),
+        Index("ix_job_runs_tenant_id_job_finished_at", "tenant_id", "job", "finished_at"),
+        {"schema": "memory"},
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True),
+                                                 server_default=sql_text("auth.tenant_id()"))
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), server_default=sql_text("uuidv7()"))
+    job: Mapped[str] = mapped_column(Text)
+    run_by: Mapped[str] = mapped_column(Text, server_default=sql_text("auth.user_id()"))
+    ok: Mapped[bool] = mapped_column(Boolean)
+    line: Mapped[str] = mapped_column(Text)
+    skipped: Mapped[int] = mapped_column(Integer, server_default=sql_text("0"))
+    problems: Mapped[list[dict[str, str]]] = mapped_column(JSONB, server_default=sql_text("'[]'"))
+    scopes: Mapped[list[uuid.UUID]] = mapped_column(ARRAY(UUID(as_uuid=True)))
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=sql_text("now()"))

@@ -153,4 +153,6 @@ def make_app_engine(url: str, *, pool_size: int = 10) -> Engine:
         if row is None or row[0]:
             raise ServerError("refusing an application connection that could bypass row level security")
 
-    return engine
+    from orchestrator.inputs import guard_engine
+
+    return guard_engine(engine)

@@ -130,7 +130,9 @@ class _Embedded:
 # --- knowledge -----------------------------------------------------------------------
 
 
-class Entity(_Embedded, Base):
+class Entity(Base):
+    """No embedding columns: 0081_embedding_progress dropped them (nothing embedded them)."""
+
     __tablename__ = "entities"
     __table_args__ = (
         PrimaryKeyConstraint("tenant_id", "id", name="pk_entities"),
@@ -146,7 +148,6 @@ class Entity(_Embedded, Base):
         CheckConstraint("summary is null or length(summary) <= 20000",
                         name="ck_entities_summary_length"),
         CheckConstraint("cardinality(scopes) >= 1", name="ck_entities_scopes_nonempty"),
-        *_embedding_checks("entities"),
         Index("ix_entities_tenant_id_entity_type_name_key", "tenant_id", "entity_type", "name_key"),
         Index("ix_entities_alias_keys", "alias_keys", postgresql_using="gin"),
         Index("ix_entities_tenant_id_name_key", "tenant_id", "name_key"),
@@ -222,8 +223,9 @@ class FactClaim(Base):
         Index("ix_fact_claim_tenant_id_subject_id", "tenant_id", "subject_id"),
         Index("ix_fact_claim_tenant_id_object_id", "tenant_id", "object_id"),
         Index("ix_fact_claim_tenant_id_content_id", "tenant_id", "content_id"),
-        Index("ix_fact_claim_tenant_id_fact_key_as_of", "tenant_id", "fact_key", "as_of",
-              unique=True, postgresql_where=sql_text("fact_key is not null")),
+        # Unique per scope set (0020): a writer only ever collides with a claim it can read.
+        Index("uq_fact_claim_tenant_id_fact_key_as_of_scopes", "tenant_id", "fact_key", "as_of",
+              "scopes", unique=True, postgresql_where=sql_text("fact_key is not null")),
         {"schema": "knowledge"},
     )
 

@@ -109,8 +109,9 @@ class Document(Base):
     __tablename__ = "documents"
     __table_args__ = (
         PrimaryKeyConstraint("tenant_id", "id", name="pk_documents"),
-        UniqueConstraint("tenant_id", "collection", "path",
-                         name="uq_documents_tenant_id_collection_path"),
+        # Unique per scope set (0020): a writer only ever collides with a document it can read.
+        UniqueConstraint("tenant_id", "collection", "path", "scopes",
+                         name="uq_documents_tenant_id_collection_path_scopes"),
         ForeignKeyConstraint(["tenant_id"], ["auth.tenants.id"],
                              name="fk_documents_tenant_id_tenants", ondelete="CASCADE"),
         CheckConstraint("length(collection) between 1 and 200", name="ck_documents_collection_length"),
@@ -154,7 +155,8 @@ class Document(Base):
     archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     pinned: Mapped[bool] = mapped_column(Boolean, server_default=sql_text("false"))
     snoozed_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    embed_state: Mapped[str] = mapped_column(EmbedState, server_default=sql_text("'pending'"))
+    # No embed_state (dropped by 0081_embedding_progress): a document's embedding progress
+    # is its chunks' (orchestrator/api/documents.py, embedding_progress).
     occurred_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # recall.title_key(title), stored (db/versions/0014_recall_probes.py): the title lane's key.
     title_key: Mapped[str | None] = mapped_column(Text, Computed("recall.title_key(title)",

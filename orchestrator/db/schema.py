@@ -16,6 +16,7 @@ from sqlalchemy import Connection
 import orchestrator.db.derive_models
 import orchestrator.db.knowledge_models
 import orchestrator.db.provenance_models
+import orchestrator.db.rank_models
 import orchestrator.db.worker_models
 import orchestrator.recall.tables  # noqa: F401
 from orchestrator.db import models

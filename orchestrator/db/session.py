@@ -18,17 +18,29 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from orchestrator.auth import Identity
-from orchestrator.errors import EngramError, from_sqlstate
+from orchestrator.errors import EngramError, Unavailable, database_refusal, from_sqlstate, is_unavailable
+
+# PL/pgSQL's ``raise``: the message was written by Engram's SQL, for clients.
+_RAISED_BY = "exec_stmt_raise"
 
 
 def translate(exc: DBAPIError) -> EngramError:
-    """Map a driver error to Engram's hierarchy (SQLSTATE based)."""
+    """Map a driver error to Engram's hierarchy (SQLSTATE based; a database out of reach is
+    ``Unavailable``, whose message names no host or port); PostgreSQL's own wording of a
+    refusal (naming constraints and tables) is replaced by one that names neither."""
     orig = exc.orig
+    if is_unavailable(exc):
+        return Unavailable(sqlstate=getattr(orig, "sqlstate", None), detail=str(orig).split("\n")[0])
     sqlstate = getattr(orig, "sqlstate", None)
     message = str(orig).split("\n")[0] if orig is not None else str(exc)
-    if isinstance(orig, psycopg.Error) and orig.diag.message_primary:
-        message = orig.diag.message_primary
-    return from_sqlstate(sqlstate, message)
+    if not isinstance(orig, psycopg.Error):
+        return from_sqlstate(sqlstate, message)
+    diag = orig.diag
+    if diag.message_primary:
+        message = diag.message_primary
+    return database_refusal(sqlstate, message, own=diag.source_function == _RAISED_BY,
+                            constraint=diag.constraint_name, table=diag.table_name,
+                            column=diag.column_name)
 
 
 @contextmanager

@@ -12,6 +12,7 @@ from typing import Any
 
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     CheckConstraint,
     DateTime,
@@ -35,6 +36,10 @@ class EmbeddingModel(Base):
         CheckConstraint("length(name) between 1 and 200", name="ck_embedding_models_name_length"),
         CheckConstraint("dimension between 1 and 16000",
                         name="ck_embedding_models_dimension_range"),
+        CheckConstraint("length(query_prefix) <= 200",
+                        name="ck_embedding_models_query_prefix_length"),
+        CheckConstraint("length(passage_prefix) <= 200",
+                        name="ck_embedding_models_passage_prefix_length"),
         Index("uq_embedding_models_one_active", "active", unique=True,
               postgresql_where=sql_text("active")),
         {"schema": "worker"},
@@ -46,6 +51,10 @@ class EmbeddingModel(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True),
                                                  server_default=sql_text("now()"))
     activated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # 0080_model_generations: raised on every activation; the model's text prefixes.
+    generation: Mapped[int] = mapped_column(BigInteger, server_default=sql_text("0"))
+    query_prefix: Mapped[str] = mapped_column(Text, server_default=sql_text("''"))
+    passage_prefix: Mapped[str] = mapped_column(Text, server_default=sql_text("''"))
 
 
 class EmbeddingCache(Base):

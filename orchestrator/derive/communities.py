@@ -54,7 +54,7 @@ from sqlalchemy.orm import Session
 from orchestrator.audit.lineage import begin_activity, end_activity, record_derivations
 from orchestrator.config import Settings, get_settings
 from orchestrator.db.knowledge_models import Community, current_claims
-from orchestrator.derive import louvain
+from orchestrator.derive import louvain, poison
 from orchestrator.derive.digest import input_digest
 from orchestrator.derive.service import job_lock
 from orchestrator.derive.summarize import Summarizer, get_summarizer, split_sentences
@@ -396,9 +396,11 @@ def rebuild(session: Session, *, full: bool = False, settings: Settings | None =
                 "method": summarizer.method, "model": summarizer.model, "algorithm": "louvain-warm-start",
                 "max_levels": max_levels, "full": full})
             started = True
-        made = _write(session, key, nodes, gone, report)
-        # Last, so each edge pins the final version of a child (its parent link included).
-        record_derivations(session, _edges(made))
+        with poison.item(session, f"the communities of scope set {', '.join(map(str, key))}",
+                         restore=report):
+            made = _write(session, key, nodes, gone, report)
+            # Last, so each edge pins the final version of a child (its parent link included).
+            record_derivations(session, _edges(made))
     if started:
         end_activity(session)
     return report

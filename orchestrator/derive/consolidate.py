@@ -35,6 +35,14 @@ at 0.9 give 0.99. Every
 observation is written with its true confidence; only those at or above 0.65
 are recallable (``memory.recallable_observations``).
 
+**Quality gates** (``orchestrator.derive.quality``): a claim whose sentence is
+not prose (code, a URL, markup, numbers, a log line) is not evidence for an
+observation; and groups that would write the same observation (the same
+sentences in the same scope set and partition, e.g. one sentence that
+co-mentions several entities) are **one** observation: the group with the most
+sources (then a statement before a co-mention, then the smallest key) is written,
+the others are not.
+
 ``observation_key`` (a hash of the group) is the observation's identity: a
 rerun updates an observation in place when its sources or confidence changed,
 leaves it alone when they did not, and deletes it when its group no longer has
@@ -50,6 +58,7 @@ import math
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import delete, func, insert, select, text, update
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
@@ -58,8 +67,10 @@ from sqlalchemy.orm import Session
 from orchestrator.audit.lineage import begin_activity, end_activity, record_derivation
 from orchestrator.config import Settings
 from orchestrator.db.knowledge_models import RECALLABLE_CONFIDENCE, Observation, effective_claims
+from orchestrator.derive import poison
 from orchestrator.derive.digest import Digester
 from orchestrator.derive.extract import AUTHOR_ROLE, BOOKKEEPING_PREDICATES
+from orchestrator.derive.quality import plausible_statement
 from orchestrator.derive.service import job_lock
 from orchestrator.errors import BadInput
 
@@ -168,7 +179,10 @@ def consolidate(session: Session, *, min_evidence: int = MIN_EVIDENCE,
     ).all()
     groups: dict[_GroupKey, _Group] = defaultdict(_Group)
     extracted: set[uuid.UUID] = set()
+    gates = settings.derive_quality_gates if settings is not None else True
     for r in rows:
+        if gates and not plausible_statement(r.text):
+            continue
         key: _GroupKey = (tuple(sorted(r.scopes)), r.perspective_key, r.subject_id, r.predicate,
                           r.object_id, r.object_value, r.object_datatype)
         g = groups[key]
@@ -182,6 +196,8 @@ def consolidate(session: Session, *, min_evidence: int = MIN_EVIDENCE,
     for g in groups.values():
         g.count_sources(documents)
     wanted = {observation_key(k): (k, g) for k, g in groups.items() if g.corroborated(min_evidence)}
+    if gates:
+        wanted = _one_per_text(wanted)
 
     stored = {key: (oid, round(float(conf), 9), frozenset(claims))
               for oid, key, conf, claims in session.execute(
@@ -199,38 +215,60 @@ def consolidate(session: Session, *, min_evidence: int = MIN_EVIDENCE,
                             or _differs(stored[okey], wanted[okey][1])):
             begin_activity(session, "derive.consolidate", {"min_evidence": min_evidence})
             started = True
-        if okey not in wanted:
-            session.execute(delete(Observation).where(Observation.id == stored[okey][0]))
-            report.deleted += 1
-            continue
-        gkey, group = wanted[okey]
-        if group.confidence >= RECALLABLE_CONFIDENCE:
-            report.recallable += 1
-        old = stored.get(okey)
-        if old is not None and not _differs(old, group):
-            report.unchanged += 1
-            continue
-        claim_ids = sorted(cid for cid, _ in group.claims)
-        made = digest([t for _, t in group.claims], max_sentences=MAX_SENTENCES)
-        values = {"text": made.text or group.claims[0][1], "confidence": group.confidence,
-                  "source_claim_ids": claim_ids, "summary_method": made.method,
-                  "summary_model": made.model}
-        if old is not None:
-            oid = old[0]
-            session.execute(update(Observation).where(Observation.id == oid).values(**values))
-            report.updated += 1
-        else:
-            scopes, partition, subject = gkey[0], gkey[1], gkey[2]
-            oid = session.execute(insert(Observation).values(
-                observation_key=okey, subject_entity_id=subject, perspective_key=partition,
-                scopes=list(scopes), **values).returning(Observation.id)).scalar_one()
-            report.inserted += 1
-        report.changed_ids.append(oid)
-        record_derivation(session, ("memory.observations", {"id": str(oid)}),
-                          [("knowledge.fact_claim", {"id": str(cid)}) for cid in claim_ids])
+        with poison.item(session, f"observation {okey}", restore=report):
+            _write(session, report, okey, wanted.get(okey), stored.get(okey), digest)
     if started:
         end_activity(session)
     return report
+
+
+def _one_per_text(wanted: dict[str, tuple[_GroupKey, _Group]]) -> dict[str, tuple[_GroupKey, _Group]]:
+    """Groups that would say the same thing (same scopes, partition and sentences) as one:
+    the best-sourced group keeps it (then a statement before a bookkeeping co-mention, then
+    the smallest key); the others are not written (the same sentences are its evidence)."""
+    by_text: dict[tuple[Any, ...], list[str]] = defaultdict(list)
+    for okey, (gkey, group) in wanted.items():
+        texts = frozenset(" ".join(t.split()).lower() for _, t in group.claims)
+        by_text[(gkey[0], gkey[1], texts)].append(okey)
+    keep = {min(okeys, key=lambda k: (-len(wanted[k][1].sources),
+                                      wanted[k][0][3] in BOOKKEEPING_PREDICATES, k))
+            for okeys in by_text.values()}
+    return {k: v for k, v in wanted.items() if k in keep}
+
+
+def _write(session: Session, report: ConsolidateReport, okey: str,
+           wanted: tuple[_GroupKey, _Group] | None,
+           old: tuple[uuid.UUID, float, frozenset[uuid.UUID]] | None, digest: Digester) -> None:
+    """Bring one observation in line with its group: delete, leave, update or insert it."""
+    if wanted is None:
+        assert old is not None
+        session.execute(delete(Observation).where(Observation.id == old[0]))
+        report.deleted += 1
+        return
+    gkey, group = wanted
+    if group.confidence >= RECALLABLE_CONFIDENCE:
+        report.recallable += 1
+    if old is not None and not _differs(old, group):
+        report.unchanged += 1
+        return
+    claim_ids = sorted(cid for cid, _ in group.claims)
+    made = digest([t for _, t in group.claims], max_sentences=MAX_SENTENCES)
+    values = {"text": made.text or group.claims[0][1], "confidence": group.confidence,
+              "source_claim_ids": claim_ids, "summary_method": made.method,
+              "summary_model": made.model}
+    if old is not None:
+        oid = old[0]
+        session.execute(update(Observation).where(Observation.id == oid).values(**values))
+        report.updated += 1
+    else:
+        scopes, partition, subject = gkey[0], gkey[1], gkey[2]
+        oid = session.execute(insert(Observation).values(
+            observation_key=okey, subject_entity_id=subject, perspective_key=partition,
+            scopes=list(scopes), **values).returning(Observation.id)).scalar_one()
+        report.inserted += 1
+    report.changed_ids.append(oid)
+    record_derivation(session, ("memory.observations", {"id": str(oid)}),
+                      [("knowledge.fact_claim", {"id": str(cid)}) for cid in claim_ids])
 
 
 def _differs(old: tuple[uuid.UUID, float, frozenset[uuid.UUID]], group: _Group) -> bool:

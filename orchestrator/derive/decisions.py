@@ -57,6 +57,7 @@ from sqlalchemy.orm import Session, aliased
 from orchestrator.audit.lineage import begin_activity, end_activity, record_derivation
 from orchestrator.db.knowledge_models import Decision, DecisionLink, WorkingMemoryItem
 from orchestrator.db.models import Document
+from orchestrator.derive import poison
 from orchestrator.derive.service import job_lock
 
 ITEMS = "memory.working_memory"
@@ -165,6 +166,10 @@ def record(session: Session) -> DecisionsReport:
             begin_activity(session, "derive.decisions", {})
             started = True
 
+    if poison.careful():
+        # Item by item, an activity begun inside an item that is rolled back would be gone.
+        activity()
+
     new: list[_New] = []
     w = WorkingMemoryItem
     recorded = aliased(Decision, name="recorded")
@@ -220,31 +225,34 @@ def record(session: Session) -> DecisionsReport:
         stored = (doc.decision_outcome, float(doc.decision_confidence), sorted(doc.decision_scopes))
         if stored != (outcome, confidence, sorted(doc.scopes)):
             activity()
-            session.execute(update(Decision).where(Decision.id == doc.decision_id).values(
-                outcome=outcome, confidence=confidence, scopes=list(doc.scopes)))
-            report.updated += 1
-            record_derivation(session, ("memory.decisions", {"id": str(doc.decision_id)}),
-                              [(DOCUMENTS, {"id": str(doc.id)})])
+            with poison.item(session, f"the decision of {where}", restore=report):
+                session.execute(update(Decision).where(Decision.id == doc.decision_id).values(
+                    outcome=outcome, confidence=confidence, scopes=list(doc.scopes)))
+                report.updated += 1
+                record_derivation(session, ("memory.decisions", {"id": str(doc.decision_id)}),
+                                  [(DOCUMENTS, {"id": str(doc.id)})])
 
     known = [_Known(i, c, at, frozenset(s)) for i, c, at, s in session.execute(
         select(Decision.id, Decision.category, Decision.decided_at, Decision.scopes))]
     for item in sorted(new, key=lambda n: (n.values["decided_at"], n.source_table, n.source_id)):
         activity()
-        did = session.execute(insert(Decision).values(
-            source_table=item.source_table, source_id=item.source_id, **item.values)
-            .returning(Decision.id)).scalar_one()
-        report.recorded += 1
-        report.decision_ids.append(did)
-        record_derivation(session, ("memory.decisions", {"id": str(did)}),
-                          [(item.source_table, {"id": str(item.source_id)})])
-        mine = _Known(did, item.values["category"], item.values["decided_at"],
-                      frozenset(item.values["scopes"]))
-        earlier = [k for k in known if k.category == mine.category and k.scopes & mine.scopes
-                   and (k.decided_at, str(k.id)) < (mine.decided_at, str(mine.id))]
-        if earlier:
-            precedent = max(earlier, key=lambda k: (k.decided_at, str(k.id)))
-            _link(session, report, precedent, mine, "precedent_for", item.where)
-        known.append(mine)
+        with poison.item(session, f"the decision of {item.where}", restore=report) as done:
+            did = session.execute(insert(Decision).values(
+                source_table=item.source_table, source_id=item.source_id, **item.values)
+                .returning(Decision.id)).scalar_one()
+            report.recorded += 1
+            report.decision_ids.append(did)
+            record_derivation(session, ("memory.decisions", {"id": str(did)}),
+                              [(item.source_table, {"id": str(item.source_id)})])
+            mine = _Known(did, item.values["category"], item.values["decided_at"],
+                          frozenset(item.values["scopes"]))
+            earlier = [k for k in known if k.category == mine.category and k.scopes & mine.scopes
+                       and (k.decided_at, str(k.id)) < (mine.decided_at, str(mine.id))]
+            if earlier:
+                precedent = max(earlier, key=lambda k: (k.decided_at, str(k.id)))
+                _link(session, report, precedent, mine, "precedent_for", item.where)
+        if not done.skipped:
+            known.append(mine)
 
     by_id = {k.id: k for k in known}
     decision_of: dict[uuid.UUID | None, uuid.UUID] = dict(session.execute(
@@ -267,8 +275,10 @@ def record(session: Session) -> DecisionsReport:
                 if cause.id == target.id:
                     report.problems.append(f"document {doc.collection}/{doc.path}: {key} names itself")
                     continue
-                _link(session, report, cause, target, kind, f"document {doc.collection}/{doc.path}",
-                      activity=activity)
+                with poison.item(session, f"the {kind} link of document {doc.collection}/{doc.path}",
+                                 restore=report):
+                    _link(session, report, cause, target, kind, f"document {doc.collection}/{doc.path}",
+                          activity=activity)
     if started:
         end_activity(session)
     return report

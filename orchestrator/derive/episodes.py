@@ -39,6 +39,7 @@ from sqlalchemy.orm import Session
 from orchestrator.audit.lineage import begin_activity, end_activity, record_derivation
 from orchestrator.config import Settings
 from orchestrator.db.knowledge_models import Episode, WorkingMemoryItem
+from orchestrator.derive import poison
 from orchestrator.derive.digest import Digester
 from orchestrator.derive.service import job_lock
 from orchestrator.errors import BadInput
@@ -122,34 +123,44 @@ def build(session: Session, *, max_items: int | None = None, max_sentences: int 
             started_activity = True
         report.sessions += 1
         report.items += len(new)
-        open_ = last.get(group)
-        if open_ is not None and len(open_.sources) < limit:
-            take, new = new[:limit - len(open_.sources)], new[limit - len(open_.sources):]
-            members = [by_id[i] for i in open_.sources if i in by_id] + take
-            made = digest([m.text for m in members], max_sentences=max_sentences)
-            session.execute(update(Episode).where(Episode.id == open_.id).values(
-                summary=made.text or members[-1].text[:2000], summary_method=made.method,
-                summary_model=made.model, source_item_ids=open_.sources + [m.id for m in take],
-                turn_count=len(open_.sources) + len(take),
-                started_at=min([open_.started_at, *(m.created_at for m in take)]),
-                ended_at=max([open_.ended_at, *(m.created_at for m in take)])))
-            report.updated += 1
-            _lineage(session, report, open_.id, [m.id for m in members])
-        for at in range(0, len(new), limit):
-            members = new[at:at + limit]
-            made = digest([m.text for m in members], max_sentences=max_sentences)
-            eid = session.execute(insert(Episode).values(
-                # user_id and private follow from the items (0011's trigger): their owner's, private.
-                session_id=sess, scopes=list(scopes),
-                summary=made.text or members[-1].text[:2000], summary_method=made.method,
-                summary_model=made.model, source_item_ids=[m.id for m in members],
-                turn_count=len(members), started_at=members[0].created_at,
-                ended_at=max(m.created_at for m in members)).returning(Episode.id)).scalar_one()
-            report.inserted += 1
-            _lineage(session, report, eid, [m.id for m in members])
+        # A session whose episode the database refuses is skipped alone (poison): no content
+        # in the label, only the session's owner and name.
+        with poison.item(session, f"working-memory session {sess!r} of {user}", restore=report):
+            _write(session, report, last.get(group), new, by_id, sess, scopes, limit, max_sentences,
+                   digest)
     if started_activity:
         end_activity(session)
     return report
+
+
+def _write(session: Session, report: EpisodesReport, open_: _Stored | None, new: list[_Item],
+           by_id: dict[uuid.UUID, _Item], sess: str, scopes: tuple[uuid.UUID, ...], limit: int,
+           max_sentences: int, digest: Digester) -> None:
+    """One session's new items: the open episode grows to ``limit`` items, the rest start new ones."""
+    if open_ is not None and len(open_.sources) < limit:
+        take, new = new[:limit - len(open_.sources)], new[limit - len(open_.sources):]
+        members = [by_id[i] for i in open_.sources if i in by_id] + take
+        made = digest([m.text for m in members], max_sentences=max_sentences)
+        session.execute(update(Episode).where(Episode.id == open_.id).values(
+            summary=made.text or members[-1].text[:2000], summary_method=made.method,
+            summary_model=made.model, source_item_ids=open_.sources + [m.id for m in take],
+            turn_count=len(open_.sources) + len(take),
+            started_at=min([open_.started_at, *(m.created_at for m in take)]),
+            ended_at=max([open_.ended_at, *(m.created_at for m in take)])))
+        report.updated += 1
+        _lineage(session, report, open_.id, [m.id for m in members])
+    for at in range(0, len(new), limit):
+        members = new[at:at + limit]
+        made = digest([m.text for m in members], max_sentences=max_sentences)
+        eid = session.execute(insert(Episode).values(
+            # user_id and private follow from the items (0011's trigger): their owner's, private.
+            session_id=sess, scopes=list(scopes),
+            summary=made.text or members[-1].text[:2000], summary_method=made.method,
+            summary_model=made.model, source_item_ids=[m.id for m in members],
+            turn_count=len(members), started_at=members[0].created_at,
+            ended_at=max(m.created_at for m in members)).returning(Episode.id)).scalar_one()
+        report.inserted += 1
+        _lineage(session, report, eid, [m.id for m in members])
 
 
 def _lineage(session: Session, report: EpisodesReport, episode: uuid.UUID,

@@ -4,8 +4,10 @@ Each chunk is parsed by the packaged spaCy pipeline; its entity mentions come
 from GLiNER when one is configured and present, else from spaCy's NER
 (``orchestrator.derive.nlp.choose_backend``; which one, and why, is logged at
 the start of every run and printed in its report). Mentions are linked to
-existing entities through ``knowledge.resolve_entity`` (names and aliases,
-normalised) and created in the chunk's scopes when none matches. What the text
+existing entities through ``knowledge.resolve_entity_within`` (names and aliases,
+normalised, among the entities shared into every scope of the chunk, so every
+reader of the chunk can read the entity) and created in the chunk's scopes when
+none matches. What the text
 says becomes claims, confidence 0.3 and ``author_role = 'extractor'`` (a pattern
 matcher is not a witness), written through ``knowledge.assert_facts``, so the
 shape checks and quarantine apply:
@@ -55,7 +57,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import UTC, date, datetime
 from typing import Any
 
 from sqlalchemy import Engine, and_, cast, func, literal, not_, or_, select, text
@@ -66,6 +68,7 @@ from orchestrator.audit.lineage import begin_activity, end_activity, record_deri
 from orchestrator.config import Settings, get_settings
 from orchestrator.db.derive_models import Extraction
 from orchestrator.db.models import Chunk, Document, Scope
+from orchestrator.derive import poison
 from orchestrator.derive.nlp import (
     SPACY_MODEL,
     BackendChoice,
@@ -75,8 +78,10 @@ from orchestrator.derive.nlp import (
     load_spacy,
     read,
 )
+from orchestrator.derive.quality import mask_markup
 from orchestrator.derive.service import ServiceTenant, job_lock, service_session, service_tenants
-from orchestrator.errors import BadInput
+from orchestrator.errors import BadInput, is_unavailable
+from orchestrator.health import Component, supervise
 from orchestrator.ingest.knowledge import (
     FactInput,
     assert_facts,
@@ -89,6 +94,8 @@ log = logging.getLogger("engram.derive.extract")
 
 __all__ = ["EXTRACTED_CONFIDENCE", "SPACY_MODEL", "ExtractOnIngest", "ExtractReport", "extract"]
 
+# knowledge.entities' ck_entities_canonical_name_length: a longer mention is no name.
+MAX_ENTITY_NAME_CHARS = 500
 # A pattern matcher's claims must never outrank what a person asserted.
 EXTRACTED_CONFIDENCE = 0.3
 AUTHOR_ROLE = "extractor"
@@ -109,6 +116,9 @@ class ExtractReport:
     relations: int = 0  # subject-verb-object claims among ``claims``
     dates: int = 0  # dated mentions among ``claims``
     retracted: int = 0  # claims the text no longer yields (re-read or opted-out chunks)
+    skipped_mentions: int = 0  # entity mentions too long to be a name, left out
+    skipped_chunks: int = 0  # chunks whose writes the database refused, left out (poison.item)
+    skipped: list[poison.Skipped] = field(default_factory=list)  # what was left out, and why
     opted_out: int = 0  # chunks of documents with extract: false whose earlier reading was withdrawn
     backend: str = ""
     notice: str | None = None
@@ -120,7 +130,9 @@ class ExtractReport:
         self.entities |= other.entities
         self.claims += other.claims
         self.quarantined += other.quarantined
-        for name in ("kept", "relations", "dates", "retracted", "opted_out", "seconds"):
+        self.skipped += other.skipped
+        for name in ("kept", "relations", "dates", "retracted", "opted_out", "skipped_mentions",
+                     "skipped_chunks", "seconds"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.backend = other.backend or self.backend
         self.notice = other.notice or self.notice
@@ -130,9 +142,12 @@ class ExtractReport:
         rate = f", {self.chunks / self.seconds:.1f} chunks/s" if self.seconds > 0 and self.chunks else ""
         gone = f", {self.retracted} retracted" if self.retracted else ""
         out = f", {self.opted_out} opted-out chunks withdrawn" if self.opted_out else ""
+        left = "".join([f", {self.skipped_mentions} entity mentions too long to be a name skipped"
+                        if self.skipped_mentions else "",
+                        f", {self.skipped_chunks} chunks skipped" if self.skipped_chunks else ""])
         return (f"{self.chunks} chunks read: {len(self.entities)} entities, "
                 f"{len(self.claims)} claims ({self.relations} relations, {self.dates} dates), "
-                f"{len(self.quarantined)} quarantined{gone}{out}; entities by {self.backend} "
+                f"{len(self.quarantined)} quarantined{gone}{out}{left}; entities by {self.backend} "
                 f"({self.seconds:.1f}s{rate})")
 
 
@@ -231,10 +246,12 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
     size = settings.extract_batch_chunks
 
     def parse(batch: list[_Chunk]) -> list[list[Sentence]]:
-        texts = [c.text for c in batch]
+        # Code, URLs, markup and log lines become spaces of the same length (offsets hold).
+        gates = settings.derive_quality_gates
+        texts = [mask_markup(c.text) if gates else c.text for c in batch]
         docs = list(nlp.pipe(texts, batch_size=size))
         mentions = choice.backend.mentions(texts, docs)
-        return [read(d, m, c.anchor) for c, d, m in zip(batch, docs, mentions, strict=True)]
+        return [read(d, m, c.anchor, gates=gates) for c, d, m in zip(batch, docs, mentions, strict=True)]
 
     # The next batch is parsed while this one is written: the writes wait on the
     # database's own process, so parsing and writing use both cores. spaCy objects
@@ -244,15 +261,35 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
         parsed = pool.submit(parse, batches[0]) if batches else None
         for k, batch in enumerate(batches):
             assert parsed is not None
-            sentences = parsed.result()
+            sentences = [_fit_names(c, s, report) for c, s in zip(batch, parsed.result(), strict=True)]
             parsed = pool.submit(parse, batches[k + 1]) if k + 1 < len(batches) else None
-            writer.write(batch, sentences)
+            if poison.careful():
+                writer.write_each(batch, sentences)
+            else:
+                writer.write(batch, sentences)
             done += len(batch)
             if on_progress is not None:
                 on_progress(done, len(chunks))
     end_activity(session)
     report.seconds = time.monotonic() - started
     return report
+
+
+def _fit_names(chunk: _Chunk, sentences: list[Sentence], report: ExtractReport) -> list[Sentence]:
+    """The chunk's sentences without entity mentions too long to be a name (a table row or a
+    code line that NER took for one): the database would refuse such an entity, and with it
+    the whole run. Each chunk's are skipped, counted and shown; its other entities stay."""
+    too_long = {e for s in sentences for e in s.entities if len(e.name.strip()) > MAX_ENTITY_NAME_CHARS}
+    if not too_long:
+        return sentences
+    report.skipped_mentions += len(too_long)
+    poison.skip(f"{len(too_long)} entity mention(s) in chunk {chunk.id} of {chunk.where}",
+                f"longer than the {MAX_ENTITY_NAME_CHARS} characters an entity name may have (the "
+                f"longest has {max(len(e.name.strip()) for e in too_long)}); the chunk's other "
+                "entities and claims are kept")
+    return [Sentence(s.text, [e for e in s.entities if e not in too_long], s.dates,
+                     [r for r in s.relations if r.subject not in too_long and r.object not in too_long])
+            for s in sentences]
 
 
 def _old_key(subject: uuid.UUID, predicate: str, object_id: uuid.UUID | None, value: str | None,
@@ -280,11 +317,13 @@ class _Writer:
         for scopes, entities in wanted.items():
             if not entities:
                 continue
-            # Sorted: resolve_entity locks per name, and two writers must take them in one order.
+            # Sorted: resolution locks per name, and two writers must take them in one order.
+            # Within the chunk's scopes: only an entity every reader of the chunk can read
+            # (migration 0022), so no claim or profile carries a name its readers may not see.
             ordered = sorted(entities, key=lambda e: (e.entity_type, e.name.lower(), e.name))
             with savepoint(self.session):
                 ids = self.session.execute(text(
-                    "select u.i, knowledge.resolve_entity(u.t, u.n, cast(:s as uuid[]), true) "
+                    "select u.i, knowledge.resolve_entity_within(u.t, u.n, cast(:s as uuid[]), true) "
                     "from unnest(cast(:t as text[]), cast(:n as text[])) with ordinality as u(t, n, i) "
                     "order by u.i"), {"s": list(scopes), "t": [e.entity_type for e in ordered],
                                       "n": [e.name for e in ordered]}).all()
@@ -393,6 +432,23 @@ class _Writer:
             self.report.entities |= {self.entity_ids[(chunk.scopes, e.entity_type, e.name)]
                                      for s in sentences for e in s.entities}
 
+    def write_each(self, batch: Sequence[_Chunk], read_: Sequence[list[Sentence]]) -> None:
+        """The item-by-item run (``poison``): each chunk alone; a chunk whose writes the database
+        refuses is rolled back alone, skipped, and recorded as read with nothing taken from it,
+        so the next run does not stumble on it again (a new version of it is read afresh)."""
+        for chunk, sentences in zip(batch, read_, strict=True):
+            known = dict(self.entity_ids)
+            with poison.item(self.session, f"chunk {chunk.id} of {chunk.where}",
+                             restore=self.report) as done:
+                self.write([chunk], [sentences])
+            if done.skipped:
+                self.entity_ids = known  # entities made in the rolled-back item are gone
+                self.report.skipped_chunks += 1
+                with poison.item(self.session, f"the extraction record of chunk {chunk.id}"):
+                    self._records([{"chunk_id": chunk.id, "content_hash": chunk.content_hash,
+                                    "scopes": list(chunk.scopes), "model": self.model, "entity_ids": [],
+                                    "claim_ids": [], "quarantine_ids": []}])
+
     def _records(self, values: list[dict[str, Any]]) -> None:
         stmt = insert(Extraction).values(values)
         self.session.execute(stmt.on_conflict_do_update(
@@ -420,32 +476,41 @@ def extract_all(sessions: Callable[[], Any], settings: Settings, *,
     ``sessions()``, until nothing is waiting (or ``limit`` chunks in all were read)."""
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise BadInput(f"limit must be a positive integer, not {limit!r}")
-    total = report = None
+    total: int | None = None
+    report: ExtractReport | None = None
     done = 0
     while True:
         step = settings.derive_extract_limit if limit is None else min(settings.derive_extract_limit,
                                                                         limit - done)
-        with sessions() as session:
+        base = done
+
+        def one_run(session: Session, base: int = base, step: int = step) -> ExtractReport:
+            nonlocal total
             if total is None:
                 total = pending_chunks(session, document_ids=document_ids, settings=settings)
                 if limit is not None:
                     total = min(total, limit)
                 if on_progress is not None:
                     on_progress(0, total)
-            base = done
+            of = total
 
-            def progress(n: int, _of: int, base: int = base, total: int = total) -> None:
+            def progress(n: int, _of: int) -> None:
                 if on_progress is not None:
-                    on_progress(base + n, max(total, base + n))
+                    on_progress(base + n, max(of, base + n))
 
-            run = extract(session, document_ids=document_ids, limit=step, settings=settings,
-                          on_progress=progress)
+            return extract(session, document_ids=document_ids, limit=step, settings=settings,
+                           on_progress=progress)
+
+        # One chunk the database refuses must not stop the others: poison.run_guarded.
+        run, skipped = poison.run_guarded(sessions, one_run, what="extract")
+        run.skipped = list(skipped)
         if report is None:
             report = run
         else:
             report.add(run)
-        done += run.chunks + run.opted_out
-        if not run.more or (limit is not None and done >= limit) or run.chunks + run.opted_out == 0:
+        read = run.chunks + run.opted_out + run.skipped_chunks
+        done += read
+        if not run.more or (limit is not None and done >= limit) or read == 0:
             return report
 
 
@@ -484,11 +549,20 @@ class ExtractOnIngest:
             def sessions(t: ServiceTenant = tenant) -> Any:
                 return service_session(self.app_engine, t)
 
+            started_at = datetime.now(UTC)
+            keep = self.settings.derive_job_runs_keep_days
             try:
                 r = extract_all(sessions, self.settings)
-            except Exception:  # one tenant's failure must not stop the others; the tick retries
+            except Exception as exc:  # one tenant's failure must not stop the others; the tick retries
+                if is_unavailable(exc):
+                    raise  # every tenant would fail alike: run_forever retries with back-off
                 log.exception("extract on ingest: %s failed", tenant.org_id)
+                poison.record_run(sessions, "extract", ok=False, line=poison.reason_of(exc), skipped=[],
+                                  started_at=started_at, keep_days=keep)
                 continue
+            if r.skipped:
+                poison.record_run(sessions, "extract", ok=True, line=r.line(), skipped=r.skipped,
+                                  started_at=started_at, keep_days=keep)
             if r.chunks or r.opted_out:
                 reports[tenant.org_id] = r
                 log.info("extract on ingest: %s: %s", tenant.org_id, r.line())
@@ -496,15 +570,25 @@ class ExtractOnIngest:
                     self.on_report(tenant.org_id, r)
         return reports
 
-    def run_forever(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            if not self._wake.wait(timeout=1.0):
-                continue
-            stop.wait(max(self.settings.extract_wake_delay_s, 0.0))
-            self._wake.clear()
-            if stop.is_set():
-                return
-            try:
-                self.run_once()
-            except Exception:  # e.g. the database restarting: the next wake or tick retries
-                log.exception("extract on ingest failed")
+    def run_forever(self, stop: threading.Event, component: Component | None = None) -> None:
+        """Wait for a wake, extract, repeat. A run that fails (the database restarting) is
+        retried with back-off without waiting for the next wake; ``component`` reports it."""
+        component = component or Component("extraction on ingest")
+        component.ok("waiting for new chunks")
+
+        def body() -> None:
+            while not stop.is_set():
+                if not self._wake.wait(timeout=1.0):
+                    continue
+                stop.wait(max(self.settings.extract_wake_delay_s, 0.0))
+                self._wake.clear()
+                if stop.is_set():
+                    return
+                try:
+                    done = self.run_once()
+                except Exception:
+                    self._wake.set()  # the retry after the back-off extracts what waited
+                    raise
+                component.ok(f"last run: {sum(r.chunks for r in done.values())} chunks read")
+
+        supervise(component, body, stop)

@@ -48,6 +48,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -59,7 +60,10 @@ from sqlalchemy.orm import Session
 
 from orchestrator.audit.lineage import begin_activity, end_activity
 from orchestrator.config import Settings
+from orchestrator.derive import poison
 from orchestrator.derive.service import ServiceTenant, service_session, service_tenants
+from orchestrator.errors import Unavailable, describe_unavailable, is_unavailable
+from orchestrator.health import Backoff, Component, supervise
 
 if TYPE_CHECKING:
     from orchestrator.derive.communities import CommunityReport
@@ -95,6 +99,7 @@ class JobResult:
     line: str
     seconds: float
     notes: tuple[str, ...] = ()
+    unavailable: bool = False  # failed because the database was out of reach
 
     def render(self) -> str:
         state = "ok" if self.ok else "FAILED"
@@ -180,7 +185,9 @@ def communities_line(r: CommunityReport) -> str:
 
 def profiles_line(r: ProfileReport) -> str:
     return (f"profiles: {r.inserted} inserted, {r.updated} updated, {r.deleted} deleted, "
-            f"{r.unchanged} unchanged; {r.resummarised} summarised, {r.users} of users")
+            f"{r.unchanged} unchanged; {r.resummarised} summarised, {r.users} of users"
+            + (f"; {r.withheld} withheld (subject not shared into every scope of its claims)"
+               if r.withheld else ""))
 
 
 def _communities(session: Session, settings: Settings) -> Outcome:
@@ -222,8 +229,15 @@ def _usage(session: Session, settings: Settings) -> Outcome:
     days = (today - timedelta(days=1), today)  # yesterday's last events land after midnight
     savepoint = session.begin_nested()
     begin_activity(session, "derive.usage", {"days": [d.isoformat() for d in days]})
-    usage = sum(int(session.execute(select(func.memory.refresh_usage(d))).scalar_one()) for d in days)
-    value = sum(int(session.execute(select(func.memory.refresh_value(d))).scalar_one()) for d in days)
+    counts = {"usage_daily": 0, "value_daily": 0}
+    # Each table and day is one statement of a SECURITY DEFINER function (it counts every
+    # user's ledger rows): item by item (poison), one the database refuses is skipped alone.
+    for table, refresh in (("usage_daily", func.memory.refresh_usage),
+                           ("value_daily", func.memory.refresh_value)):
+        for d in days:
+            with poison.item(session, f"memory.{table} of {d.isoformat()}"):
+                counts[table] += int(session.execute(select(refresh(d))).scalar_one())
+    usage, value = counts["usage_daily"], counts["value_daily"]
     if usage or value:
         end_activity(session)
         savepoint.commit()
@@ -249,21 +263,38 @@ JOBS_BY_NAME = {job.name: job for job in JOBS}
 
 
 def run_job(job: Job, sessions: SessionFactory, settings: Settings, tenant: str) -> JobResult:
-    """One job in one transaction; any failure is caught, logged and returned, never raised."""
+    """One job in one transaction; any failure is caught, logged and returned, never raised.
+
+    An item the job cannot write does not fail it: the job runs again item by item and
+    skips that item (``orchestrator.derive.poison``); what was skipped is in the result's
+    line and notes, and the run, like a failed one, is kept in ``memory.job_runs``."""
     started = time.monotonic()
+    started_at = datetime.now(UTC)
+    keep = settings.derive_job_runs_keep_days
     try:
-        with sessions() as session:
-            outcome = job.run(session, settings)
+        outcome, skipped = poison.run_guarded(sessions, lambda s: job.run(s, settings),
+                                              what=f"derive {tenant}: {job.name}")
     except Exception as exc:  # one failing job must not stop the others
+        if is_unavailable(exc):
+            log.warning("derive %s: %s: %s", tenant, job.name, describe_unavailable(exc))
+            return JobResult(job.name, tenant, False, describe_unavailable(exc),
+                             time.monotonic() - started, unavailable=True)
         log.exception("derive %s: %s failed", tenant, job.name)
-        return JobResult(job.name, tenant, False, f"{type(exc).__name__}: {exc}".split("\n")[0],
-                         time.monotonic() - started)
-    for note in outcome.notes:
+        line = f"{type(exc).__name__}: {exc}".split("\n")[0]
+        poison.record_run(sessions, job.name, ok=False, line=line, skipped=[], started_at=started_at,
+                          keep_days=keep)
+        return JobResult(job.name, tenant, False, line, time.monotonic() - started)
+    line, notes = outcome.line, outcome.notes
+    if skipped:
+        line = f"{line}; {len(skipped)} skipped"
+        notes = (*notes, *(str(s) for s in skipped))
+        poison.record_run(sessions, job.name, ok=True, line=line, skipped=skipped, started_at=started_at,
+                          keep_days=keep)
+    for note in notes:
         log.warning("derive %s: %s: %s", tenant, job.name, note)
     for detail in outcome.details:
         log.info("derive %s: %s: %s", tenant, job.name, detail)
-    return JobResult(job.name, tenant, True, outcome.line, time.monotonic() - started,
-                     notes=outcome.notes)
+    return JobResult(job.name, tenant, True, line, time.monotonic() - started, notes=notes)
 
 
 def run_jobs(sessions: SessionFactory, settings: Settings, tenant: str, *,
@@ -277,6 +308,39 @@ def run_jobs(sessions: SessionFactory, settings: Settings, tenant: str, *,
             on_result(result)
         results.append(result)
     return results
+
+
+@dataclass(frozen=True)
+class LoggedRun:
+    job: str
+    ok: bool
+    line: str
+    seconds: float
+    started_at: datetime
+
+
+class RunLog:
+    """The last runs of each tenant's jobs in this process, for the console's operations page
+    (GraphQL ``deriveRuns``): the scheduler records every result, failures with their error."""
+
+    def __init__(self, size: int = 200) -> None:
+        self._size = size
+        self._runs: dict[str, deque[LoggedRun]] = {}
+        self._lock = threading.Lock()
+
+    def record(self, result: JobResult) -> None:
+        started = datetime.now(UTC) - timedelta(seconds=result.seconds)
+        with self._lock:
+            self._runs.setdefault(result.tenant, deque(maxlen=self._size)).append(
+                LoggedRun(result.job, result.ok, result.line, result.seconds, started))
+
+    def runs(self, tenant: str) -> list[LoggedRun]:
+        """The tenant's (organization id) runs, newest first."""
+        with self._lock:
+            return list(reversed(self._runs.get(tenant, ())))
+
+
+RUN_LOG = RunLog()
 
 
 @dataclass
@@ -331,6 +395,9 @@ class DeriveScheduler:
 
             report.results += run_jobs(sessions, self.settings, tenant.org_id, jobs=self.jobs,
                                        on_result=self._record)
+            if any(r.unavailable for r in report.results):
+                # The rest of the tick would fail the same way: run_forever retries it.
+                raise Unavailable(detail=f"derive tick stopped at tenant {tenant.org_id}")
         self.compact_statistics()
         self.last_tick_at = datetime.now(UTC)
         report.seconds = time.monotonic() - started
@@ -342,6 +409,7 @@ class DeriveScheduler:
 
     def _record(self, result: JobResult) -> None:
         self.last_runs[(result.tenant, result.job)] = result
+        RUN_LOG.record(result)
         if self.on_result is not None:
             self.on_result(result)
 
@@ -360,12 +428,18 @@ class DeriveScheduler:
             log.info("derive tick: compacted the BM25 statistics of %d tenants", done)
         return done
 
-    def run_forever(self, stop: threading.Event) -> None:
-        """Tick, then wait ``derive_interval_s`` (or until ``stop``); a failed tick is retried."""
+    def run_forever(self, stop: threading.Event, component: Component | None = None) -> None:
+        """Tick, then wait ``derive_interval_s`` (or until ``stop``). A tick that fails (the
+        database restarting, say) is retried with back-off, from a second up to the interval,
+        not only at the next interval; ``component`` reports the state."""
         interval = max(self.settings.derive_interval_s, 1.0)
-        while not stop.is_set():
-            try:
-                self.tick()
-            except Exception:  # e.g. the database is restarting: try again next interval
-                log.exception("derive tick failed")
-            stop.wait(interval)
+        component = component or Component("derive schedule")
+
+        def body() -> None:
+            while not stop.is_set():
+                t = self.tick()
+                component.ok(f"last tick: {t.tenants} tenants, {len(t.results)} jobs, "
+                             f"{len(t.failed)} failed in {t.seconds:.1f} s")
+                stop.wait(interval)
+
+        supervise(component, body, stop, backoff=Backoff(1.0, min(interval, 60.0)))

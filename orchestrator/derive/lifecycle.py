@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 from orchestrator.db.derive_models import DocumentUse, LifecyclePolicy
 from orchestrator.db.knowledge_models import UsageEvent, ValueDaily
 from orchestrator.db.models import Base, Chunk, Document
+from orchestrator.derive import poison
 from orchestrator.errors import BadInput, Conflict, Forbidden, NotFound
 
 CHANNELS = ("graphql", "mcp", "python", "cli", "worker")
@@ -126,13 +127,26 @@ def sweep(session: Session, *, apply: bool = False, as_of: datetime | None = Non
     listed = session.execute(query).all()
     worth = _document_value(session, [r[0] for r in listed])
     items = tuple(SweepItem(i, c, p, u, d, *worth.get(i, (0, 0))) for i, c, p, u, d in listed)
-    if apply and items:
-        ids = [it.document_id for it in items]
-        done = set(session.execute(update(Document).where(Document.id.in_(ids))
-                                   .values(archived_at=func.now()).returning(Document.id)).scalars())
-        if done != set(ids):
-            raise Conflict("the sweep could not archive every listed document; nothing was changed")
+    if apply and items and poison.careful():
+        # Item by item (poison): a document the database refuses to archive stays as it is,
+        # is skipped and shown; the others are archived.
+        kept = []
+        for it in items:
+            with poison.item(session, f"document {it.collection}/{it.path} ({it.document_id})") as done:
+                _archive(session, [it.document_id])
+            if not done.skipped:
+                kept.append(it)
+        items = tuple(kept)
+    elif apply and items:
+        _archive(session, [it.document_id for it in items])
     return SweepReport(moment, items, apply)
+
+
+def _archive(session: Session, ids: list[uuid.UUID]) -> None:
+    done = set(session.execute(update(Document).where(Document.id.in_(ids))
+                               .values(archived_at=func.now()).returning(Document.id)).scalars())
+    if done != set(ids):
+        raise Conflict("the sweep could not archive every listed document; nothing was changed")
 
 
 def _document_value(session: Session, ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[int, int]]:

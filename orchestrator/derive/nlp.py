@@ -48,6 +48,7 @@ from functools import lru_cache
 from typing import Any, Protocol
 
 from orchestrator.config import Settings
+from orchestrator.derive.quality import plausible_entity
 
 log = logging.getLogger("engram.derive.extract")
 
@@ -59,7 +60,7 @@ ENTITY_TYPES = {
 }
 # Bumped whenever the rules below change what a chunk yields, so every chunk read under
 # older rules is read again (its stale claims retracted, the new ones written).
-RULES_VERSION = "rules-2"
+RULES_VERSION = "rules-3"
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -170,7 +171,7 @@ _CONDITIONS = {"if", "unless", "whether"}
 _PREDICATE = re.compile(r"^[a-z][a-z0-9_]{0,99}$")
 
 
-def _entity_spans(doc: Any, mentions: Sequence[Mention]) -> dict[int, Entity]:
+def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True) -> dict[int, Entity]:
     """token index -> entity, longest mention first where mentions overlap."""
     owner: dict[int, Entity] = {}
     for m in sorted(mentions, key=lambda m: (m.start - m.end, m.start)):
@@ -181,8 +182,10 @@ def _entity_spans(doc: Any, mentions: Sequence[Mention]) -> dict[int, Entity]:
             span = span[1:]
         while len(span) > 1 and span[-1].tag_ == "POS":  # "Ada's" names Ada
             span = span[:-1]
-        name = span.text.strip()
-        if not any(ch.isalnum() for ch in name) or any(t.i in owner for t in span):
+        name = " ".join(span.text.split())
+        # Code, URLs, numbers and markup are not names (orchestrator.derive.quality).
+        if (not plausible_entity(name) if gates else not any(ch.isalnum() for ch in name)) \
+                or any(t.i in owner for t in span):
             continue
         entity = Entity(m.entity_type, name)
         for t in span:
@@ -278,16 +281,18 @@ def _relations(verb: Any, owner: dict[int, Entity]) -> list[Relation]:
     return out
 
 
-def read(doc: Any, mentions: Sequence[Mention], anchor: date | None = None) -> list[Sentence]:
-    """The sentences of a parsed chunk that name at least one entity, with what they say."""
-    owner = _entity_spans(doc, mentions)
+def read(doc: Any, mentions: Sequence[Mention], anchor: date | None = None, *,
+         gates: bool = True) -> list[Sentence]:
+    """The sentences of a parsed chunk that name at least one entity, with what they say.
+    ``gates`` off (``derive_quality_gates``) accepts any mention with a letter or digit."""
+    owner = _entity_spans(doc, mentions, gates)
     dates = [(e.start, normalise_date(e.text, anchor)) for e in doc.ents if e.label_ == "DATE"]
     out: list[Sentence] = []
     for sent in doc.sents:
         entities = list(dict.fromkeys(owner[t.i] for t in sent if t.i in owner))
         if not entities:
             continue
-        text = sent.text.strip()
+        text = " ".join(sent.text.split())
         when = list(dict.fromkeys(w for start, w in dates
                                   if w is not None and sent.start <= start < sent.end))
         relations: list[Relation] = []

@@ -3,7 +3,10 @@
 Three kinds of profile, each **per scope set** (the claims about one subject
 shared into exactly the same scopes are summarised together and the profile
 carries that scope set, so a reader of a profile can read every claim it draws
-on, and nobody else can read the profile):
+on, and nobody else can read the profile). A profile of an entity is titled
+with its name, so it is built only when the entity is shared into every scope
+of the set (anyone who reads the profile can read the entity); otherwise it is
+withheld and counted (``ProfileReport.withheld``):
 
 * a person's **world profile** (``perspective_key = 'world'``): the current world
   facts about a person entity;
@@ -46,7 +49,9 @@ from sqlalchemy.orm import Session
 from orchestrator.audit.lineage import begin_activity, end_activity, record_derivations
 from orchestrator.config import Settings
 from orchestrator.db.knowledge_models import Entity, Profile, current_claims
+from orchestrator.derive import poison
 from orchestrator.derive.digest import input_digest
+from orchestrator.derive.quality import plausible_entity, plausible_statement
 from orchestrator.derive.service import SERVICE_USER, job_lock
 from orchestrator.derive.summarize import get_summarizer
 
@@ -67,6 +72,10 @@ class ProfileReport:
     unchanged: int = 0
     resummarised: int = 0  # summarizer calls
     users: int = 0  # user profiles among the profiles now current
+    # (subject, partition, scope set) groups not summarised: the subject entity is not shared
+    # into every scope of its claims, so the profile's title would name it to readers who
+    # may not read it (a stored one is deleted)
+    withheld: int = 0
 
 
 @dataclass(frozen=True)
@@ -110,14 +119,29 @@ def refresh(session: Session, *, entity_type: str = PERSON, max_sentences: int =
     wanted: dict[Key, list[tuple[uuid.UUID, str]]] = defaultdict(list)
     names: dict[uuid.UUID, str] = {}
     about_people = session.execute(
-        select(c.id, c.subject_id, c.scopes, c.text, c.perspective_key, Entity.canonical_name)
+        select(c.id, c.subject_id, c.scopes, c.text, c.perspective_key, Entity.canonical_name,
+               Entity.scopes)
         .join(Entity, (Entity.tenant_id == c.tenant_id) & (Entity.id == c.subject_id))
         .where(Entity.entity_type == entity_type, Entity.merged_into.is_(None), writable,
                or_(c.epistemic_kind == "world_fact", c.epistemic_kind.in_(PERSPECTIVE_KINDS)))
         .order_by(c.id)
     ).all()
-    for claim_id, subject, scopes, text_, perspective, name in about_people:
-        wanted[(subject, None, perspective, tuple(sorted(scopes)))].append((claim_id, text_))
+    gates = settings.derive_quality_gates if settings is not None else True
+    withheld: set[Key] = set()
+    for claim_id, subject, scopes, text_, perspective, name, subject_scopes in about_people:
+        # Quality gates (orchestrator.derive.quality): no profile of a name that is code, a
+        # URL or a number, and no sentence in it that is not prose.
+        if gates and (not plausible_entity(name) or not plausible_statement(text_)):
+            continue
+        key: Key = (subject, None, perspective, tuple(sorted(scopes)))
+        # The title names the subject: only when every reader of the profile (anyone with
+        # one of its scopes) may read the subject's row, i.e. the entity is shared into
+        # every scope of the claims. Otherwise no profile: its title would carry a name
+        # from a row some of its readers cannot read.
+        if not set(scopes) <= set(subject_scopes):
+            withheld.add(key)
+            continue
+        wanted[key].append((claim_id, text_))
         names[subject] = name
     own = session.execute(
         select(c.id, c.author, c.scopes, c.text)
@@ -125,6 +149,8 @@ def refresh(session: Session, *, entity_type: str = PERSON, max_sentences: int =
         .order_by(c.id)
     ).all()
     for claim_id, author, scopes, text_ in own:
+        if gates and not plausible_statement(text_):
+            continue
         wanted[(None, author, f"user:{author}", tuple(sorted(scopes)))].append((claim_id, text_))
 
     stored_rows = session.execute(
@@ -141,7 +167,7 @@ def refresh(session: Session, *, entity_type: str = PERSON, max_sentences: int =
             None if r.input_digest is None else bytes(r.input_digest))
         for r in stored_rows}
 
-    report = ProfileReport(users=sum(1 for k in wanted if k[1] is not None))
+    report = ProfileReport(users=sum(1 for k in wanted if k[1] is not None), withheld=len(withheld))
     wanted_method = (summarizer.method, summarizer.model)
     keys = sorted(set(wanted) | set(existing), key=_sort_key)
     edges = []
@@ -180,19 +206,21 @@ def refresh(session: Session, *, entity_type: str = PERSON, max_sentences: int =
         start()
         written = {"summary": summary, "summary_method": made.method, "summary_model": made.model,
                    "input_digest": digest}
-        if old is not None:
-            session.execute(update(Profile).where(Profile.id == old.id)
-                            .values(updated_at=func.now(), **written))
-            pid = old.id
-            report.updated += 1
-        else:
-            entity, user, perspective, scopes = key
-            pid = session.execute(insert(Profile).values(
-                subject_entity_id=entity, subject_user_id=user, perspective_key=perspective,
-                scopes=list(scopes), **written).returning(Profile.id)).scalar_one()
-            report.inserted += 1
-        derived = ("memory.profiles", {"id": str(pid)})
-        edges += [(derived, ("knowledge.fact_claim", {"id": str(cid)})) for cid, _ in facts]
+        entity, user, perspective, scopes = key
+        label = f"the profile of {f'entity {entity}' if entity else f'user {user}'} ({perspective})"
+        with poison.item(session, label, restore=report):
+            if old is not None:
+                session.execute(update(Profile).where(Profile.id == old.id)
+                                .values(updated_at=func.now(), **written))
+                pid = old.id
+                report.updated += 1
+            else:
+                pid = session.execute(insert(Profile).values(
+                    subject_entity_id=entity, subject_user_id=user, perspective_key=perspective,
+                    scopes=list(scopes), **written).returning(Profile.id)).scalar_one()
+                report.inserted += 1
+            derived = ("memory.profiles", {"id": str(pid)})
+            edges += [(derived, ("knowledge.fact_claim", {"id": str(cid)})) for cid, _ in facts]
     if edges:
         record_derivations(session, edges)
     if started:

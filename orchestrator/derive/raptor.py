@@ -70,6 +70,7 @@ from orchestrator.audit.lineage import begin_activity, end_activity, record_deri
 from orchestrator.config import Settings, get_settings
 from orchestrator.db.knowledge_models import FactContent, RaptorNode, current_claims
 from orchestrator.db.models import EMBEDDING_DIMENSION, Chunk, Document
+from orchestrator.derive import poison
 from orchestrator.derive.summarize import Summarizer, get_summarizer, split_sentences
 from orchestrator.errors import BadInput
 
@@ -713,11 +714,13 @@ def build(session: Session, *, full: bool = False, settings: Settings | None = N
                 "join_distance": cfg.join_distance, "seed": cfg.seed})
             started = True
         lap("summarise")
-        written = _write(session, tree, report)
-        lap("write")
-        _derivations(session, tree, written)
-        lap("lineage")
-        report.changed_ids.extend(n.id for n in written if n.id is not None)
+        with poison.item(session, f"the RAPTOR tree of scope set {', '.join(map(str, tree.key))}",
+                         restore=report):
+            written = _write(session, tree, report)
+            lap("write")
+            _derivations(session, tree, written)
+            lap("lineage")
+            report.changed_ids.extend(n.id for n in written if n.id is not None)
     if started:
         end_activity(session)
     return report

@@ -14,15 +14,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import delete, func, insert, select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from orchestrator.config import Settings, get_settings
 from orchestrator.db.models import Chunk, Document, Scope
 from orchestrator.db.session import translate
-from orchestrator.errors import BadInput, NotFound
+from orchestrator.errors import BadInput, Forbidden, NotFound
 from orchestrator.ingest.chunking import chunk_text
+from orchestrator.ingest.values import timestamp
 
 KNOWN_STATES = ("Active", "Waiting", "Done", "Someday", "Cancelled", "Archived")
 
@@ -39,9 +40,10 @@ class DocumentInput:
     area: str | None = None
     # ``{"extract": false}`` opts the document out of extraction (bring your own claims).
     metadata: dict[str, Any] | None = None
-    # When what the document describes happened (front matter ``date``); the timeline
-    # lane orders a collection by it. Must carry a time zone.
-    occurred_at: datetime | None = None
+    # When what the document describes happened (front matter ``date``, GraphQL and MCP
+    # ``occurredAt``): the timeline lane orders a collection by it. A time zone is required;
+    # an ISO 8601 string is read as one.
+    occurred_at: datetime | str | None = None
 
 
 @dataclass(frozen=True)
@@ -70,10 +72,13 @@ def validate(doc: DocumentInput, settings: Settings) -> None:
         problems.append("body contains a NUL character")
     if doc.state is not None and doc.state not in KNOWN_STATES:
         problems.append(f"state {doc.state!r} is not one of {', '.join(KNOWN_STATES)}")
-    if doc.occurred_at is not None and (not isinstance(doc.occurred_at, datetime)
-                                        or doc.occurred_at.tzinfo is None):
-        problems.append("occurred_at must be a datetime with a time zone")
-    if isinstance(doc.metadata, dict) and not isinstance(doc.metadata.get("extract", True), bool):
+    try:
+        timestamp("occurred_at", doc.occurred_at)
+    except BadInput as exc:
+        problems.append(exc.message)
+    if doc.metadata is not None and not isinstance(doc.metadata, dict):
+        problems.append("metadata must be a JSON object")
+    elif isinstance(doc.metadata, dict) and not isinstance(doc.metadata.get("extract", True), bool):
         problems.append(f"metadata extract must be true or false (false: never extract entities and "
                         f"claims from this document), not {doc.metadata['extract']!r}")
     if not doc.scopes:
@@ -95,20 +100,62 @@ def resolve_scopes(session: Session, names: tuple[str, ...] | list[str]) -> list
     return [found[n] for n in wanted]
 
 
+def at_path(session: Session, collection: str, path: str) -> list[Document]:
+    """The documents at ``(collection, path)`` the caller can read, most recently updated first.
+
+    A path is unique per scope set (migration 0020): a writer who cannot read a document
+    at a path is never told it exists, and its own write there makes another document,
+    in its scopes. A reader of both sees both; the first one here is "the document at
+    the path" for reads by path."""
+    return list(session.execute(
+        select(Document).where(Document.collection == collection, Document.path == path)
+        .order_by(Document.updated_at.desc(), Document.id)).scalars())
+
+
+def writable_scope_ids(session: Session) -> set[uuid.UUID]:
+    """The ids of the scopes the bound identity may write."""
+    return set(session.execute(select(func.auth.write_scopes())).scalar_one() or ())
+
+
+def _unwritable(session: Session, scope_ids: list[uuid.UUID] | tuple[uuid.UUID, ...],
+                writable: set[uuid.UUID]) -> list[str]:
+    missing = [s for s in scope_ids if s not in writable]
+    if not missing:
+        return []
+    names = dict(session.execute(select(Scope.id, Scope.name).where(Scope.id.in_(missing))).all())
+    return sorted(names.get(s, str(s)) for s in missing)
+
+
 def put_document(session: Session, doc: DocumentInput, settings: Settings | None = None
                  ) -> PutResult:
     """Insert or update the document at ``(collection, path)``.
 
-    Unchanged content (same hash, same fields) writes nothing. Changed content
-    re-chunks the document; its chunks go back on the embedding queue.
+    Which document: the one the caller can read at that path in exactly the scopes given,
+    else the most recently updated one it can read there (then the write moves it into
+    the scopes given), else a new one. Unchanged content (same hash, same fields) writes
+    nothing. Changed content re-chunks the document; its chunks go back on the embedding
+    queue. Writing needs write on every scope of the document, before and after:
+    ``Forbidden`` names the scopes that are missing.
     """
     settings = settings or get_settings()
     validate(doc, settings)
+    occurred_at = timestamp("occurred_at", doc.occurred_at)
     scope_ids = resolve_scopes(session, doc.scopes)
     content_hash = hashlib.sha256(doc.body.encode()).digest()
-    existing = session.execute(
-        select(Document).where(Document.collection == doc.collection, Document.path == doc.path)
-    ).scalar_one_or_none()
+    writable = writable_scope_ids(session)
+    denied = _unwritable(session, scope_ids, writable)
+    if denied:
+        raise Forbidden(f"you may not write into scope(s) {', '.join(denied)}: a document needs "
+                        "write on every scope it is shared into", sqlstate="42501")
+    here = at_path(session, doc.collection, doc.path)
+    existing = next((d for d in here if sorted(d.scopes) == sorted(scope_ids)),
+                    here[0] if here else None)
+    if existing is not None:
+        denied = _unwritable(session, existing.scopes, writable)
+        if denied:
+            raise Forbidden(f"the document at {doc.collection}/{doc.path} is shared into "
+                            f"{', '.join(denied)}, which you may read but not write",
+                            sqlstate="42501")
     try:
         with session.begin_nested():
             if existing is None:
@@ -118,7 +165,7 @@ def put_document(session: Session, doc: DocumentInput, settings: Settings | None
                     insert(Document).values(
                         collection=doc.collection, path=doc.path, title=doc.title,
                         body=doc.body, scopes=scope_ids, kind=doc.kind, state=doc.state,
-                        area=doc.area, metadata=doc.metadata or {}, occurred_at=doc.occurred_at,
+                        area=doc.area, metadata=doc.metadata or {}, occurred_at=occurred_at,
                     ).returning(Document.id)
                 ).scalar_one()
                 n = _write_chunks(session, doc_id, doc.body, settings)
@@ -128,7 +175,7 @@ def put_document(session: Session, doc: DocumentInput, settings: Settings | None
                 and sorted(existing.scopes) == sorted(scope_ids) and existing.kind == doc.kind
                 and existing.state == doc.state and existing.area == doc.area
                 and existing.metadata_ == (doc.metadata or {})
-                and existing.occurred_at == doc.occurred_at
+                and existing.occurred_at == occurred_at
             )
             if same_fields:
                 return PutResult(existing.id, False, False, 0)
@@ -140,7 +187,7 @@ def put_document(session: Session, doc: DocumentInput, settings: Settings | None
             existing.state = doc.state
             existing.area = doc.area
             existing.metadata_ = doc.metadata or {}
-            existing.occurred_at = doc.occurred_at
+            existing.occurred_at = occurred_at
             session.flush()
             n = 0
             if body_changed:
@@ -163,10 +210,16 @@ def _write_chunks(session: Session, document_id: uuid.UUID, body: str, settings:
 
 
 def delete_document(session: Session, collection: str, path: str) -> uuid.UUID:
-    doc_id = session.execute(
-        delete(Document).where(Document.collection == collection, Document.path == path)
-        .returning(Document.id)
-    ).scalar()
-    if doc_id is None:
-        raise NotFound(f"no writable document at {collection}/{path}")
-    return doc_id
+    """Delete the documents at ``(collection, path)`` the caller may write (one per scope set);
+    returns the id of the most recently updated. ``NotFound`` when there is none the caller can
+    read there, ``Forbidden`` when there are only ones it may read but not write."""
+    here = at_path(session, collection, path)
+    if not here:
+        raise NotFound(f"no document at {collection}/{path} that you can read")
+    writable = writable_scope_ids(session)
+    mine = [d.id for d in here if set(d.scopes) <= writable]
+    if not mine:
+        raise Forbidden(f"you may read the document at {collection}/{path} but not delete it: that "
+                        "needs write on every scope it is shared into", sqlstate="42501")
+    session.execute(delete(Document).where(Document.id.in_(mine)))
+    return mine[0]

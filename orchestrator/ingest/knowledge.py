@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any, Literal
 
-from sqlalchemy import func, insert, select, text
+from sqlalchemy import func, insert, select, text, tuple_
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
@@ -38,8 +38,9 @@ from orchestrator.db.knowledge_models import (
     effective_claims,
 )
 from orchestrator.db.session import translate
-from orchestrator.errors import BadInput, NotFound
+from orchestrator.errors import BadInput, Conflict, NotFound
 from orchestrator.ingest.documents import resolve_scopes
+from orchestrator.ingest.values import timestamp
 
 EpistemicKind = Literal["world_fact", "experience", "observation", "opinion", "preference"]
 Strategy = Literal["newest_wins", "highest_authority_wins", "keep_both", "manual"]
@@ -148,21 +149,6 @@ def savepoint(session: Session) -> Iterator[None]:
         raise translate(exc) from exc
 
 
-def _timestamp(name: str, value: datetime | str | None) -> datetime | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value)
-        except ValueError:
-            raise BadInput(f"{name} {value!r} is not an ISO 8601 date or time") from None
-    if not isinstance(value, datetime):
-        raise BadInput(f"{name} must be a datetime or an ISO 8601 string")
-    if value.tzinfo is None:
-        raise BadInput(f"{name} {value.isoformat()} has no time zone")
-    return value
-
-
 def literal_value(value: Literal_, datatype: str | None) -> tuple[str, str]:
     """A Python value as the (text, datatype) pair a claim stores."""
     if datatype is not None and datatype not in DATATYPES:
@@ -215,13 +201,23 @@ def _validate(fact: FactInput) -> tuple[datetime | None, datetime | None, dateti
         problems.append("a keyed fact needs both fact_key and as_of")
     if problems:
         raise BadInput("invalid claim: " + "; ".join(problems))
-    valid_from = _timestamp("valid_from", fact.valid_from)
-    valid_to = _timestamp("valid_to", fact.valid_to)
-    as_of = _timestamp("as_of", fact.as_of)
+    valid_from = timestamp("valid_from", fact.valid_from)
+    valid_to = timestamp("valid_to", fact.valid_to)
+    as_of = timestamp("as_of", fact.as_of)
     if valid_from is not None and valid_to is not None and valid_to <= valid_from:
         raise BadInput(f"invalid claim: valid_to {valid_to.isoformat()} is not after valid_from "
                        f"{valid_from.isoformat()}")
     return valid_from, valid_to, as_of
+
+
+def visible_ids(session: Session, table: Any, ids: Sequence[uuid.UUID | None]) -> set[uuid.UUID]:
+    """The ids among ``ids`` of rows the bound identity can read. A readable row may refer to
+    one it cannot (a claim's object entity in another scope): such a reference is shown as
+    null, never as the other row's id."""
+    wanted = {i for i in ids if i is not None}
+    if not wanted:
+        return set()
+    return set(session.execute(select(table.id).where(table.id.in_(wanted))).scalars())
 
 
 def require_visible(session: Session, table: Any, ids: Sequence[uuid.UUID], what: str) -> None:
@@ -233,6 +229,32 @@ def require_visible(session: Session, table: Any, ids: Sequence[uuid.UUID], what
     seen = set(session.execute(select(table.id).where(table.id.in_(wanted))).scalars())
     for missing in sorted(wanted - seen, key=str):
         raise NotFound(f"{what} {missing} does not exist in this tenant or is not visible")
+
+
+def key_moment(value: datetime | None) -> str:
+    return value.isoformat() if value is not None else "-"
+
+
+def _refuse_taken_keys(session: Session, keys: list[tuple[str, datetime]]) -> None:
+    """A keyed snapshot ``(fact_key, as_of)`` is one claim among those the writer can read.
+
+    The database's key is per scope set (migration 0020), so a claim the writer cannot
+    read never collides and is never revealed; one it can read, in any scope set, is
+    refused here as a conflict, as is the same key and moment twice in one batch."""
+    if not keys:
+        return
+    seen: set[tuple[str, datetime]] = set()
+    for key in keys:
+        if key in seen:
+            raise Conflict(f"keyed fact {key[0]!r} as of {key_moment(key[1])} is given twice")
+        seen.add(key)
+    taken = session.execute(
+        select(FactClaim.fact_key, FactClaim.as_of, FactClaim.id)
+        .where(tuple_(FactClaim.fact_key, FactClaim.as_of).in_(keys))
+        .order_by(FactClaim.fact_key, FactClaim.as_of, FactClaim.id)).first()
+    if taken is not None:
+        raise Conflict(f"keyed fact {taken[0]!r} as of {key_moment(taken[1])} already exists "
+                       f"(claim {taken[2]}): a snapshot is one claim; give another as_of")
 
 
 def assert_fact(session: Session, fact: FactInput) -> AssertResult:
@@ -277,6 +299,8 @@ def assert_facts(session: Session, facts: Sequence[FactInput]) -> list[AssertRes
         object_value, datatype = (None, "entity") if fact.value is None else \
             literal_value(fact.value, fact.datatype)
         prepared.append((fact, valid_from, valid_to, as_of, object_value, datatype))
+    _refuse_taken_keys(session, [(f.fact_key, as_of) for f, _, _, as_of, _, _ in prepared
+                                 if f.fact_key is not None and as_of is not None])
     entity_ids = {i for f in facts for i in (f.subject_id, f.object_id) if i is not None}
     canonical: dict[uuid.UUID, uuid.UUID] = {r[0]: r[1] for r in session.execute(
         select(Entity.id, func.knowledge.canonical_entity(Entity.id)).where(Entity.id.in_(entity_ids)))}
@@ -425,14 +449,17 @@ def current_facts(session: Session, entity_id: uuid.UUID, *, include_beaten: boo
         c.predicate, c.recorded_at, c.id).limit(limit)
     if not include_beaten:
         stmt = stmt.where(c.beaten_by.is_(None))
+    rows = session.execute(stmt).all()
+    objects = visible_ids(session, Entity, [r.object_id for r in rows])
     return [Fact(id=r.id, text=r.text, subject_id=r.subject_id, predicate=r.predicate,
-                 object_id=r.object_id, object_value=r.object_value,
+                 object_id=r.object_id if r.object_id in objects else None,
+                 object_value=r.object_value,
                  object_datatype=r.object_datatype, epistemic_kind=r.epistemic_kind,
                  perspective_key=r.perspective_key, author=r.author, author_role=r.author_role,
                  confidence=r.confidence, authority=r.authority, valid_from=r.valid_from,
                  valid_to=r.valid_to, recorded_at=r.recorded_at, fact_key=r.fact_key,
                  as_of=r.as_of, disputed=r.disputed, beaten_by=r.beaten_by)
-            for r in session.execute(stmt)]
+            for r in rows]
 
 
 def conflicts(session: Session, *, status: str | None = None, limit: int | None = None
@@ -475,9 +502,24 @@ def quarantine(session: Session, *, status: str | None = "held", limit: int | No
     stmt = select(Quarantine).order_by(Quarantine.created_at, Quarantine.id).limit(limit)
     if status is not None:
         stmt = stmt.where(Quarantine.status == status)
-    return [QuarantineRow(r.id, r.shape_id, tuple(r.reasons), r.payload, r.status,
-                          r.released_claim_id)
-            for r in session.execute(stmt).scalars()]
+    rows = list(session.execute(stmt).scalars())
+    refs = ("subject_id", "object_id")
+    entities = {str(i) for i in visible_ids(session, Entity, [
+        _uuid_or_none(r.payload.get(k)) for r in rows for k in refs])}
+    claims = visible_ids(session, FactClaim, [r.released_claim_id for r in rows])
+    return [QuarantineRow(r.id, r.shape_id, tuple(r.reasons),
+                          {**r.payload, **{k: None for k in refs
+                                           if r.payload.get(k) is not None
+                                           and str(r.payload.get(k)) not in entities}},
+                          r.status, r.released_claim_id if r.released_claim_id in claims else None)
+            for r in rows]
+
+
+def _uuid_or_none(value: Any) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value)) if value is not None else None
+    except ValueError:
+        return None
 
 
 def release_quarantine(session: Session, quarantine_id: uuid.UUID,
@@ -485,6 +527,8 @@ def release_quarantine(session: Session, quarantine_id: uuid.UUID,
     """Retry a quarantined claim with corrections; still failing keeps it held (new reasons)."""
     allowed = {"object_value", "object_id", "object_datatype", "predicate", "subject_id",
                "valid_from", "valid_to", "confidence", "authority", "epistemic_kind"}
+    if corrections is not None and not isinstance(corrections, dict):
+        raise BadInput("corrections are a JSON object of claim fields")
     unknown = sorted(set(corrections or {}) - allowed)
     if unknown:
         raise BadInput(f"cannot correct {', '.join(unknown)}; correctable: {', '.join(sorted(allowed))}")

@@ -107,6 +107,21 @@ def record_episode(session: Session, session_id: str, summary: str, started_at: 
         return new_id
 
 
+# Working memory is recent memory: a note outlives its session by at most a year.
+MAX_TTL_SECONDS = 366 * 86_400
+
+
+def ttl_seconds(seconds: object) -> timedelta:
+    """A note's time to live from a count of seconds (GraphQL ``ttlSeconds``, MCP, client)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int):
+        raise BadInput(f"ttl_seconds must be a whole number of seconds, not {seconds!r}")
+    if seconds <= 0:
+        raise BadInput("ttl must be a positive duration")
+    if seconds > MAX_TTL_SECONDS:
+        raise BadInput(f"ttl_seconds {seconds} is above the limit of {MAX_TTL_SECONDS} (a year)")
+    return timedelta(seconds=seconds)
+
+
 def add_working_memory(session: Session, session_id: str, text: str, scopes: Sequence[str], *,
                        ttl: timedelta = timedelta(days=1), kind: ItemKind = "note",
                        category: str | None = None) -> uuid.UUID:

@@ -2,7 +2,8 @@
 
 Production always runs ``FULL_PLAN`` (every lane on; there is no query-time
 router, because a misrouted query loses evidence the reranker cannot recover).
-The narrower shapes in ``PLAN_STUDY`` are the historical plans, kept
+The narrower shapes in ``PLAN_STUDY`` (and the ``learned``/``fused`` pair, which
+differ only in whether the learned ranker orders the candidates) are the historical plans, kept
 constructible from the same builder so an evaluation can compare them side by
 side; nothing in the request path chooses among them.
 """
@@ -37,23 +38,33 @@ class PlanShape:
     causal: bool = True
     timeline: bool = True
     rerank: bool = True
+    # The learned ranker (recall.ranker) orders the candidates; off: fused (RRF) order.
+    learned: bool = True
 
     def without(self, name: str, **lanes: bool) -> PlanShape:
         return replace(self, name=name, **lanes)
 
     def only(self, name: str, *lanes: str, rerank: bool = False) -> PlanShape:
-        """A shape with just ``lanes`` on (and the reranker as given)."""
-        switches = {f.name: f.name in lanes for f in fields(self) if f.name not in ("name", "rerank")}
+        """A shape with just ``lanes`` on; the cross-encoder and the learned ranker as ``rerank``
+        says (the single-lane shapes show a lane's own order)."""
+        switches = {f.name: f.name in lanes for f in fields(self) if f.name not in SWITCHES}
         unknown = set(lanes) - set(switches)
         if unknown:
             raise ValueError(f"unknown lanes: {sorted(unknown)}")
-        return replace(self, name=name, rerank=rerank, **switches)
+        return replace(self, name=name, rerank=rerank, learned=rerank, **switches)
 
     @property
     def lanes(self) -> tuple[str, ...]:
         return tuple(f.name for f in fields(self)
-                     if f.name not in ("name", "rerank") and getattr(self, f.name))
+                     if f.name not in SWITCHES and getattr(self, f.name))
 
+    def same_plan(self, other: PlanShape) -> bool:
+        """Whether two shapes run exactly the same plan (only their names differ)."""
+        return replace(self, name="") == replace(other, name="")
+
+
+# Fields of a shape that are not lanes.
+SWITCHES = ("name", "rerank", "learned")
 
 FULL_PLAN = PlanShape("full")
 
@@ -70,5 +81,8 @@ PLAN_STUDY: dict[str, PlanShape] = {
         FULL_PLAN.without("no-memory", **dict.fromkeys(MEMORY_LANES, False)),
         FULL_PLAN.without("no-timeline", timeline=False),
         FULL_PLAN.without("no-reranker", rerank=False),
+        # The learned ranker against fused (RRF) order, everything else equal.
+        FULL_PLAN.without("learned"),
+        FULL_PLAN.without("fused", learned=False),
     )
 }

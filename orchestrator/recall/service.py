@@ -8,10 +8,20 @@ and forced row level security is the whole visibility boundary.
 
 The production path always builds ``FULL_PLAN``; ``Recaller.study`` runs a
 narrower shape for the plan study and is not reachable from ``recall``.
+
+The embedding model is checked on every recall at no extra round trip: the
+recaller embeds the question with the model it believes active
+(``active_model``, read once per process and after every change), and the
+statement returns the active generation read in its own snapshot. When they
+differ (``engram models activate`` ran), the rows are dropped unserved, the
+recaller loads the new model and runs the recall again; a process that cannot
+load it refuses with ``MODEL_MISMATCH``. A question embedded by one model is
+never ranked against another model's vectors.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 import weakref
@@ -27,8 +37,11 @@ from orchestrator.auth import Identity
 from orchestrator.config import Settings, get_settings
 from orchestrator.db.models import Installation
 from orchestrator.db.session import bound_session
-from orchestrator.errors import BadInput
+from orchestrator.errors import BadInput, EngramError
+from orchestrator.inputs import text_problem
 from orchestrator.recall.access import AccessCounts
+from orchestrator.recall.features import RankContext
+from orchestrator.recall.mmr import diversify
 from orchestrator.recall.plan import FULL_PLAN, PlanShape
 from orchestrator.recall.plans import (
     TenantSizes,
@@ -38,9 +51,11 @@ from orchestrator.recall.plans import (
 )
 from orchestrator.recall.prepare import PreparedMemory, build_bundle
 from orchestrator.recall.query_cache import QueryEmbeddingCache, model_key
+from orchestrator.recall.ranker import RankModel, apply_learned, single_threaded_blas
 from orchestrator.recall.render import render
 from orchestrator.recall.result import RecallResult, Served
 from orchestrator.recall.statement import (
+    MODEL_GENERATION,
     MODES,
     StatementLimits,
     build_recall_statement,
@@ -53,15 +68,19 @@ from orchestrator.recall.tail import (
     assign_merit,
     budget_cut,
     candidates_from_rows,
+    drop_redundant_derived,
     order,
     suppress_duplicates,
 )
 from orchestrator.recall.trace import Trace, item
+from orchestrator.worker.registry import ActiveModel, ModelMismatch, read_active
 
 MAX_ASKER_CHARS = 200
 # memory.working_memory.session_id's length check (0005).
 MAX_SESSION_CHARS = 200
 R = TypeVar("R", bound=Served)
+# Recalls run again at most this many times when the active model changes under them.
+MODEL_ATTEMPTS = 3
 # The trace's pools, in the statement's order: lane -> the rank key its items carry.
 POOLS = {lane: f"{lane}_rank" for lane in (
     "dense", "lexical", "title", "facts", "keyed", "graph", "communities", "raptor",
@@ -99,10 +118,12 @@ def validate(question: Any, asker: Any, budget_tokens: Any, mode: Any,
     elif len(question) > settings.recall_max_question_chars:
         problems.append(f"the question is {len(question)} characters; the limit is "
                         f"{settings.recall_max_question_chars}")
-    elif "\x00" in question:
-        problems.append("the question contains a NUL character")
+    elif text_problem(question):
+        problems.append(f"the question {text_problem(question)}")
     if asker is not None and (not isinstance(asker, str) or len(asker) > MAX_ASKER_CHARS):
         problems.append(f"asker must be text of at most {MAX_ASKER_CHARS} characters")
+    elif isinstance(asker, str) and text_problem(asker):
+        problems.append(f"asker {text_problem(asker)}")
     if isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int):
         problems.append(f"budget_tokens must be an integer, not {type(budget_tokens).__name__}")
     elif budget_tokens <= 0:
@@ -115,6 +136,8 @@ def validate(question: Any, asker: Any, budget_tokens: Any, mode: Any,
     if session is not None and (not isinstance(session, str) or not session.strip()
                                 or len(session) > MAX_SESSION_CHARS):
         problems.append(f"session must be non-empty text of at most {MAX_SESSION_CHARS} characters")
+    elif isinstance(session, str) and text_problem(session):
+        problems.append(f"session {text_problem(session)}")
     if problems:
         raise BadInput("invalid recall: " + "; ".join(problems))
     assert isinstance(question, str)
@@ -138,20 +161,39 @@ def count_statements(target: Engine | Connection) -> Iterator[list[str]]:
         event.remove(target, "before_cursor_execute", listener)
 
 
+class _ModelChanged(Exception):
+    """The statement saw another active model than the question was embedded with."""
+
+
 class Recaller:
+    """``embedder``: a fixed query embedder (tests, benchmarks); without one, the recaller
+    embeds with whichever model is active and follows every change."""
+
     def __init__(self, engine: Engine, settings: Settings | None = None, *,
                  embedder: QueryEmbedder | None = None,
-                 reranker: CrossEncoder | None = None, index_tier: str | None = None) -> None:
+                 reranker: CrossEncoder | None = None, index_tier: str | None = None,
+                 ranker: RankModel | str | None = None) -> None:
+        """``ranker``: a fixed model (or the reason there is none) for every tenant, as an
+        evaluation passes; unset, each tenant's active model, else the packaged default."""
+        from orchestrator.recall.learning import ModelChooser
+
         self.engine = engine
         self.settings = settings or get_settings()
         self._embedder = embedder
         self._reranker = reranker
+        self.models = ModelChooser(self.settings, fixed=ranker)
+        # Evaluation: keep each recall's candidates in its trace, for ``replay``.
+        self.keep_candidates = False
         self._index_tier = index_tier
         self._statements: dict[tuple[str, int | None], Any] = {}
         self._sql: dict[tuple[str, int], str] = {}
         self.sizes = TenantSizes(self.settings.recall_size_ttl_s)
         self.query_cache = QueryEmbeddingCache(self.settings.recall_query_cache_size)
         self.access, self._chainer = _background(engine, self.settings)
+
+        self._active: ActiveModel | None = None
+        self._services: dict[str, QueryEmbedder] = {}
+        self.warmed = False
 
     @property
     def chainer(self) -> Any:
@@ -167,6 +209,71 @@ class Recaller:
         return int(self._chainer.flush())
 
     @property
+    def active_model(self) -> ActiveModel:
+        """The model questions are embedded with now; ``key`` names it and its activation
+        (what a cache of query embeddings keys by)."""
+        if self._active is None:
+            return self.refresh_model()
+        return self._active
+
+    def refresh_model(self) -> ActiveModel:
+        """Read the registry again (after a recall saw another generation)."""
+        with self.engine.connect() as conn:
+            self._active = read_active(conn)
+        return self._active
+
+    def query_embedder(self, model: ActiveModel) -> QueryEmbedder:
+        """The embedder for ``model``; ``ModelMismatch`` when this recaller cannot have it."""
+        if self._embedder is not None:
+            fixed = getattr(self._embedder, "model_name", None)
+            if fixed is not None and fixed != model.name:
+                raise ModelMismatch(f"the active embedding model is {model.describe()}, but this "
+                                    f"recaller was built with {fixed}")
+            return self._embedder
+        found = self._services.get(model.key)
+        if found is None:
+            from orchestrator.worker.service import model_service_for
+
+            # Found once per activation: locating a model reads the disk.
+            found = self._services[model.key] = model_service_for(self.settings, model)
+        return found
+
+    def warm_up(self) -> dict[str, float]:
+        """Load the models and run each stage of a recall once, so that the first recall
+        after this costs what later ones do; returns milliseconds per stage.
+
+        The statement runs in a transaction with no identity bound, where row level
+        security shows it nothing, and is rolled back: it writes nothing and reads no row.
+        The query model runs twice (its first call is much slower than the second)."""
+        laps: dict[str, float] = {}
+        clock = time.perf_counter()
+
+        def lap(stage: str) -> None:
+            nonlocal clock
+            now = time.perf_counter()
+            laps[stage] = (now - clock) * 1000.0
+            clock = now
+
+        embedder = self.embedder
+        vector = embedder.embed_query("warm up the query model", None)
+        embedder.embed_query("and once more, warm", "engram")
+        lap("models")
+        if self.reranker.available:
+            self.reranker.score("warm up", ["the cross-encoder"])
+        lap("reranker")
+        stmt = self.statement(FULL_PLAN)
+        with self.engine.connect() as conn, conn.begin() as tx:
+            conn.execute(stmt, {"question": "warm up", "query_embedding": vector, "mode": None,
+                                "session": None}).mappings().all()
+            tx.rollback()
+        lap("statement")
+        candidates_from_rows([], catalog_rrf=0.0)
+        render("warm up", [])
+        lap("tail")
+        self.warmed = True
+        return laps
+
+    @property
     def index_tier(self) -> str:
         """The installation's index tier (``engram.installation``), read once."""
         if self._index_tier is None:
@@ -178,13 +285,9 @@ class Recaller:
 
     @property
     def embedder(self) -> QueryEmbedder:
-        if self._embedder is None:
-            # The worker's one interface: models in this process, or the served
-            # worker when ENGRAM_WORKER_URL is set.
-            from orchestrator.worker.service import model_service
-
-            self._embedder = model_service(self.settings)
-        return self._embedder
+        """The query embedder of the active model: models in this process, or the served
+        worker when ENGRAM_WORKER_URL is set."""
+        return self.query_embedder(self.active_model)
 
     @property
     def reranker(self) -> CrossEncoder:
@@ -213,32 +316,40 @@ class Recaller:
             found = self._sql[key] = runtime_sql(self.statement(shape, size))
         return found
 
-    def query_vector(self, identity: Identity, question: str, asker: str | None
-                     ) -> tuple[Any, bool]:
-        """The embedding of ``asker: question`` and whether it was cached (per tenant and
-        model: ``query_cache``)."""
-        embedder = self.embedder
+    def query_vector(self, identity: Identity, question: str, asker: str | None,
+                     model: ActiveModel | None = None) -> tuple[Any, bool]:
+        """The embedding of ``asker: question`` by ``model`` (default: the active one) and
+        whether it was cached (per tenant and model activation: ``query_cache``)."""
+        model = model or self.active_model
+        embedder = self.query_embedder(model)
+        # The activation (name@generation) and the weights' version behind the embedder.
         return self.query_cache.get_or_embed(
-            identity.org_id, model_key(embedder), question, asker,
+            identity.org_id, (model.key, model_key(embedder)[1]), question, asker,
             lambda: embedder.embed_query(question, asker))
 
     def recall(self, identity: Identity, question: str, asker: str | None = None,
                budget_tokens: int | None = None, mode: str | None = None,
-               session: str | None = None) -> RecallResult:
+               session: str | None = None, channel: str = "python") -> RecallResult:
         """``session`` names the asker's current working-memory session: the working-memory
-        lane reads that session only (every unexpired item of the user when it is None)."""
+        lane reads that session only (every unexpired item of the user when it is None).
+        ``channel`` is what the usage row records (graphql, mcp, python, cli)."""
         return self._run(identity, question, asker, budget_tokens, mode, FULL_PLAN, self._cut,
-                         session, detail=False)[0]
+                         session, channel, detail=False)[0]
 
     def trace(self, identity: Identity, question: str, asker: str | None = None,
               budget_tokens: int | None = None, mode: str | None = None,
-              session: str | None = None) -> tuple[RecallResult, Trace]:
+              session: str | None = None, channel: str = "python", *,
+              detail: bool = True) -> tuple[RecallResult, Trace]:
+        """The recall and its trace; ``detail`` False leaves out what only a trace reader
+        needs (pools, fused and ordered lists): ``recall``'s cost, with the trace's summary
+        (timings, the embedding model, the receipt)."""
         return self._run(identity, question, asker, budget_tokens, mode, FULL_PLAN, self._cut,
-                         session)
+                         session, channel, detail=detail)
 
     def prepare(self, identity: Identity, question: str, asker: str | None = None,
                 budget_tokens: int | None = None, mode: str | None = None,
-                session: str | None = None) -> tuple[PreparedMemory, Trace]:
+                session: str | None = None, channel: str = "python"
+                ) -> tuple[PreparedMemory, Trace]:
         """``memory_prepare``: the same statement and tail, cut into one bundle under one budget."""
         settings = self.settings
 
@@ -247,12 +358,13 @@ class Recaller:
                                 settings.recall_chars_per_token)
 
         return self._run(identity, question, asker, budget_tokens, mode, FULL_PLAN, finish, session,
-                         detail=False)
+                         channel, "prepare", detail=False)
 
     def study(self, identity: Identity, question: str, shape: PlanShape, asker: str | None = None,
-              budget_tokens: int | None = None) -> tuple[RecallResult, Trace]:
+              budget_tokens: int | None = None, mode: str | None = None,
+              session: str | None = None) -> tuple[RecallResult, Trace]:
         """Evaluation only: run a plan-study shape through the same builder and tail."""
-        return self._run(identity, question, asker, budget_tokens, None, shape, self._cut)
+        return self._run(identity, question, asker, budget_tokens, mode, shape, self._cut, session)
 
     def _cut(self, req: RecallRequest, ordered: list[Candidate], trace: Trace) -> RecallResult:
         """Recall's end: the longest prefix of the order whose rendering fits the budget."""
@@ -266,7 +378,8 @@ class Recaller:
     def _run(self, identity: Identity, question: str, asker: str | None,
              budget_tokens: int | None, mode: str | None, shape: PlanShape,
              finish: Callable[[RecallRequest, list[Candidate], Trace], R],
-             session_id: str | None = None, *, detail: bool = True) -> tuple[R, Trace]:
+             session_id: str | None = None, channel: str = "python",
+             operation: str = "recall", *, detail: bool = True) -> tuple[R, Trace]:
         """One recall; ``detail`` False skips what only the trace shows (pools, fused and
         ordered lists), which ``recall`` and ``prepare`` do not return."""
         s = self.settings
@@ -283,8 +396,32 @@ class Recaller:
             trace.timings_ms[stage] = (now - clock) * 1000.0
             clock = now
 
-        vector, trace.embedding_cached = self.query_vector(identity, req.question, req.asker)
-        lap("embed")
+        for _ in range(MODEL_ATTEMPTS):
+            model = self.active_model
+            vector, trace.embedding_cached = self.query_vector(identity, req.question, req.asker,
+                                                               model)
+            lap("embed")
+            try:
+                result = self._serve(identity, req, shape, finish, trace, vector, model, lap,
+                                     channel, operation, detail)
+            except _ModelChanged:
+                self.refresh_model()
+                continue
+            except EngramError as exc:
+                # A flip to another dimension retypes the columns: the statement fails on the
+                # old dimension instead of returning rows. Anything else is the caller's.
+                if exc.sqlstate is None or self.refresh_model().generation == model.generation:
+                    raise
+                continue
+            return result, trace
+        raise ModelMismatch(f"the active embedding model changed {MODEL_ATTEMPTS} times during "
+                            "one recall; ask again")
+
+    def _serve(self, identity: Identity, req: RecallRequest, shape: PlanShape,
+               finish: Callable[[RecallRequest, list[Candidate], Trace], R], trace: Trace,
+               vector: Any, model: ActiveModel, lap: Callable[[str], None], channel: str,
+               operation: str, detail: bool) -> R:
+        s = self.settings
         chunks = self.sizes.get(identity.org_id)
         with bound_session(self.engine, identity,
                            settings=None if chunks is None else transaction_settings(chunks, s)
@@ -305,7 +442,10 @@ class Recaller:
                     self.sql(shape, klass),
                     {"question": req.question, "query_embedding": vector_text(vector),
                      "mode": req.mode, "session": req.session}).mappings()]
+            if rows and rows[0][MODEL_GENERATION] != model.generation:
+                raise _ModelChanged()
             trace.statements = len(sent)
+            trace.embedding_model = model.key
             lap("statement")
 
             catalog_rrf = 1.0 / (s.recall_rrf_k + s.recall_catalog_rank)
@@ -321,27 +461,29 @@ class Recaller:
                     trace.pools[kind] = [item(c) for c in candidates if c.kind == kind]
             lap("hydrate")
 
-            self._rerank(req.question, candidates, shape, trace)
-            lap("rerank")
-            assign_merit(candidates, s.recall_pin_boost)
-            if detail:
-                trace.fused = [item(c) for c in sorted(candidates, key=lambda c: (-c.rrf, c.key))]
-            candidates, trace.precedence = apply_precedence(candidates)
-            ordered, dropped = suppress_duplicates(order(candidates), s.recall_duplicate_similarity)
-            if detail:
-                trace.ordered = [item(c) for c in ordered]
-                trace.suppressed = [(item(a).label, item(b).label, sim) for a, b, sim in dropped]
-            lap("order")
+            if self.keep_candidates:
+                # Shallow copies: the tail changes only scalar fields (merit, scores, bits).
+                trace.replay = (req, vector, [copy.copy(c) for c in candidates])
+            ordered = self._order(session, identity.org_id, req, vector, candidates, shape, trace,
+                                  lap, detail)
 
             result = finish(req, ordered, trace)
             lap("budget_render")
             with count_statements(connection) as sent:
                 self._side_effects(session, identity, result, trace)
+                if s.rank_usage_rows:
+                    from orchestrator.recall.learning import record_usage
+
+                    trace.usage_event = record_usage(
+                        session, operation=operation, channel=channel, question=req.question,
+                        report=trace.ranking, served=result.served_rows(), pooled=ordered,
+                        model_id=trace.model_id, receipt_id=trace.receipt_id,
+                        pooled_limit=s.rank_usage_pooled)
             trace.side_effect_statements = len(sent)
         if trace.receipt_id is not None or trace.touched_claims:
             self.chainer.wake()  # committed: counts and chain event wait for the background
         lap("side_effects")
-        return result, trace
+        return result
 
     def _side_effects(self, session: Any, identity: Identity, result: Served,
                       trace: Trace) -> None:
@@ -358,6 +500,75 @@ class Recaller:
 
             trace.receipt_id = append_served(session, result.question, served, result.rendered)
 
+    def _order(self, session: Any, org: str, req: RecallRequest, vector: Any,
+               candidates: list[Candidate], shape: PlanShape, trace: Trace,
+               lap: Callable[[str], None], detail: bool = True) -> list[Candidate]:
+        """The tail's ranking: cross-encoder, learned ranker, merit, precedence, the
+        identity-aware order, duplicates, redundant derived items, MMR."""
+        s = self.settings
+        self._rerank(req.question, candidates, shape, trace)
+        lap("rerank")
+        with single_threaded_blas():
+            self._learn(session, org, req, vector, candidates, shape, trace)
+            lap("ranker")
+            assign_merit(candidates, s.recall_pin_boost)
+            if detail:
+                trace.fused = [item(c) for c in sorted(candidates, key=lambda c: (-c.rrf, c.key))]
+            candidates, trace.precedence = apply_precedence(candidates)
+            ordered, dropped = suppress_duplicates(order(candidates), s.recall_duplicate_similarity)
+            ordered, trace.redundant = drop_redundant_derived(ordered)
+            if s.recall_diverse:
+                started = time.perf_counter()
+                ordered, deferred = diversify(ordered, s.recall_mmr_lambda, s.recall_mmr_doc_cap,
+                                              s.recall_mmr_depth)
+                trace.timings_ms["mmr"] = (time.perf_counter() - started) * 1000.0
+                trace.diversity = (f"MMR lambda {s.recall_mmr_lambda}, at most "
+                                   f"{s.recall_mmr_doc_cap} chunk(s) per document before the "
+                                   f"rest; {len(deferred)} deferred by the cap")
+            else:
+                trace.diversity = "off (recall_diverse); merit order"
+        if detail:
+            trace.ordered = [item(c) for c in ordered]
+            trace.suppressed = [(item(a).label, item(b).label, sim) for a, b, sim in dropped]
+        lap("order")
+        return ordered
+
+    def replay(self, trace: Trace, shape: PlanShape) -> tuple[RecallResult, Trace]:
+        """Evaluation only: the tail and the budget cut again over the candidates a recall's
+        statement returned (kept in ``trace.replay`` when ``keep_candidates`` is set), with
+        this recaller's ranker and settings. The statement's rows do not depend on the
+        ranker, so this is the recall this recaller would serve, without running the
+        statement again (cross-validation trains a model per fold after the recalls)."""
+        if trace.replay is None:
+            raise BadInput("this trace kept no candidates (Recaller.keep_candidates was off)")
+        req, vector, kept = trace.replay
+        again = Trace(req.question, req.asker, shape.name, req.mode, req.budget_tokens,
+                      session=req.session, corpus=dict(trace.corpus))
+        candidates = [copy.copy(c) for c in kept]
+        ordered = self._order(None, "", req, vector, candidates, shape, again, lambda _: None)
+        return self._cut(req, ordered, again), again
+
+    def _learn(self, session: Any, org: str, req: RecallRequest, vector: Any,
+               candidates: list[Candidate], shape: PlanShape, trace: Trace) -> None:
+        """The learned ranker's scores (``c.learned``), unless the shape, the settings or a
+        cross-encoder that already scored the pool say otherwise; the trace says which."""
+        ctx = RankContext(req.question, req.asker, vector, list(trace.corpus.get("seeds") or ()))
+        refused: str | None = None
+        if any(c.rerank is not None for c in candidates):
+            model: RankModel | str | None = "the cross-encoder orders the candidates"
+        elif not shape.learned:
+            model = f"off in plan shape {shape.name}"
+        elif not self.settings.recall_learned:
+            model = "off (recall_learned)"
+        else:
+            model, trace.model_id, refused = self.models.model_for(session, org)
+        report = apply_learned(candidates, ctx, model)
+        if refused:
+            report.note = f"{refused}; {report.note}"
+        trace.ranker, trace.ppr, trace.ranking = report.note, report.ppr, report
+        for stage, ms in (report.timings_ms or {}).items():
+            trace.timings_ms[f"ranker.{stage}"] = ms
+
     def _rerank(self, question: str, candidates: list[Candidate], shape: PlanShape,
                 trace: Trace) -> None:
         if not shape.rerank:
@@ -366,7 +577,7 @@ class Recaller:
         reranker = self.reranker
         if not reranker.available:
             note = getattr(reranker, "note", None) or "no cross-encoder is available"
-            trace.reranker = f"unavailable ({note}); fused order is used"
+            trace.reranker = f"unavailable ({note})"
             return
         # The reranker sees the complete chunk text, never a truncated one; the
         # pool it scores is the best fused candidates plus every direct subject.

@@ -48,7 +48,9 @@ Execution order, as laid out below:
 9. **catalogs** (Area catalog; Project catalog of Active and Waiting projects),
    the seeds and the BM25 corpus statistics, for the tail and the trace;
 10. one ``union all`` with the exact scope objects (name, description) each row
-    is shared into.
+    is shared into, and the active embedding model's generation (read in the same
+    snapshot as the vectors, so the recaller can tell whether its question's
+    embedding belongs to them).
 """
 
 from __future__ import annotations
@@ -69,14 +71,12 @@ from sqlalchemy import (
     bindparam,
     case,
     cast,
-    column,
     exists,
     func,
     literal,
     null,
     or_,
     select,
-    table,
     true,
     union_all,
 )
@@ -85,7 +85,6 @@ from sqlalchemy.dialects.postgresql import (
     ARRAY,
     DOUBLE_PRECISION,
     JSONB,
-    REGCLASS,
     REGCONFIG,
     TIMESTAMP,
     TSQUERY,
@@ -94,7 +93,7 @@ from sqlalchemy.dialects.postgresql import (
     array,
 )
 from sqlalchemy.sql.elements import BindParameter
-from sqlalchemy.types import TypeEngine, UserDefinedType
+from sqlalchemy.types import TypeEngine
 
 from orchestrator.config import Settings, get_settings
 from orchestrator.db.derive_models import Extraction
@@ -113,7 +112,8 @@ from orchestrator.db.knowledge_models import (
     WorkingMemoryItem,
     effective_claims,
 )
-from orchestrator.db.models import EMBEDDING_DIMENSION, Chunk, Document, Scope
+from orchestrator.db.models import Chunk, Document, Scope
+from orchestrator.db.worker_models import EmbeddingModel
 from orchestrator.recall.plan import FULL_PLAN, PlanShape
 from orchestrator.recall.tables import LexicalStat, LexicalTerm, LexicalTermDelta
 
@@ -123,25 +123,11 @@ TS_CONFIG = "english"
 
 PROJECT_STATES = ("Active", "Waiting")
 INDEX_TIERS = ("pgvector", "vectorchord")
-# The VectorChord tier (db/versions/0003_index_tier.py, 0012_vectorchord_lexical.py): the
-# chunks' BM25 vector column, its index and tokenizer exist on that tier only.
-BM25_INDEX = "sources.ix_chunks_bm25"
-BM25_TOKENIZER = "engram_bert"
-
-
-class BM25Vector(UserDefinedType[Any]):
-    """``bm25_catalog.bm25vector`` (vchord_bm25)."""
-
-    cache_ok = True
-
-    def get_col_spec(self, **kw: Any) -> str:
-        return "bm25_catalog.bm25vector"
-
-
-CHUNKS_BM25 = table("chunks", column("tenant_id", UUID(as_uuid=True)), column("id", UUID(as_uuid=True)),
-                    column("document_id", UUID(as_uuid=True)), column("bm25", BM25Vector()),
-                    schema="sources")
+# The tiers differ in the chunks' vector index only (HNSW or vchordrq, chosen by migrations
+# 0003 and 0070); the statement reads the same columns on both.
 MODES = ("causal", "timeline")
+# The column every row carries: the generation of the active embedding model.
+MODEL_GENERATION = "embedding_model_generation"
 # The lanes whose weight a mode doubles.
 MODE_LANES = {"causal": ("decisions", "causal"), "timeline": ("timeline", "episodes")}
 
@@ -160,7 +146,8 @@ COLUMNS: dict[str, TypeEngine[Any]] = {
     "text": Text(),
     "char_start": Integer(),
     "char_end": Integer(),
-    "embedding": Vector(EMBEDDING_DIMENSION),
+    # No dimension: the statement serves whichever model is active (0080_model_generations).
+    "embedding": Vector(),
     "dense_rank": BigInteger(),
     "dense_distance": Double,
     "lexical_rank": BigInteger(),
@@ -293,11 +280,14 @@ def _current_claim(c: Any) -> ColumnElement[bool]:
 def _ranked(inner: Any, name: str, order: tuple[str, ...]) -> Any:
     """``inner`` (already bounded) with a 1-based ``rank`` in ``order``, as a CTE.
 
-    ``order`` names columns of ``inner``; a leading ``-`` sorts that one descending.
+    ``order`` names columns of ``inner``; a leading ``-`` sorts that one descending. The
+    last one is the row's id: it only makes the bound above deterministic, and never a
+    rank, so rows tied on every other column share one (competition) rank instead of
+    being told apart by a random id.
     """
     sub = inner.subquery(f"{name}_pool")
     cols = [sub.c[c[1:]].desc() if c.startswith("-") else sub.c[c] for c in order]
-    return select(sub, func.row_number().over(order_by=cols).label("rank")).cte(name)
+    return select(sub, func.rank().over(order_by=cols[:-1] or cols).label("rank")).cte(name)
 
 
 class _Builder:
@@ -310,8 +300,7 @@ class _Builder:
         self.lim = lim
         self.index_tier = index_tier
         self.question: BindParameter[str] = bindparam("question", type_=Text())
-        self.query_embedding: BindParameter[Any] = bindparam(
-            "query_embedding", type_=Vector(EMBEDDING_DIMENSION))
+        self.query_embedding: BindParameter[Any] = bindparam("query_embedding", type_=Vector())
         self.mode: BindParameter[str | None] = bindparam("mode", None, type_=Text())
         self.session: BindParameter[str | None] = bindparam("session", None, type_=Text())
         self.rrf_k = bindparam("rrf_k", lim.rrf_k, type_=Double)
@@ -370,9 +359,9 @@ class _Builder:
             rows.append(select(dense.c.chunk_id, dense.c.document_id, literal("dense").label("lane"),
                                dense.c.rank, cast(dense.c.distance, Double).label("score")))
 
-        if s.lexical and self.index_tier == "vectorchord":
-            rows.append(self.vectorchord_lexical())
-        elif s.lexical:
+        # The same lexical lane on both index tiers (docs/database.md, "Index tiers"): its
+        # statistics are the caller's visible corpus, never another tenant's or scope's.
+        if s.lexical:
             rows.append(self.portable_lexical())
 
         titled = None
@@ -597,30 +586,6 @@ class _Builder:
             lane_rank=budget.c.take)))
         return select(lexical.c.chunk_id, lexical.c.document_id, literal("lexical").label("lane"),
                       lexical.c.rank, cast(lexical.c.bm25, Double).label("score"))
-
-    def vectorchord_lexical(self) -> Select[Any]:
-        """The lexical lane on the VectorChord tier: the ``vchord_bm25`` index's top k.
-
-        ``<&>`` is the negative BM25 score (lower is better) with the index's own
-        statistics, which span the whole index rather than the caller's visible corpus;
-        the pool is still filtered by RLS and the tenant predicate, and its rank is what
-        fusion uses. Because those statistics include rows the caller cannot see, the raw
-        score never leaves the statement (the lane row carries its rank only, so neither
-        the prompt nor the trace can show a number computed from hidden rows). The
-        chunk's ``bm25`` column exists on that tier only.
-        """
-        vc = CHUNKS_BM25
-        query = func.bm25_catalog.to_bm25query(
-            cast(literal(BM25_INDEX), REGCLASS),
-            cast(func.tokenizer_catalog.tokenize(self.question, literal(BM25_TOKENIZER)), BM25Vector()))
-        negative = vc.c.bm25.op("<&>", return_type=Double)(query)
-        lexical = _ranked(
-            select(vc.c.id.label("chunk_id"), vc.c.document_id, (-negative).label("bm25"))
-            .where(vc.c.tenant_id == self.tenant, vc.c.bm25.is_not(None))
-            .order_by(negative, vc.c.id).limit(self.lim.lexical_k),
-            "lexical", ("-bm25", "chunk_id"))
-        return select(lexical.c.chunk_id, lexical.c.document_id, literal("lexical").label("lane"),
-                      lexical.c.rank, cast(null(), Double).label("score"))
 
     def contradiction(self, fused: Any) -> Any:
         """Per fused chunk, the keyed fact that outranks a claim extracted from it, if any."""
@@ -923,8 +888,11 @@ class _Builder:
                 "profiles", Profile, pool, text=pr.summary,
                 subject=func.coalesce(ent.c.canonical_name, pr.subject_user_id),
                 created_at=pr.created_at, updated_at=pr.updated_at)
+            # The subject is hydrated under the reader's policies, and a profile of an entity
+            # the reader cannot read is not served: its summary is titled with the name.
             self.lane_rows.append(row.outerjoin(
-                ent, and_(ent.c.tenant_id == tenant, ent.c.id == pr.subject_entity_id)))
+                ent, and_(ent.c.tenant_id == tenant, ent.c.id == pr.subject_entity_id))
+                .where(or_(pr.subject_entity_id.is_(None), ent.c.id.is_not(None))))
 
         if s.episodes:
             ep = Episode.__table__.c
@@ -1185,7 +1153,12 @@ class _Builder:
             .where(sc.id == func.any(rows.c.scopes))
             .scalar_subquery()
         )
-        return select(rows, scope_objects.label("scope_objects"))
+        # The active model's generation, read in this statement's own snapshot: the recaller
+        # serves the rows only when it embedded the question with that model.
+        generation = (select(EmbeddingModel.generation).where(EmbeddingModel.active)
+                      .scalar_subquery())
+        return select(rows, scope_objects.label("scope_objects"),
+                      generation.label(MODEL_GENERATION))
 
 
 # The statement's only bind parameters: what changes from one recall to the next.

@@ -11,12 +11,18 @@ Order of work, each step visible in the trace:
    fact: the keyed fact takes the prose's place and direct bit, the prose moves
    below every candidate that is not contradicted;
 3. merit: the cross-encoder's score over the full candidate text when the
-   reranker is available, the fused (RRF) score otherwise; min-max normalised
-   within the pool so the pinned boost (+0.3 by default) has a fixed meaning;
-4. ``order``: directly named sources first, merit order inside each group;
+   reranker is available, else the learned ranker's score (``recall.ranker``),
+   else the fused (RRF) score; min-max normalised within the pool so the pinned
+   boost (+0.3 by default) has a fixed meaning;
+4. ``order``: directly named sources first, merit order inside each group, ties
+   broken by meaningful keys (``stable_key``: document, position, kind, text),
+   never by a random id, so the same data ingested twice orders the same way;
 5. ``suppress_duplicates``: a candidate too similar to one already kept (cosine
-   of the chunk embeddings, or identical text) is dropped; this is the
-   near-duplicate half of MMR, applied greedily in merit order;
+   of the chunk embeddings, or identical text) is dropped; then
+   ``drop_redundant_derived``: a derived item (a fact, an observation) whose
+   text a source excerpt ranked above it already holds is dropped, so derived
+   memory is served only where it beats the sources it was derived from; MMR
+   (``recall.mmr``) then trades relevance against novelty;
 6. ``budget_cut``: the longest prefix whose rendered cost fits the budget. The
    cost is measured on the rendered string itself (characters / chars-per-token,
    rounded up), so the result can never exceed the budget, headers included.
@@ -87,6 +93,7 @@ class Candidate:
     lanes: dict[str, Any] = field(default_factory=dict)
     rrf: float = 0.0
     rerank: float | None = None
+    learned: float | None = None
     merit: float = 0.0
 
     def evidence(self) -> Evidence:
@@ -275,14 +282,18 @@ def apply_precedence(candidates: list[Candidate]) -> tuple[list[Candidate], Prec
 
 
 def assign_merit(candidates: list[Candidate], pin_boost: float) -> None:
-    """Merit in [0, 1] (+ boost when pinned): rerank score when present, else RRF."""
-    raw = [c.rerank if c.rerank is not None else c.rrf for c in candidates]
+    """Merit in [0, 1] (+ boost when pinned): the cross-encoder's score when present, else
+    the learned ranker's, else RRF."""
     reranked = [c.rerank for c in candidates if c.rerank is not None]
-    # Items the reranker did not score rank below every scored one.
-    floor = min(reranked) if reranked else 0.0
-    values = []
-    for c, r in zip(candidates, raw, strict=True):
-        values.append(r if (c.rerank is not None or not reranked) else floor - 1.0 + c.rrf)
+    values: list[float]
+    if reranked:
+        # Items the reranker did not score rank below every scored one.
+        floor = min(reranked)
+        values = [c.rerank if c.rerank is not None else floor - 1.0 + c.rrf for c in candidates]
+    elif any(c.learned is not None for c in candidates):
+        values = [c.learned if c.learned is not None else c.rrf for c in candidates]
+    else:
+        values = [c.rrf for c in candidates]
     lo, hi = (min(values), max(values)) if values else (0.0, 0.0)
     for c, v in zip(candidates, values, strict=True):
         c.merit = 1.0 if hi == lo else (v - lo) / (hi - lo)
@@ -290,9 +301,17 @@ def assign_merit(candidates: list[Candidate], pin_boost: float) -> None:
             c.merit += pin_boost
 
 
+def stable_key(c: Candidate) -> tuple[Any, ...]:
+    """What breaks a tie in merit and RRF: where the item is (collection, path, position),
+    what it is and what it says; the random row id only when all of those are equal."""
+    src = c.source
+    return (src is None, src.collection if src else "", src.path if src else "",
+            c.char_start or 0, c.kind, c.text, c.key)
+
+
 def order(candidates: list[Candidate]) -> list[Candidate]:
     """Directly named sources first, then merit order within each group."""
-    return sorted(candidates, key=lambda c: (not c.direct, -c.merit, -c.rrf, c.key))
+    return sorted(candidates, key=lambda c: (not c.direct, -c.merit, -c.rrf, stable_key(c)))
 
 
 def _unit(v: Any) -> np.ndarray[Any, Any] | None:
@@ -306,28 +325,57 @@ def _unit(v: Any) -> np.ndarray[Any, Any] | None:
 def suppress_duplicates(ordered: list[Candidate], threshold: float
                         ) -> tuple[list[Candidate], list[tuple[Candidate, Candidate, float]]]:
     """Keep candidates in order, dropping any near-duplicate of one already kept."""
+    vecs = [_unit(c.embedding) for c in ordered]
+    dims = {v.shape[0] for v in vecs if v is not None}
+    dim = dims.pop() if len(dims) == 1 else None
+    # One matrix product instead of one per candidate; rows of another size never compare.
+    gram = None
+    if dim is not None:
+        mat = np.zeros((len(ordered), dim))
+        for i, v in enumerate(vecs):
+            if v is not None:
+                mat[i] = v
+        gram = mat @ mat.T
     kept: list[Candidate] = []
-    kept_vecs: list[np.ndarray[Any, Any]] = []
-    kept_with_vecs: list[Candidate] = []
+    kept_rows: list[int] = []  # rows of kept candidates that have a vector
     kept_texts: dict[str, Candidate] = {}
     dropped: list[tuple[Candidate, Candidate, float]] = []
-    for c in ordered:
+    for i, c in enumerate(ordered):
         norm_text = " ".join(c.text.split()).lower()
         if norm_text in kept_texts:
             dropped.append((c, kept_texts[norm_text], 1.0))
             continue
-        vec = _unit(c.embedding)
-        if vec is not None and kept_vecs:
-            sims = np.stack(kept_vecs) @ vec
+        if gram is not None and vecs[i] is not None and kept_rows:
+            sims = gram[i, kept_rows]
             best = int(np.argmax(sims))
             if float(sims[best]) >= threshold:
-                dropped.append((c, kept_with_vecs[best], float(sims[best])))
+                dropped.append((c, ordered[kept_rows[best]], float(sims[best])))
                 continue
         kept.append(c)
-        if vec is not None:
-            kept_vecs.append(vec)
-            kept_with_vecs.append(c)
+        if vecs[i] is not None:
+            kept_rows.append(i)
         kept_texts[norm_text] = c
+    return kept, dropped
+
+
+def drop_redundant_derived(ordered: list[Candidate]
+                           ) -> tuple[list[Candidate], list[tuple[str, str]]]:
+    """Drop each fact or observation whose text (whitespace-normalised, case-folded) is inside
+    a source excerpt ranked above it: its source already serves it, higher. Returns the kept
+    order and (dropped key, the excerpt's key) pairs."""
+    kept: list[Candidate] = []
+    sources: list[tuple[str, str]] = []  # (normalised text, key) of sources kept so far
+    dropped: list[tuple[str, str]] = []
+    for c in ordered:
+        if c.source is not None:
+            sources.append((" ".join(c.text.split()).lower(), c.key))
+        elif c.kind in ("fact", "observation") and sources:
+            needle = " ".join(c.text.split()).lower()
+            holder = next((key for text, key in sources if needle and needle in text), None)
+            if holder is not None:
+                dropped.append((c.key, holder))
+                continue
+        kept.append(c)
     return kept, dropped
 
 

@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.recall.ranker import RankReport
 from orchestrator.recall.tail import Candidate, Dropped, Precedence
 
 
@@ -55,6 +56,11 @@ class Trace:
     fused: list[TraceItem] = field(default_factory=list)
     hydration_dropped: list[Dropped] = field(default_factory=list)
     reranker: str = ""
+    ranker: str = ""
+    ppr: str = ""
+    ranking: RankReport = field(default_factory=RankReport)
+    redundant: list[tuple[str, str]] = field(default_factory=list)
+    diversity: str = ""
     ordered: list[TraceItem] = field(default_factory=list)
     suppressed: list[tuple[str, str, float]] = field(default_factory=list)
     kept: int = 0
@@ -64,8 +70,13 @@ class Trace:
     side_effect_statements: int = 0
     touched_claims: int = 0
     receipt_id: uuid.UUID | None = None
+    model_id: uuid.UUID | None = None  # the tenant's stored model that ranked, if one did
+    replay: tuple[Any, Any, list[Candidate]] | None = None  # evaluation: see Recaller.replay
+    usage_event: uuid.UUID | None = None
     embedding_cached: bool = False
     plan_note: str = ""
+    # The registered model and activation the question was embedded with (name@generation).
+    embedding_model: str = ""
 
     def format(self) -> str:
         lines = [f"recall trace: {self.question!r}" + (f" asked by {self.asker}" if self.asker
@@ -76,6 +87,9 @@ class Trace:
         lines.append("query embedding: " + ("from the cache (this tenant, this model)"
                                             if self.embedding_cached else "computed")
                      + (f"; {self.plan_note}" if self.plan_note else ""))
+        if self.embedding_model:
+            lines.append(f"question embedded by {self.embedding_model} (the active model, "
+                         "checked in the statement's snapshot)")
         if "chunks" in self.corpus:
             lines.append(f"lexical corpus (visible): {self.corpus.get('chunks')} chunks, average "
                          f"length {self._num(self.corpus.get('avg_length'))}")
@@ -110,6 +124,8 @@ class Trace:
             lines.append(f"     {it.label}: rrf {self._num(it.rrf)}" +
                          (" [direct]" if it.direct else "") + (" [pinned]" if it.pinned else ""))
         lines.append(f"3. reranker: {self.reranker}")
+        lines.append(f"   learned ranker: {self.ranker}")
+        lines.append(f"   personalized PageRank: {self.ppr}")
         p = self.precedence
         for c, winner in p.beaten_claims:
             lines.append(f"     dropped {item(c).label}: outranked by keyed fact {winner}")
@@ -118,18 +134,22 @@ class Trace:
         for c, w in p.contradicted:
             lines.append(f"     demoted {item(c).label}: contradicted by "
                          f"{item(w).label if w is not None else c.contradicted_by}")
-        lines.append("4. order (direct subjects first, then merit)")
+        lines.append("4. order (direct subjects first, then merit; diversity: "
+                     f"{self.diversity or 'not run'})")
         for n, it in enumerate(self.ordered, 1):
             rr = "" if it.rerank is None else f", rerank {self._num(it.rerank)}"
             lines.append(f"     {n}. {it.label}: merit {self._num(it.merit)}{rr}" +
                          (" [direct]" if it.direct else ""))
         for dropped, twin, sim in self.suppressed:
             lines.append(f"     suppressed {dropped}: near-duplicate of {twin} ({sim:.3f})")
+        for key, holder in self.redundant:
+            lines.append(f"     dropped {key}: its text is in {holder}, ranked above it")
         lines.append(f"5. budget: kept the first {self.kept} of {len(self.ordered)}, "
                      f"{self.used_tokens} of {self.budget_tokens} tokens")
         lines.append(f"6. side effects: {self.touched_claims} fact access counter(s) to bump "
                      "(in the background); "
                      + (f"receipt {self.receipt_id}" if self.receipt_id else "no receipt")
+                     + (f"; usage row {self.usage_event}" if self.usage_event else "")
                      + f" ({self.side_effect_statements} statement(s))")
         lines.append("timings: " + ", ".join(f"{k} {v:.1f} ms" for k, v in self.timings_ms.items()))
         return "\n".join(lines)
@@ -137,3 +157,12 @@ class Trace:
     @staticmethod
     def _num(v: Any) -> str:
         return "-" if v is None else f"{float(v):.6f}"
+
+
+NOTHING_FITS = "(no evidence fits; nothing visible matched or the budget is too small)"
+
+
+def report(trace: Trace, rendered: str) -> str:
+    """What ``engram trace`` prints (and the MCP ``trace`` tool returns): every stage, then
+    the rendered string."""
+    return f"{trace.format()}\n7. rendered\n{rendered or NOTHING_FITS}"

@@ -33,7 +33,13 @@ import numpy.typing as npt
 from orchestrator.config import Settings
 from orchestrator.errors import BadInput, EngramError
 from orchestrator.worker.device import DeviceChoice, choose_device
-from orchestrator.worker.models import ModelLocation, locate, packaged_embedding_path
+from orchestrator.worker.models import (
+    ModelLocation,
+    locate,
+    packaged_embedding_path,
+    registered_location,
+)
+from orchestrator.worker.registry import ModelMismatch, RegisteredModel
 
 log = logging.getLogger("engram.worker")
 
@@ -112,6 +118,29 @@ class Embedder:
             cached = cls._cache.get(key)
             if cached is None:
                 cached = cls.load(settings)
+                cls._cache[key] = cached
+            return cached
+
+    @classmethod
+    def for_model(cls, settings: Settings, model: RegisteredModel) -> Embedder:
+        """The registered ``model`` with its registry prefixes, cached per process; never a
+        fallback to another model (``ModelUnavailable`` when its files are not here)."""
+        where = registered_location(settings, model.name)
+        key = ("registered", model.name, where.path, settings.device, model.query_prefix,
+               model.passage_prefix, settings.embed_batch_size)
+        with cls._cache_lock:
+            cached = cls._cache.get(key)
+            if cached is None:
+                if where.path is None:
+                    raise ModelUnavailable(f"the active embedding model is {model.describe()} but "
+                                           f"this process cannot load it: {where.note}")
+                cached = cls.from_path(where.path, settings=settings, model_name=model.name,
+                                       query_prefix=model.query_prefix,
+                                       passage_prefix=model.passage_prefix, source=where.source)
+                if cached.dimension != model.dimension:
+                    raise ModelMismatch(f"{model.name} is registered as {model.dimension}-d but "
+                                        f"the model at {where.path} gives {cached.dimension}-d "
+                                        "vectors")
                 cls._cache[key] = cached
             return cached
 

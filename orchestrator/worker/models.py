@@ -80,6 +80,24 @@ def locate(role: str, name: str, path: Path | None) -> ModelLocation:
     )
 
 
+def registered_location(settings: Settings, name: str) -> ModelLocation:
+    """The files of the registered embedding model ``name``: the configured path when it is the
+    configured model, else ``<embedding_models_dir>/<name>``, else wherever ``locate`` finds it.
+    Never a fallback: a process must load exactly the model the registry names."""
+    if name == settings.embedding_model:
+        return locate("embedding", name, settings.embedding_model_path)
+    if settings.embedding_models_dir is not None:
+        candidate = settings.embedding_models_dir / name
+        if (candidate / "config.json").exists():
+            return locate("embedding", name, candidate)
+    found = locate("embedding", name, None)
+    if found.path is None and settings.embedding_models_dir is not None:
+        return ModelLocation("embedding", name, None, "absent",
+                             f"{found.note}; nor in ENGRAM_EMBEDDING_MODELS_DIR "
+                             f"({settings.embedding_models_dir / name})")
+    return found
+
+
 def configured(settings: Settings) -> list[ModelLocation]:
     return [
         locate("embedding", settings.embedding_model, settings.embedding_model_path),

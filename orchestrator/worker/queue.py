@@ -46,7 +46,9 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from orchestrator.config import Settings
-from orchestrator.errors import EngramError
+from orchestrator.errors import is_unavailable
+from orchestrator.health import Backoff, Component, supervise
+from orchestrator.worker.registry import ModelMismatch, RegisteredModel, read_active
 
 log = logging.getLogger("engram.worker.queue")
 
@@ -86,12 +88,6 @@ class PassageEmbedder(Protocol):
     def embed_passages(self, texts: Sequence[str]) -> Any: ...
 
 
-class ModelMismatch(EngramError):
-    """The worker's model is not the database's active embedding model."""
-
-    code = "MODEL_MISMATCH"
-
-
 @dataclass
 class BatchReport:
     table: str = ""
@@ -129,30 +125,69 @@ class DrainReport:
         return self.rows / self.seconds if self.seconds > 0 else 0.0
 
 
-def _q(ident: str) -> str:
+def quote_ident(ident: str) -> str:
+    """``schema.table`` (or a bare name) quoted for SQL text."""
     return ".".join('"' + part.replace('"', '""') + '"' for part in ident.split("."))
+
+
+_q = quote_ident
 
 
 def vector_literal(v: Any) -> str:
     return "[" + ",".join(repr(float(x)) for x in v) + "]"
 
 
+def hash_expr(table: EmbeddableTable, alias: str = "t") -> str:
+    """The SQL of a row's content hash: its hash column, or sha256 of its text."""
+    return (f"{alias}.{_q(table.hash_column)}" if table.hash_column
+            else f"sha256(convert_to({alias}.{_q(table.text_column)}, 'UTF8'))")
+
+
+def embed_isolated(embedder: PassageEmbedder, texts: list[str]) -> list[Any | str]:
+    """A vector per text, or the error text for a text the model failed on: a failing batch
+    is tried text by text, so one poisoned text never holds the others back."""
+    dim = embedder.dimension
+
+    def check(v: Any) -> Any | str:
+        arr = np.asarray(v, dtype=np.float32)
+        if arr.shape != (dim,):
+            return f"the model returned a vector of shape {arr.shape}, expected ({dim},)"
+        if not np.all(np.isfinite(arr)):
+            return "the model returned a vector with NaN or infinite values"
+        return arr
+
+    try:
+        vectors = embedder.embed_passages(texts)
+        return [check(v) for v in vectors]
+    except Exception as exc:
+        if len(texts) == 1:
+            return [f"{type(exc).__name__}: {exc}"[:2000]]
+        log.warning("a batch of %d texts failed (%s); trying each alone", len(texts), exc)
+    out: list[Any | str] = []
+    for t in texts:
+        out.extend(embed_isolated(embedder, [t]))
+    return out
+
+
 def active_model(conn: Connection) -> tuple[str, int]:
-    row = conn.execute(text(
-        "select name, dimension from worker.embedding_models where active")).first()
-    if row is None:
-        raise ModelMismatch("no embedding model is active in worker.embedding_models")
-    return str(row[0]), int(row[1])
+    model = read_active(conn)
+    return model.name, model.dimension
 
 
 class QueueWorker:
-    """Drains the embedding queue of the ``EMBEDDABLE`` tables with one embedder."""
+    """Drains the embedding queue of the ``EMBEDDABLE`` tables with one embedder.
+
+    ``loader``: how to load a registered model. With one, a worker follows ``engram models
+    activate``: it finishes nothing under the old model (the flip waits for batches in
+    flight) and carries on with the new one; without one it stops with ``ModelMismatch``."""
 
     def __init__(self, engine: Engine, embedder: PassageEmbedder, settings: Settings, *,
                  tables: Sequence[EmbeddableTable] = EMBEDDABLE,
-                 tenants: Iterable[uuid.UUID] | None = None) -> None:
+                 tenants: Iterable[uuid.UUID] | None = None,
+                 loader: Callable[[RegisteredModel], PassageEmbedder] | None = None) -> None:
         self.engine = engine
         self.embedder = embedder
+        self.loader = loader
         self.settings = settings
         self.tables = tuple(tables)
         self.tenants = sorted(tenants) if tenants is not None else None
@@ -177,6 +212,19 @@ class QueueWorker:
         self._model = name
         return name
 
+    def follow_model(self) -> str:
+        """Load the active model with ``loader`` (when this worker runs another one)."""
+        try:
+            return self.check_model()
+        except ModelMismatch:
+            if self.loader is None:
+                raise
+        with self.engine.connect() as conn:
+            active = read_active(conn)
+        log.warning("the active embedding model is now %s; loading it", active.describe())
+        self.embedder = self.loader(active)
+        return self.check_model()
+
     # -- SQL ----------------------------------------------------------------
 
     def _tenant_filter(self) -> str:
@@ -185,11 +233,9 @@ class QueueWorker:
     def _claim_sql(self, table: EmbeddableTable) -> str:
         keys = ", ".join(f"t.{_q(k)} as k{i}" for i, k in enumerate(table.key_columns))
         key_text = " || ',' || ".join(f"t.{_q(k)}::text" for k in table.key_columns)
-        hash_expr = (f"t.{_q(table.hash_column)}" if table.hash_column
-                     else f"sha256(convert_to(t.{_q(table.text_column)}, 'UTF8'))")
         return (
             f"select t.tenant_id, {keys}, {key_text} as row_key, t.{_q(table.text_column)} as body, "
-            f"{hash_expr} as hash, t.embed_attempts as attempts "
+            f"{hash_expr(table)} as hash, t.embed_attempts as attempts "
             f"from {_q(table.name)} t "
             "where t.embed_state = 'pending'" + self._tenant_filter() + " "
             "and not exists (select 1 from worker.embed_retries r where r.tenant_id = t.tenant_id "
@@ -222,30 +268,6 @@ class QueueWorker:
         return None if wait is None else max(0.0, float(wait))
 
     # -- one batch ----------------------------------------------------------
-
-    def _embed_isolated(self, texts: list[str]) -> list[Any | str]:
-        """A vector per text, or the error text for a text the model failed on."""
-        dim = self.embedder.dimension
-
-        def check(v: Any) -> Any | str:
-            arr = np.asarray(v, dtype=np.float32)
-            if arr.shape != (dim,):
-                return f"the model returned a vector of shape {arr.shape}, expected ({dim},)"
-            if not np.all(np.isfinite(arr)):
-                return "the model returned a vector with NaN or infinite values"
-            return arr
-
-        try:
-            vectors = self.embedder.embed_passages(texts)
-            return [check(v) for v in vectors]
-        except Exception as exc:
-            if len(texts) == 1:
-                return [f"{type(exc).__name__}: {exc}"[:2000]]
-            log.warning("a batch of %d texts failed (%s); trying each alone", len(texts), exc)
-        out: list[Any | str] = []
-        for t in texts:
-            out.extend(self._embed_isolated([t]))
-        return out
 
     def process_batch(self, table: EmbeddableTable) -> BatchReport:
         model = self._model or self.check_model()
@@ -289,7 +311,7 @@ class QueueWorker:
             computed: dict[tuple[Any, bytes], Any | str] = {}
             if todo:
                 keys = list(todo)
-                results = self._embed_isolated([todo[k] for k in keys])
+                results = embed_isolated(self.embedder, [todo[k] for k in keys])
                 report.model_texts = len(keys)
                 computed = dict(zip(keys, results, strict=True))
                 fresh = [{"t": k[0], "h": k[1], "m": model, "v": vector_literal(v)}
@@ -318,7 +340,7 @@ class QueueWorker:
             if ready:
                 conn.execute(text(
                     f"update {_q(table.name)} set embedding = cast(:v as vector), "
-                    "embed_state = 'ready', embed_model = :m, embedded_at = now(), "
+                    "embed_state = 'ready', embed_model = :m, embedded_at = clock_timestamp(), "
                     f"embed_error = null, embed_attempts = embed_attempts + 1 where {where}"), ready)
                 report.embedded_rows = len(ready)
             retried_keys = [(r.tenant_id, r.row_key) for r in rows
@@ -354,100 +376,6 @@ class QueueWorker:
                      "err": error})
         return report
 
-    # -- model change: backfill a candidate, then flip -------------------------
-
-    def _hash_expr(self, table: EmbeddableTable) -> str:
-        return (f"t.{_q(table.hash_column)}" if table.hash_column
-                else f"sha256(convert_to(t.{_q(table.text_column)}, 'UTF8'))")
-
-    def _candidate(self, conn: Connection, name: str) -> int:
-        row = conn.execute(text("select dimension, active from worker.embedding_models "
-                                "where name = :n"), {"n": name}).first()
-        if row is None:
-            raise ModelMismatch(f"{name} is not registered in worker.embedding_models; a DBA "
-                                "registers it first (name, dimension)")
-        return int(row[0])
-
-    def backfill(self, candidate: PassageEmbedder, *, batch: int = 256) -> int:
-        """Cache ``candidate``'s vector for every embedded text; rows are not touched.
-
-        Recall keeps reading the active model's vectors meanwhile. Returns the
-        number of texts embedded.
-        """
-        name = candidate.model_name
-        with self.engine.connect() as conn:
-            dimension = self._candidate(conn, name)
-        if dimension != candidate.dimension:
-            raise ModelMismatch(f"{name} is registered as {dimension}-d but the loaded model "
-                                f"gives {candidate.dimension}-d vectors")
-        done = 0
-        for table in self.tables:
-            while True:
-                with self.engine.begin() as conn:
-                    rows = conn.execute(text(
-                        f"select distinct on (t.tenant_id, {self._hash_expr(table)}) t.tenant_id, "
-                        f"{self._hash_expr(table)} as hash, t.{_q(table.text_column)} as body "
-                        f"from {_q(table.name)} t where t.embed_state = 'ready' "
-                        "and not exists (select 1 from worker.embedding_cache c where "
-                        f"c.tenant_id = t.tenant_id and c.model = :m and c.content_hash = "
-                        f"{self._hash_expr(table)}) limit :n"), {"m": name, "n": batch}).all()
-                    if not rows:
-                        break
-                    vectors = candidate.embed_passages([r.body for r in rows])
-                    conn.execute(text(
-                        "insert into worker.embedding_cache (tenant_id, model, content_hash, "
-                        "embedding) values (:t, :m, :h, cast(:v as vector)) on conflict do nothing"),
-                        [{"t": r.tenant_id, "m": name, "h": bytes(r.hash), "v": vector_literal(v)}
-                         for r, v in zip(rows, vectors, strict=True)])
-                    done += len(rows)
-        return done
-
-    def activate(self, name: str) -> dict[str, int]:
-        """Swap every ready row to ``name``'s cached vector and flip the registry, atomically.
-
-        Refused while a ready row has no cached vector under ``name`` (run
-        ``backfill`` first) or when the dimensions differ (the columns are typed).
-        Returns the rows switched per table.
-        """
-        switched: dict[str, int] = {}
-        with self.engine.begin() as conn:
-            models = conn.execute(text(
-                "select name, dimension, active from worker.embedding_models "
-                "where active or name = :n for update"), {"n": name}).all()
-            target = [m for m in models if m.name == name]
-            active = [m for m in models if m.active]
-            if not target:
-                raise ModelMismatch(f"{name} is not registered in worker.embedding_models")
-            if active and active[0].name == name:
-                return switched
-            if active and active[0].dimension != target[0].dimension:
-                raise ModelMismatch(
-                    f"{name} is {target[0].dimension}-d and the stored vectors are "
-                    f"{active[0].dimension}-d; a dimension change needs a migration of the "
-                    "embedding columns")
-            for table in self.tables:
-                missing = int(conn.execute(text(
-                    f"select count(*) from {_q(table.name)} t where t.embed_state = 'ready' "
-                    "and not exists (select 1 from worker.embedding_cache c where "
-                    f"c.tenant_id = t.tenant_id and c.model = :m and c.content_hash = "
-                    f"{self._hash_expr(table)})"), {"m": name}).scalar_one())
-                if missing:
-                    raise ModelMismatch(f"{missing} ready rows of {table.name} have no vector "
-                                        f"under {name} yet; run the backfill first")
-            for table in self.tables:
-                result = conn.execute(text(
-                    f"update {_q(table.name)} t set embedding = c.embedding, embed_model = :m, "
-                    "embedded_at = now() from worker.embedding_cache c "
-                    "where t.embed_state = 'ready' and c.tenant_id = t.tenant_id "
-                    f"and c.model = :m and c.content_hash = {self._hash_expr(table)}"),
-                    {"m": name})
-                switched[table.name] = int(result.rowcount)
-            conn.execute(text("update worker.embedding_models set active = false, "
-                              "activated_at = activated_at where active"))
-            conn.execute(text("update worker.embedding_models set active = true, "
-                              "activated_at = now() where name = :n"), {"n": name})
-        return switched
-
     # -- draining and waiting -------------------------------------------------
 
     def drain(self, *, wait_for_retries: bool = True,
@@ -456,13 +384,21 @@ class QueueWorker:
         """Embed until nothing is claimable (and, if asked, no retry is still due)."""
         started = time.monotonic()
         report = DrainReport()
-        self.check_model()
+        self.follow_model()
         while not (stop and stop.is_set()):
             progressed = False
             for table in self.tables:
                 try:
                     b = self.process_batch(table)
+                except ModelMismatch:
+                    if self.loader is None:
+                        raise
+                    self.follow_model()
+                    progressed = True
+                    break
                 except DBAPIError as exc:
+                    if is_unavailable(exc):
+                        raise  # the database is gone, not this table: run_forever reconnects
                     # One table's trouble (a trigger the worker may not run, a table a
                     # later revision has not created yet) must not stop the others.
                     self.table_errors[table.name] = str(exc.orig or exc).split("\n")[0]
@@ -486,14 +422,30 @@ class QueueWorker:
         return report
 
     def run_forever(self, listen_dsn: str, stop: threading.Event,
-                    on_batch: Callable[[BatchReport], None] | None = None) -> None:
-        """Drain, then sleep until NOTIFY or the poll interval; until ``stop`` is set."""
+                    on_batch: Callable[[BatchReport], None] | None = None, *,
+                    component: Component | None = None) -> None:
+        """Drain, then sleep until NOTIFY or the poll interval; until ``stop`` is set.
+
+        When the database goes away (a restart, a dropped link) the listening connection
+        and the drain fail; both are opened again with back-off (``orchestrator.health``)
+        until the server answers, and the queue is drained from where it stood: a batch
+        in flight was rolled back with its connection, so nothing is lost or written
+        twice. ``component`` reports the state (``/readyz`` under ``engram up``). A worker
+        whose model is no longer the active one stops (``ModelMismatch``)."""
+        component = component or Component("embedding worker")
+        supervise(component, lambda: self._listen(listen_dsn, stop, on_batch, component), stop,
+                  backoff=Backoff(0.5, max(self.settings.worker_poll_s, 1.0) * 6),
+                  permanent=(ModelMismatch,))
+
+    def _listen(self, listen_dsn: str, stop: threading.Event,
+                on_batch: Callable[[BatchReport], None] | None, component: Component) -> None:
         import psycopg
 
-        with psycopg.connect(listen_dsn, autocommit=True) as listener:
+        with psycopg.connect(listen_dsn, autocommit=True, connect_timeout=10) as listener:
             listener.execute(f"listen {NOTIFY_CHANNEL}")
             while not stop.is_set():
-                self.drain(wait_for_retries=False, stop=stop, on_batch=on_batch)
+                drained = self.drain(wait_for_retries=False, stop=stop, on_batch=on_batch)
+                component.ok(f"listening; the last drain embedded {drained.rows} rows")
                 wait = self._next_retry_in()
                 timeout = self.settings.worker_poll_s if wait is None else min(
                     wait + 0.01, self.settings.worker_poll_s)

@@ -9,7 +9,8 @@ once in a thread, and hands every request its own slice of the result. A lone
 request waits at most the (few-millisecond) collection window.
 
 Endpoints: ``POST /embed`` ``{"texts": [...], "kind": "passage"|"query",
-"asker": ...}``; ``POST /rerank`` ``{"query": ..., "passages": [...]}``;
+"asker": ..., "model": ...}`` (with ``model``, 409 ``MODEL_MISMATCH`` when this
+worker runs another model); ``POST /rerank`` ``{"query": ..., "passages": [...]}``;
 ``GET /healthz`` (the process answers), ``GET /readyz`` (models loaded; says
 which, and whether the reranker is present), ``GET /metrics`` (Prometheus).
 Bad payloads get 4xx with a message naming the problem: 400 not JSON, 422 wrong
@@ -36,6 +37,7 @@ from starlette.routing import Route
 from orchestrator.config import Settings
 from orchestrator.errors import BadInput, EngramError
 from orchestrator.worker.embedder import Embedder, ModelUnavailable, Reranker
+from orchestrator.worker.registry import ModelMismatch
 
 
 class PayloadError(BadInput):
@@ -249,6 +251,17 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None,
             asker = body.get("asker")
             if asker is not None and not isinstance(asker, str):
                 raise PayloadError(f"asker must be text, not {type(asker).__name__}")
+            wanted = body.get("model")
+            if wanted is not None and not isinstance(wanted, str):
+                raise PayloadError(f"model must be text, not {type(wanted).__name__}")
+            if wanted is not None and wanted != state.embedder.model_name:
+                # The caller's vectors must come from the active model; another one's
+                # would be silently wrong, so the answer is a refusal it can name.
+                return answer("embed", 409, {
+                    "error": f"this worker embeds with {state.embedder.model_name}, not "
+                             f"{wanted[:200]}; restart `engram worker serve` with "
+                             f"ENGRAM_EMBEDDING_MODEL={wanted[:200]}",
+                    "code": ModelMismatch.code})
             texts = _texts(body, "texts", settings)
             vectors = await state.embed_batcher.submit([(t, asker, kind) for t in texts])
             return answer("embed", 200, {"model": state.embedder.model_name,

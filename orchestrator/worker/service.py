@@ -6,6 +6,12 @@ process; with it set, calls go over HTTP to ``engram worker serve``, which
 batches concurrent callers together. Both return the same types, and the
 served one maps the server's 4xx answers back to ``BadInput``, so callers
 cannot tell them apart except by speed.
+
+``model_service_for(settings, model)`` is the same for one *registered* model:
+recall asks for the active one. In this process that is the configured model
+when the registry agrees with the settings, else the registered model loaded by
+name (``Embedder.for_model``); a served worker is asked to embed with that model
+by name and refuses (``ModelMismatch``) when it runs another.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from orchestrator.worker.embedder import (
     RerankOutcome,
     Vectors,
 )
+from orchestrator.worker.registry import ModelMismatch, RegisteredModel
 
 
 class ModelService(Protocol):
@@ -110,6 +117,8 @@ class HttpService:
         message = str(body.get("error", f"HTTP {response.status_code}"))
         if response.status_code == 503 and body.get("code") == ModelUnavailable.code:
             raise ModelUnavailable(message)
+        if response.status_code == 409 and body.get("code") == ModelMismatch.code:
+            raise ModelMismatch(message)
         if 400 <= response.status_code < 500:
             raise BadInput(message)
         raise EngramError(f"the served worker at {self.url} failed: {message}")
@@ -136,8 +145,14 @@ class HttpService:
         body = self._post("/embed", {"texts": list(texts), "kind": "passage"})
         return np.asarray(body["vectors"], dtype=np.float32)
 
-    def embed_query(self, question: str, asker: str | None = None) -> Vectors:
-        body = self._post("/embed", {"texts": [question], "kind": "query", "asker": asker})
+    def embed_query(self, question: str, asker: str | None = None, *,
+                    model: str | None = None) -> Vectors:
+        """``model``: the registered model the vector must come from (the worker refuses
+        with ``ModelMismatch`` when it runs another)."""
+        payload: dict[str, Any] = {"texts": [question], "kind": "query", "asker": asker}
+        if model is not None:
+            payload["model"] = model
+        body = self._post("/embed", payload)
         result: Vectors = np.asarray(body["vectors"][0], dtype=np.float32)
         return result
 
@@ -149,9 +164,52 @@ class HttpService:
                              [int(w) for w in body["windows"]], [str(n) for n in body["notes"]])
 
 
+class _PinnedHttpService:
+    """A served worker asked for one registered model's vectors on every call."""
+
+    def __init__(self, service: HttpService, model: RegisteredModel) -> None:
+        self._service = service
+        self.model_name = model.name
+        self.dimension = model.dimension
+
+    @property
+    def reranker_available(self) -> bool:
+        return self._service.reranker_available
+
+    @property
+    def reranker_note(self) -> str | None:
+        return self._service.reranker_note
+
+    def embed_passages(self, texts: Sequence[str]) -> Vectors:
+        if self._service.model_name != self.model_name:
+            raise ModelMismatch(f"the served worker at {self._service.url} embeds with "
+                                f"{self._service.model_name}, not {self.model_name}")
+        return self._service.embed_passages(texts)
+
+    def embed_query(self, question: str, asker: str | None = None) -> Vectors:
+        return self._service.embed_query(question, asker, model=self.model_name)
+
+    def rerank(self, query: str, passages: Sequence[str]) -> RerankOutcome:
+        return self._service.rerank(query, passages)
+
+
 @lru_cache(maxsize=4)
 def _http(url: str) -> HttpService:
     return HttpService(url)
+
+
+def model_service_for(settings: Settings, model: RegisteredModel) -> ModelService:
+    """The models for the registered ``model``: the served worker (pinned to it by name) when
+    ``ENGRAM_WORKER_URL`` is set, else loaded in this process."""
+    if settings.worker_url:
+        return _PinnedHttpService(_http(settings.worker_url), model)
+    if (model.name == settings.embedding_model
+            and (model.query_prefix, model.passage_prefix)
+            == (settings.embedding_query_prefix, settings.embedding_passage_prefix)):
+        default = InProcessService.from_settings(settings)
+        if default.model_name == model.name and default.dimension == model.dimension:
+            return default
+    return InProcessService(Embedder.for_model(settings, model), Reranker.from_settings(settings))
 
 
 def model_service(settings: Settings) -> ModelService:

@@ -75,11 +75,12 @@ def api_settings(base: Settings, home: Path, **overrides: Any) -> Settings:
 
 
 @contextmanager
-def serve(s: Settings, app_engine: Engine, verifier: TokenVerifier | None = None
-          ) -> Iterator[ApiServer]:
-    """uvicorn serving Engram's app in a thread, on a free port, until the block ends."""
+def serve(s: Settings, app_engine: Engine, verifier: TokenVerifier | None = None,
+          **app_options: Any) -> Iterator[ApiServer]:
+    """uvicorn serving Engram's app in a thread, on a free port, until the block ends
+    (``app_options``: ``create_app``'s recaller, health, warmup)."""
     port = free_port()
-    config = uvicorn.Config(create_app(s, app_engine, verifier), host="127.0.0.1", port=port,
+    config = uvicorn.Config(create_app(s, app_engine, verifier, **app_options), host="127.0.0.1", port=port,
                             log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
@@ -115,7 +116,7 @@ def strict_server(settings: Settings, app_engine: Engine, api_home: Path,
                   api_server: ApiServer) -> Iterator[ApiServer]:
     """Same key, tight limits and production defaults (no introspection, no GraphiQL)."""
     s = api_settings(settings, api_home, api_max_depth=3, api_max_cost=30,
-                     api_environment="production")
+                     env="production")
     with serve(s, app_engine) as server:
         yield server
 

@@ -67,7 +67,8 @@ class Issuer:
         body.update(claims)
         return jwt.encode(body, private, algorithm=alg, headers={"kid": kid})
 
-    def start(self) -> None:
+    def start(self, routes: list[Route] | None = None) -> None:
+        """Serve the JWKS (and ``routes``, e.g. an authorization endpoint) until ``stop``."""
         async def jwks(_: Request) -> JSONResponse:
             self.requests += 1
             if not self.answering.is_set():
@@ -76,7 +77,8 @@ class Issuer:
             return JSONResponse({"keys": self.public})
 
         self._server = uvicorn.Server(uvicorn.Config(
-            Starlette(routes=[Route("/oidc/jwks", jwks)]), host="127.0.0.1", port=self.port,
+            Starlette(routes=[Route("/oidc/jwks", jwks), *(routes or [])]), host="127.0.0.1",
+            port=self.port,
             log_level="warning", lifespan="off"))
         self._thread = threading.Thread(target=self._server.run, daemon=True)
         self._thread.start()

@@ -33,8 +33,48 @@ def pgtap_sql() -> Path:
     )
 
 
+# The policy-coverage check runs last, over the tags of the cases every other file passed.
+COVERAGE_FILE = "65_policy_coverage.sql"
+POLICY_TAG = re.compile(r"\[policy ([a-z][a-z0-9_]*) (allow|deny)\]")
+
+
 def check_files() -> list[Path]:
-    return sorted(p for p in SQL_CHECKS.glob("*.sql") if re.match(r"^\d\d_", p.name))
+    """The numbered files, in order, without the coverage check (``coverage_file``)."""
+    return sorted(p for p in SQL_CHECKS.glob("*.sql")
+                  if re.match(r"^\d\d_", p.name) and p.name != COVERAGE_FILE)
+
+
+def coverage_file() -> Path:
+    return SQL_CHECKS / COVERAGE_FILE
+
+
+def policy_cases(file: str, result: TapResult) -> list[tuple[str, str, str, str]]:
+    """(policy, allow|deny, file, description) of every passing case that carries a tag."""
+    cases = []
+    for line in result.output.splitlines():
+        if not line.startswith("ok "):
+            continue
+        description = line.split(" - ", 1)[1] if " - " in line else ""
+        cases += [(policy, kind, file, description) for policy, kind in POLICY_TAG.findall(description)]
+    return cases
+
+
+def load_policy_cases(psql_bin: Path, url: str, cases: list[tuple[str, str, str, str]]) -> None:
+    """Replace ``tests.policy_cases`` with ``cases`` (committed: the coverage file reads them)."""
+    def lit(value: str) -> str:
+        return "'" + value.replace("'", "''") + "'"
+
+    rows = ",\n".join(f"({', '.join(lit(v) for v in case)})" for case in cases)
+    script = ("create table if not exists tests.policy_cases (policy text not null, kind text not null, "
+              "file text not null, description text not null);\n"
+              "truncate tests.policy_cases;\n"
+              + (f"insert into tests.policy_cases values\n{rows};\n" if cases else ""))
+    path = REPO / ".cache" / "pgtap-policy-cases.sql"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(script)
+    res = psql(psql_bin, url, file=path)
+    if res.returncode != 0:
+        raise RuntimeError(f"loading the policy cases failed:\n{res.stderr[-4000:]}")
 
 
 @dataclass

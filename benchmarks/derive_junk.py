@@ -1,0 +1,115 @@
+"""Junk in derived memory over ordinary Markdown: the quality gates off (before) and on (after), one run.
+
+The folder (default ``tests/fixtures/markdown``: README, changelog, contributing
+guide, architecture notes and planning notes of fictional software, with code
+blocks, URLs, badges, tables, logs and front matter) is ingested twice, into two
+tenants, exactly as ``engram ingest`` does; the chunks are embedded, then every
+derive job runs, with ``derive_quality_gates`` off in the first tenant and on in
+the second. Counted per tenant: entities, profiles and observations, and among
+them the **junk** ones: an entity whose name is not a plausible name, a profile
+or an observation whose text (profile: the part after its title) is code, a URL,
+markup, numbers or a log line (``orchestrator.derive.quality.junk_reason``), and
+observations whose text another observation already says (served twice). Up to
+``--examples`` junk items per kind are printed.
+
+    .venv/bin/python benchmarks/derive_junk.py [--folder PATH] [--examples 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+
+from sqlalchemy import text
+
+from orchestrator.auth import Identity
+from orchestrator.cli.ingest import ingest_paths
+from orchestrator.db.engine import make_app_engine
+from orchestrator.db.session import bound_session
+from orchestrator.derive.quality import junk_reason, plausible_entity
+
+FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "markdown"
+
+
+def count(app: object, org: str, examples: int) -> tuple[dict[str, int], list[str]]:
+    ident = Identity.of(org, "auditor", read=["docs"])
+    figures: dict[str, int] = Counter()
+    shown: list[str] = []
+    with bound_session(app, ident) as session:  # type: ignore[arg-type]
+        names = session.execute(text("select canonical_name from knowledge.entities "
+                                     "where merged_into is null")).scalars().all()
+        profiles = session.execute(text("select summary from memory.profiles")).scalars().all()
+        observations = session.execute(text("select text from memory.observations "
+                                            "where confidence >= 0.65")).scalars().all()
+    figures["entities"] = len(names)
+    for n in names:
+        if not plausible_entity(n):
+            figures["junk entities"] += 1
+            if figures["junk entities"] <= examples:
+                shown.append(f"entity {n!r}")
+    figures["profiles"] = len(profiles)
+    for p in profiles:
+        title, _, body = p.partition(": ")
+        reason = None if plausible_entity(title.split(",")[0]) else "name"
+        reason = reason or junk_reason(body)
+        if reason:
+            figures["junk profiles"] += 1
+            if figures["junk profiles"] <= examples:
+                shown.append(f"profile ({reason}) {p[:90]!r}")
+    figures["recallable observations"] = len(observations)
+    seen: Counter[str] = Counter(" ".join(o.split()).lower() for o in observations)
+    for o in observations:
+        reason = junk_reason(o)
+        if reason:
+            figures["junk observations"] += 1
+            if figures["junk observations"] <= examples:
+                shown.append(f"observation ({reason}) {o[:90]!r}")
+    figures["repeated observations"] = sum(n - 1 for n in seen.values() if n > 1)
+    return figures, shown
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--folder", type=Path, default=FIXTURE)
+    ap.add_argument("--examples", type=int, default=5)
+    args = ap.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from recall_quality import derive_tenant, embedded_database, make_tenant
+
+    from orchestrator.worker.embedder import Embedder
+
+    files = sorted(args.folder.glob("**/*.md"))
+    print(f"folder {args.folder}: {len(files)} Markdown files")
+    rows: dict[str, dict[str, int]] = {}
+    examples: dict[str, list[str]] = {}
+    with embedded_database() as (settings, admin, app, worker_url):
+        embedder = Embedder.from_settings(settings)
+        worker = make_app_engine(worker_url, pool_size=1)
+        for gates in (False, True):
+            label = "after (gates on)" if gates else "before (gates off)"
+            run_settings = settings.model_copy(update={"derive_quality_gates": gates})
+            org = f"markdown-{'on' if gates else 'off'}-{uuid.uuid4().hex[:6]}"
+            tenant_id = make_tenant(admin, org, "docs")
+            ident = Identity.of(org, "writer", write=["docs"])
+            summary = ingest_paths(run_settings, app, ident, [args.folder], collection="readme",
+                                   scopes=["docs"])
+            print(f"{label}: {summary.files} files, {summary.chunks} chunks; "
+                  + derive_tenant(app, worker, run_settings, embedder, org, tenant_id, "docs"))
+            rows[label], examples[label] = count(app, org, args.examples)
+        worker.dispose()
+    keys = list(rows["before (gates off)"].keys() | rows["after (gates on)"].keys())
+    order = ["entities", "junk entities", "profiles", "junk profiles", "recallable observations",
+             "junk observations", "repeated observations"]
+    keys = [k for k in order if k in keys]
+    print(f"\n{'':26s} {'before':>8s} {'after':>8s}")
+    for k in keys:
+        print(f"{k:26s} {rows['before (gates off)'].get(k, 0):8d} {rows['after (gates on)'].get(k, 0):8d}")
+    for label, shown in examples.items():
+        print(f"\njunk {label}:" + ("".join(f"\n  {s}" for s in shown) if shown else " none"))
+
+
+if __name__ == "__main__":
+    main()

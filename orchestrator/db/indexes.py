@@ -1,0 +1,197 @@
+"""Engram's search indexes: the ``vchordrq`` sizing rule and ``engram db reindex``.
+
+**Sizing.** A ``vchordrq`` index partitions the vectors into ``lists`` by k-means at build
+time and scans ``vchordrq.probes`` of them per query. The partition is only as good as the
+rows it was built from: 0003 built it on an empty table (``lists = []``, no partition).
+The rule here, used by migration 0070 and by ``engram db reindex``:
+
+* fewer than ``FLAT_BELOW_ROWS`` vectors: no partition (``lists = []``), every query
+  scans the quantized vectors of the whole (tenant-filtered) table and reranks: exact
+  enough and cheap at that size;
+* otherwise ``lists = round(4 * sqrt(rows))`` (VectorChord's guidance is 4 to 8 times the
+  square root of the row count) and ``probes`` = 5% of the lists (its guidance: 3-10%),
+  at least 1, set for the application and worker roles.
+
+**Rebuilding.** ``plan`` reads the catalog: on both tiers every HNSW and GIN index of
+Engram's schemas is rebuilt with ``REINDEX INDEX CONCURRENTLY`` (reads and writes go on);
+on the VectorChord tier the ``vchordrq`` index is rebuilt the same way when its lists
+already fit the table, and otherwise replaced: a new index with the right lists is built
+``CONCURRENTLY`` beside it, the old one dropped concurrently and the new one renamed.
+An invalid index (the leftover of a failed concurrent build) is dropped, so running the
+command again after a failure finishes the job. ``run`` executes a plan on an autocommit
+connection while a second connection reads ``pg_stat_progress_create_index`` for the
+progress bar.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlalchemy import Connection, Engine, text
+
+FLAT_BELOW_ROWS = 50_000
+VCHORDRQ_INDEX = "ix_chunks_embedding_vchordrq"
+VCHORDRQ_TABLE = "sources.chunks"
+ENGRAM_SCHEMAS = ("auth", "sources", "knowledge", "memory", "provenance", "worker", "recall")
+# The roles whose queries scan the vchordrq index (probes is a per-session setting).
+PROBE_ROLES = ("engram_app", "engram_worker")
+
+
+def vchordrq_lists(rows: int) -> int:
+    """The number of lists for ``rows`` vectors; 0 means no partition (``lists = []``)."""
+    if rows < FLAT_BELOW_ROWS:
+        return 0
+    return round(4 * math.sqrt(rows))
+
+
+def vchordrq_probes(lists: int) -> int:
+    """Lists scanned per query: 5% of ``lists`` (at least 1); 0 when there is no partition."""
+    return 0 if lists == 0 else max(1, math.ceil(lists * 0.05))
+
+
+def vchordrq_options(lists: int) -> str:
+    """The index's options (TOML, as vchordrq reads them)."""
+    return ("residual_quantization = true\n[build.internal]\n"
+            f"lists = [{lists if lists else ''}]\n")
+
+
+def vchordrq_create(name: str, lists: int, *, concurrently: bool) -> str:
+    return (f"create index {'concurrently ' if concurrently else ''}{name} on {VCHORDRQ_TABLE} "
+            f"using vchordrq (embedding vector_cosine_ops) with (options = $$\n"
+            f"{vchordrq_options(lists)}$$)")
+
+
+def vchordrq_probe_settings(lists: int) -> list[str]:
+    """``alter role`` statements that give the scanning roles ``vchordrq.probes``."""
+    value = str(vchordrq_probes(lists)) if lists else ""
+    return [f"do $s$ begin execute format('alter role {role} in database %I set vchordrq.probes = %L', "
+            f"current_database(), '{value}'); end $s$" for role in PROBE_ROLES]
+
+
+def lists_in(options: str | None) -> int | None:
+    """The ``lists`` an existing vchordrq index was built with (0: none), or None if unknown."""
+    if not options:
+        return None
+    m = re.search(r"lists\s*=\s*\[\s*(\d*)\s*\]", options)
+    if m is None:
+        return None
+    return int(m.group(1)) if m.group(1) else 0
+
+
+@dataclass
+class IndexStep:
+    """One index to rebuild and the statements that do it (each outside a transaction)."""
+
+    index: str  # schema-qualified
+    method: str
+    reason: str
+    statements: list[str] = field(default_factory=list)
+
+
+def index_tier(conn: Connection) -> str:
+    tier = conn.execute(text(
+        "select value from engram.installation where key = 'index_tier'")).scalar()
+    return str(tier or "pgvector")
+
+
+def plan(conn: Connection) -> list[IndexStep]:
+    """What ``engram db reindex`` will do on this database, in order."""
+    rows = conn.execute(text(
+        "select n.nspname, c.relname, am.amname, pg_get_indexdef(c.oid), i.indisvalid "
+        "from pg_index i join pg_class c on c.oid = i.indexrelid "
+        "join pg_namespace n on n.oid = c.relnamespace join pg_am am on am.oid = c.relam "
+        "where am.amname in ('hnsw', 'gin', 'vchordrq') and n.nspname = any(:schemas) "
+        "order by n.nspname, c.relname"), {"schemas": list(ENGRAM_SCHEMAS)}).all()
+    steps: list[IndexStep] = []
+    for schema, name, method, definition, valid in rows:
+        qualified = f"{schema}.{name}"
+        if not valid:
+            # What a failed concurrent build leaves behind (PostgreSQL's advice: drop it).
+            steps.append(IndexStep(qualified, method, "invalid (a failed concurrent build): drop",
+                                   [f"drop index concurrently if exists {qualified}"]))
+            continue
+        if method != "vchordrq":
+            steps.append(IndexStep(qualified, method, "rebuild in place",
+                                   [f"reindex index concurrently {qualified}"]))
+            continue
+        vectors = int(conn.execute(text(
+            f"select count(*) from {VCHORDRQ_TABLE} where embedding is not null")).scalar_one())
+        steps.append(vchordrq_step(schema, name, definition, vectors))
+    return steps
+
+
+def vchordrq_step(schema: str, name: str, definition: str, vectors: int) -> IndexStep:
+    """Rebuild the vchordrq index ``schema.name`` (built as ``definition``) for ``vectors``
+    rows: in place when its lists fit, else replaced by one built with the right lists."""
+    qualified = f"{schema}.{name}"
+    want = vchordrq_lists(vectors)
+    have = lists_in(definition)
+    probes = vchordrq_probe_settings(want)
+    if have == want:
+        return IndexStep(qualified, "vchordrq", f"{vectors} vectors, lists [{want or ''}] fit",
+                         [f"reindex index concurrently {qualified}", *probes])
+    fresh = f"{name}_new"
+    return IndexStep(
+        qualified, "vchordrq", f"{vectors} vectors: lists [{have or ''}] -> [{want or ''}]",
+        [f"drop index concurrently if exists {schema}.{fresh}",
+         vchordrq_create(fresh, want, concurrently=True),
+         f"drop index concurrently {qualified}",
+         f"alter index {schema}.{fresh} rename to {name}", *probes])
+
+
+Progress = Callable[[str, int, int, str], None]
+
+
+def run(engine: Engine, steps: list[IndexStep], on_progress: Progress | None = None,
+        poll_s: float = 0.5) -> list[tuple[str, float]]:
+    """Execute ``steps`` (autocommit, as the migrating role); returns seconds per index.
+
+    ``on_progress(index, done, total, phase)`` is called from a watcher thread with
+    ``pg_stat_progress_create_index``'s blocks (or tuples) done and total.
+    """
+    timings: list[tuple[str, float]] = []
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        pid = int(conn.execute(text("select pg_backend_pid()")).scalar_one())
+        for step in steps:
+            started = time.monotonic()
+            stop = threading.Event()
+            watcher = None
+            if on_progress is not None:
+                watcher = threading.Thread(target=_watch, args=(engine, pid, step.index, on_progress,
+                                                                stop, poll_s), daemon=True)
+                watcher.start()
+            try:
+                for statement in step.statements:
+                    conn.exec_driver_sql(statement)
+            finally:
+                stop.set()
+                if watcher is not None:
+                    watcher.join(timeout=5)
+            timings.append((step.index, time.monotonic() - started))
+            if on_progress is not None:
+                on_progress(step.index, 1, 1, "done")
+    return timings
+
+
+def _watch(engine: Engine, pid: int, index: str, on_progress: Progress, stop: threading.Event,
+           poll_s: float) -> None:
+    with engine.connect() as conn:
+        while not stop.wait(poll_s):
+            row = conn.execute(text(
+                "select phase, blocks_done, blocks_total, tuples_done, tuples_total "
+                "from pg_stat_progress_create_index where pid = :pid"), {"pid": pid}).first()
+            conn.rollback()
+            if row is None:
+                continue
+            phase, bdone, btotal, tdone, ttotal = row
+            if btotal:
+                on_progress(index, int(bdone), int(btotal), str(phase))
+            elif ttotal:
+                on_progress(index, int(tdone), int(ttotal), str(phase))
+            else:
+                on_progress(index, 0, 0, str(phase))

@@ -1,0 +1,112 @@
+"""Quality gates for derived memory: code, URLs, markup, numbers and log lines are not knowledge.
+
+Order of work, where each gate sits:
+
+1. ``mask_markup`` (extraction, before parsing): fenced and indented code blocks,
+   inline code and HTML ``code``/``pre`` elements, URLs and e-mail addresses, Markdown images and badges, link
+   targets, HTML tags, table rows, heading/emphasis/list markers and log lines
+   are overwritten with spaces of the same length. The parser then never sees
+   them, while every character offset of the remaining prose stays where it was
+   (entity spans are offsets into the chunk);
+2. ``plausible_entity`` (extraction): a mention becomes an entity only when its
+   name reads as a name: letters first, no URL, path, code punctuation or
+   identifier shape (``snake_case``, ``camelCase``, ``a.b``), not mostly digits,
+   at most six words;
+3. ``plausible_statement`` (consolidation and profiles): a claim's sentence
+   enters an observation or a profile only when it is prose: enough letters,
+   enough words, no code punctuation, no URL, not a log line.
+
+``junk_reason`` says why a derived text would be junk by the same tests; the
+derive benchmark (``benchmarks/derive_junk.py``) counts with it, before and
+after the gates, over a folder of ordinary Markdown.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Fenced blocks (``` or ~~~, to the closing fence or the end of the text).
+_FENCE = re.compile(r"(^|\n)[ \t]*(```|~~~)[^\n]*\n.*?(\n[ \t]*\2[^\n]*(?=\n|$)|$)", re.S)
+# Indented code: lines of 4+ spaces or a tab after a blank line, with the lines that follow.
+_INDENTED = re.compile(r"(?:(?<=\n\n)|^)((?:(?: {4}|\t)[^\n]*(?:\n|$))+)")
+_INLINE_CODE = re.compile(r"`[^`\n]*`")
+_IMAGE = re.compile(r"!\[[^\]\n]*\]\([^)\n]*\)")
+_LINK_TARGET = re.compile(r"(?<=\])\([^)\n]*\)|(?<=\])\[[^\]\n]*\]")
+_REF_DEF = re.compile(r"^[ \t]*\[[^\]\n]+\]:[^\n]*$", re.M)
+_URL = re.compile(r"\b(?:https?|ftp|file)://\S+|\bwww\.\S+|\b[\w.+-]+@[\w-]+\.[\w.-]+")
+_HTML = re.compile(r"<[^>\n]{1,200}>")
+# What HTML marks as code or preformatted, with its content.
+_HTML_CODE = re.compile(r"<(code|pre|kbd|samp)\b[^>]*>.*?</\1\s*>", re.S | re.I)
+_TABLE = re.compile(r"^[ \t]*\|[^\n]*$|^[^\n|]*\|[ \t]*:?-{3,}[^\n]*$", re.M)
+_LOG = re.compile(r"^[^\n]*(?:\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}|\b\d{2}:\d{2}:\d{2}\b"
+                  r"|\[(?:INFO|WARN|WARNING|ERROR|DEBUG|TRACE|FATAL)\]"
+                  r"|^\s*(?:INFO|WARN|WARNING|ERROR|DEBUG|TRACE|FATAL)\b[:\s])[^\n]*$", re.M)
+_SHELL = re.compile(r"^[ \t]*(?:\$|>|#!|C:\\)[ \t]+[^\n]*$", re.M)
+_MARKERS = re.compile(r"^[ \t]*(?:#{1,6}|[-*+]|\d+[.)]|>)[ \t]+|[*_~]{1,3}(?=\S)|(?<=\S)[*_~]{1,3}", re.M)
+
+_CODE_CHARS = set("{}[]()<>=;`$|\\^~#@*")
+# snake_case, camelCase, a call (x.y(), a dotted name (os.path).
+_IDENTIFIER = re.compile(r"\b[a-z]+_[a-z0-9_]+\b|\b[a-z]+[A-Z][A-Za-z0-9]*\b|\b\w+\.\w+\("
+                         r"|\b[a-z]\w*\.[a-z]\w*\b")
+_VERSION = re.compile(r"\bv?\d+\.\d+(?:\.\d+)*\b")
+_PATHISH = re.compile(r"[/\\]|\.(?:py|md|json|ya?ml|toml|sh|txt|cfg|ini|lock|exe|dll)\b", re.I)
+
+
+def _blank(match: re.Match[str]) -> str:
+    """Spaces of the same length (newlines kept), so offsets do not move."""
+    return "".join("\n" if ch == "\n" else " " for ch in match.group(0))
+
+
+def mask_markup(text: str) -> str:
+    """``text`` with code, URLs, markup and log lines overwritten by spaces (same length)."""
+    out = _FENCE.sub(_blank, text)
+    out = _INDENTED.sub(_blank, out)
+    for pattern in (_HTML_CODE, _INLINE_CODE, _IMAGE, _LINK_TARGET, _REF_DEF, _URL, _HTML, _TABLE, _LOG,
+                    _SHELL):
+        out = pattern.sub(_blank, out)
+    out = _MARKERS.sub(_blank, out)
+    # Link text stays ("see [the guide](...)" reads "see the guide"), its brackets go.
+    return out.replace("[", " ").replace("]", " ")
+
+
+def plausible_entity(name: str) -> bool:
+    """Whether a mention's text reads as the name of something (see the module docstring)."""
+    name = name.strip()
+    if not 2 <= len(name) <= 60 or "\n" in name or not name[0].isalnum():
+        return False
+    letters = sum(ch.isalpha() for ch in name)
+    digits = sum(ch.isdigit() for ch in name)
+    if letters < 2 or digits > letters or digits / len(name) > 0.3:
+        return False
+    if any(ch in _CODE_CHARS for ch in name) or ":" in name or _URL.search(name):
+        return False
+    if _IDENTIFIER.search(name) or _PATHISH.search(name) or _VERSION.search(name):
+        return False
+    return len(name.split()) <= 6
+
+
+def junk_reason(text: str) -> str | None:
+    """Why ``text`` is not prose knowledge (code, URL, markup, numbers, log line), or None."""
+    t = text.strip()
+    if not t:
+        return "empty"
+    if _URL.search(t):
+        return "url"
+    if "```" in t or _INLINE_CODE.search(t) or any(s in t for s in ("{", "}", ";", "=>", "::", "</")):
+        return "code"
+    if _LOG.search(t):
+        return "log line"
+    if re.search(r"!\[|\]\(|^\s*#{1,6}\s|^\s*\||\|\s*-{3,}", t, re.M):
+        return "markup"
+    if _IDENTIFIER.search(t):
+        return "code"
+    letters = sum(ch.isalpha() for ch in t)
+    digits = sum(ch.isdigit() for ch in t)
+    if letters < 0.5 * len(t.replace(" ", "")) or digits > 0.25 * max(letters, 1):
+        return "numbers"
+    return None
+
+
+def plausible_statement(text: str) -> bool:
+    """Whether a claim's sentence is prose worth summarising (three words or more, no junk)."""
+    return len(re.findall(r"[A-Za-z]{2,}", text)) >= 3 and junk_reason(text) is None

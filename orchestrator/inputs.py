@@ -1,0 +1,160 @@
+"""What every value from outside must be before Engram acts on it: one set of rules, one place.
+
+Engram's entry points (the GraphQL request, MCP tool arguments, the command line)
+and its floor (every statement sent to PostgreSQL) check values with the functions
+here, so a bad value is refused the same way wherever it comes in, as
+``BAD_USER_INPUT`` with a message that names the value and the problem, before
+anything is written:
+
+* **text** must be storable: no NUL character (PostgreSQL text cannot hold U+0000)
+  and no lone UTF-16 surrogate (U+D800..U+DFFF: not Unicode, cannot be encoded as
+  UTF-8; a JSON body can carry one as ``"\\ud800"``);
+* **numbers** must be finite (a JSON body parsed by Python may carry ``NaN`` or
+  ``Infinity``), and integers fit a signed 32-bit integer, GraphQL's ``Int``
+  (``int_problem``; the MCP tools take the same ints as the GraphQL fields);
+* **structure** is at most ``MAX_NESTING`` levels of lists and objects deep: a
+  request nested 100,000 deep costs recursion everywhere it is read, and no
+  Engram input needs more than a few levels.
+
+``check_value`` walks a parsed value (variables, tool arguments, JSON metadata)
+and raises ``BadInput`` naming every problem by its path (``input.title``);
+``parse_json`` reads a request body under the same rules; ``guard_engine``
+installs the text rule on an engine, so a value that reached the database by
+any other way (a file, the Python client, a cursor) is refused as bad input
+instead of failing inside the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from sqlalchemy import Engine, event
+
+from orchestrator.errors import BadInput
+
+MAX_NESTING = 64
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+# Problems listed in one refusal; the rest are counted.
+MAX_LISTED = 5
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def text_problem(value: str) -> str | None:
+    """Why ``value`` cannot be stored as text, or None when it can."""
+    if "\x00" in value:
+        return "contains a NUL character (U+0000), which cannot be stored"
+    found = _SURROGATE.search(value)
+    if found is not None:
+        return (f"contains a lone UTF-16 surrogate (U+{ord(found.group()):04X}), which is not "
+                "valid Unicode")
+    return None
+
+
+def int_problem(value: int) -> str | None:
+    if not INT_MIN <= value <= INT_MAX:
+        return f"is {value}, outside the 32-bit integer range {INT_MIN}..{INT_MAX}"
+    return None
+
+
+def problems(value: Any, path: str, *, check_ints: bool = False) -> Iterator[str]:
+    """Every problem of ``value`` (and what it contains), each prefixed with its path."""
+    stack: list[tuple[Any, str, int]] = [(value, path, 0)]
+    while stack:
+        v, where, depth = stack.pop()
+        name = where or "the value"
+        if isinstance(v, str):
+            problem = text_problem(v)
+            if problem:
+                yield f"{name} {problem}"
+        elif isinstance(v, bool) or v is None:
+            continue
+        elif isinstance(v, int):
+            problem = int_problem(v) if check_ints else None
+            if problem:
+                yield f"{name} {problem}"
+        elif isinstance(v, float):
+            if not math.isfinite(v):
+                yield f"{name} is {v!r}, not a finite number"
+        elif isinstance(v, (dict, list, tuple)):
+            if depth >= MAX_NESTING:
+                yield f"{name} is nested more than {MAX_NESTING} levels deep"
+                continue
+            items = v.items() if isinstance(v, dict) else enumerate(v)
+            for key, item in items:
+                if isinstance(key, str):
+                    problem = text_problem(key)
+                    if problem:
+                        yield f"{name} has a key that {problem}"
+                label = (f"{where}[{key}]" if not isinstance(key, str)
+                         else f"{where}.{key}" if where else key)
+                stack.append((item, label, depth + 1))
+
+
+def check_value(value: Any, path: str, *, check_ints: bool = False) -> None:
+    """Refuse ``value`` with ``BadInput`` naming every problem (``path`` names the value)."""
+    found = sorted(set(problems(value, path, check_ints=check_ints)))
+    if found:
+        more = f" (and {len(found) - MAX_LISTED} more)" if len(found) > MAX_LISTED else ""
+        raise BadInput("; ".join(found[:MAX_LISTED]) + more)
+
+
+def check_arguments(arguments: dict[str, Any], *, check_ints: bool = True) -> None:
+    """A call's named arguments (an MCP tool's): each is named by its own name."""
+    found = sorted({p for name, v in arguments.items()
+                    for p in problems(v, name, check_ints=check_ints)})
+    if found:
+        more = f" (and {len(found) - MAX_LISTED} more)" if len(found) > MAX_LISTED else ""
+        raise BadInput("; ".join(found[:MAX_LISTED]) + more)
+
+
+class _Constant(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> Any:
+    raise _Constant(name)
+
+
+def parse_json(body: bytes | str, what: str = "the request body") -> Any:
+    """JSON as the API accepts it: valid UTF-8, no NaN/Infinity, nested at most MAX_NESTING."""
+    try:
+        value = json.loads(body, parse_constant=_no_constant)
+    except RecursionError:
+        raise BadInput(f"{what} is nested more than {MAX_NESTING} levels deep") from None
+    except _Constant as exc:
+        raise BadInput(f"{what} contains {exc}, which is not a JSON number") from None
+    except ValueError:  # UnicodeDecodeError is a ValueError too
+        raise BadInput(f"{what} is not valid JSON") from None
+    # Members are named by their path inside the body (variables.input.title).
+    check_value(value, "" if isinstance(value, dict) else what)
+    return value
+
+
+def _text_parameters(parameters: Any) -> Iterator[str]:
+    """The text values of a statement's parameters (one dict, or a list of them)."""
+    rows = parameters if isinstance(parameters, (list, tuple)) else [parameters]
+    for row in rows:
+        values = row.values() if isinstance(row, dict) else row if isinstance(row, (list, tuple)) else ()
+        for v in values:
+            if isinstance(v, str):
+                yield v
+            elif isinstance(v, (list, tuple)):
+                yield from (x for x in v if isinstance(x, str))
+
+
+def guard_engine(engine: Engine) -> Engine:
+    """Refuse, before it is sent, a statement whose text parameters cannot be stored."""
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _check(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any,
+               executemany: bool) -> None:
+        for value in _text_parameters(parameters):
+            problem = text_problem(value)
+            if problem:
+                raise BadInput(f"a text value {problem}")
+
+    return engine

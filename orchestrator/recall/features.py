@@ -1,0 +1,286 @@
+"""Per-candidate features for the learned ranker: what the statement and the tail already know.
+
+Order of work (``feature_matrix``), one row per candidate, columns in ``FEATURES``
+order (``FEATURE_VERSION`` names this exact list; a model trained on another
+list is refused, never fed misaligned columns):
+
+1. the lanes' own signals: fused RRF (value, rank in the pool, share of the
+   best), the dense rank and distance, the lexical rank and BM25 (and its share
+   of the best), the title rank and the direct-subject bit, the timeline rank,
+   the best rank among the memory lanes and how many lanes found the item;
+2. the query vector against the candidate's embedding (cosine, its rank, its gap
+   to the best) and the nearest better-fused candidate (duplicate similarity);
+3. the words: how many of the question's content terms the text holds (count and
+   share), how many entity seeds it names, whether its author is named in the
+   question or is the asker;
+4. time: distance to the best fused source candidate (the evidence a timeline
+   neighbour neighbours) and age against the newest candidate;
+5. what the item is: kind, provenance class, pinned, confidence, length, how
+   many candidates share its document, the personalized PageRank score
+   (``recall.ppr``), and the cross-encoder's score where one ran.
+
+Missing values are NaN (LightGBM routes them as missing), never a made-up 0.
+Everything here is computed from the candidates the caller's RLS let through,
+so a feature can carry nothing the caller could not see.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from orchestrator.recall.result import Provenance
+from orchestrator.recall.tail import Candidate
+
+FEATURE_VERSION = "f1"
+FEATURES: tuple[str, ...] = (
+    "rrf", "rrf_rank", "rrf_share", "dense_rank", "dense_distance", "lexical_rank", "bm25",
+    "bm25_share", "title_rank", "direct", "timeline_rank", "memory_rank", "lanes",
+    "cosine", "cosine_rank", "cosine_gap", "duplicate_similarity",
+    "term_hits", "term_share", "seed_mentions", "author_named", "author_is_asker",
+    "hours_to_best", "age_days",
+    "kind", "provenance", "pinned", "confidence", "log_length", "same_document", "ppr", "rerank",
+    "question_terms",
+)
+# Kinds as numbers (a tree splits on them); unknown kinds share the last code.
+KIND_CODES = {"source": 0, "fact": 1, "keyed fact": 2, "summary": 3, "overview": 3,
+              "community summary": 4, "session note": 5, "profile": 6, "episode": 7,
+              "observation": 8, "decision": 9, "area_catalog": 10, "project_catalog": 10}
+PROVENANCE_CODES = {Provenance.SOURCE_EXCERPT: 0, Provenance.DERIVED_MEMORY: 1,
+                    Provenance.RECENT_SESSION_MEMORY: 2}
+SOURCE_RANK_KEYS = ("dense_rank", "lexical_rank", "title_rank", "timeline_rank")
+NAN = float("nan")
+
+_WORD = re.compile(r"[a-z0-9]+")
+# Words that carry no evidence of their own: a question's grammar, not its subject.
+STOPWORDS = frozenset((
+    "a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are", "as",
+    "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can",
+    "could", "did", "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further",
+    "had", "has", "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his",
+    "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "me", "more", "most", "my",
+    "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "only", "or", "other", "our",
+    "ours", "ourselves", "out", "over", "own", "same", "she", "should", "so", "some", "such", "than",
+    "that", "the", "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this",
+    "those", "through", "to", "too", "under", "until", "up", "very", "was", "we", "were", "what",
+    "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you", "your",
+    "yours", "yourself", "yourselves", "did", "does", "ever", "also", "like", "get", "got", "go",
+    "went", "know", "think", "really",
+))
+
+
+# Stopwords and single characters are never terms.
+_NOT_TERMS = STOPWORDS | frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+
+
+@lru_cache(maxsize=65536)
+def stem(word: str) -> str:
+    """A light suffix strip, enough for question words to meet their inflections."""
+    for suffix in ("ing", "ies", "ed", "es", "s"):
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
+    return word
+
+
+@lru_cache(maxsize=16384)
+def terms(text: str) -> frozenset[str]:
+    """Content terms of a text: lowercase words, stopwords out, lightly stemmed."""
+    return frozenset(map(stem, words_of(text)[1] - _NOT_TERMS))
+
+
+@lru_cache(maxsize=4096)
+def _first_name(author: str) -> str:
+    """"user:ada@x.org" and "Ada Lovelace" both name "ada"."""
+    return re.split(r"[\s:@]+", author.split(":", 1)[-1])[0] if author else ""
+
+
+@dataclass
+class RankContext:
+    """What one recall knows besides its candidates."""
+
+    question: str
+    asker: str | None = None
+    query_vector: Any = None
+    seeds: Sequence[str] = ()
+    ppr: dict[str, float] = field(default_factory=dict)  # candidate key -> PPR score
+
+
+def _when(c: Candidate) -> datetime | None:
+    return c.occurred_at or c.updated_at or c.created_at
+
+
+def _ranks(values: Sequence[float] | np.ndarray[Any, Any], descending: bool) -> np.ndarray[Any, Any]:
+    """1-based competition ranks (ties share the best rank); NaN stays NaN."""
+    v = np.asarray(values, dtype=np.float64)
+    present = np.sort(v[~np.isnan(v)])
+    if descending:
+        # 1 + how many are strictly greater
+        ranks = 1.0 + len(present) - np.searchsorted(present, v, side="right")
+    else:
+        ranks = 1.0 + np.searchsorted(present, v, side="left")
+    return np.where(np.isnan(v), np.nan, ranks)
+
+
+def unit_rows(candidates: Sequence[Candidate]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(matrix of unit embeddings, mask of rows that have one); shared with MMR."""
+    dim = next((len(c.embedding) for c in candidates if c.embedding is not None), 0)
+    mat = np.zeros((len(candidates), max(dim, 1)), dtype=np.float32)
+    has = [i for i, c in enumerate(candidates) if c.embedding is not None and len(c.embedding) == dim]
+    if has:
+        mat[has] = np.asarray([candidates[i].embedding for i in has], dtype=np.float32)
+    norms = np.linalg.norm(mat, axis=1)
+    mask = norms > 0
+    mat[mask] /= norms[mask, None]
+    return mat, mask
+
+
+@lru_cache(maxsize=16384)
+def words_of(text: str) -> tuple[str, frozenset[str]]:
+    """(the text in lower case, its set of words): what ``names_in`` looks names up in."""
+    lower = text.lower()
+    return lower, frozenset(_WORD.findall(lower))
+
+
+# first word -> the names that start with it: (name, its words, a pattern for several words)
+Names = dict[str, list[tuple[str, tuple[str, ...], "re.Pattern[str] | None"]]]
+
+
+def prepare_names(names: Iterable[str]) -> Names:
+    """``names`` (3+ characters, lower case) indexed by their first word for ``names_in``."""
+    out: Names = {}
+    for name in names:
+        parts = tuple(_WORD.findall(name))
+        if len(name) >= 3 and parts:
+            out.setdefault(parts[0], []).append((name, parts, _phrase(name) if len(parts) > 1 else None))
+    return out
+
+
+@lru_cache(maxsize=4096)
+def _phrase(name: str) -> re.Pattern[str]:
+    return re.compile(r"\b" + re.escape(name) + r"\b")
+
+
+def names_in(text: str, names: Names) -> set[str]:
+    """Which of the prepared ``names`` the text names as whole words. Only names whose first
+    word is a word of the text are looked at (one set intersection), and a name of several
+    words is searched for only when all its words are there."""
+    lower, words = words_of(text)
+    found: set[str] = set()
+    for first in words.intersection(names):
+        for name, parts, phrase in names[first]:
+            if phrase is None or (words.issuperset(parts) and phrase.search(lower)):
+                found.add(name)
+    return found
+
+
+def feature_matrix(candidates: Sequence[Candidate], ctx: RankContext) -> np.ndarray[Any, Any]:
+    """``len(candidates) x len(FEATURES)`` float32, in ``FEATURES`` order."""
+    n = len(candidates)
+    out = np.full((n, len(FEATURES)), np.nan, dtype=np.float32)
+    if n == 0:
+        return out
+    col = {name: i for i, name in enumerate(FEATURES)}
+
+    def put(name: str, values: Sequence[float] | np.ndarray[Any, Any]) -> None:
+        out[:, col[name]] = values
+
+    lanes = [c.lanes for c in candidates]
+
+    def lane(key: str) -> list[float]:
+        return [float(x[key]) if x.get(key) is not None else NAN for x in lanes]
+
+    rrf = [c.rrf for c in candidates]
+    best_rrf = max(rrf) or 1.0
+    put("rrf", rrf)
+    put("rrf_rank", _ranks(rrf, descending=True))
+    put("rrf_share", [r / best_rrf for r in rrf])
+    for key in ("dense_rank", "dense_distance", "lexical_rank", "bm25", "title_rank", "timeline_rank"):
+        put(key, lane(key))
+    bm25 = lane("bm25")
+    best_bm25 = max((b for b in bm25 if not math.isnan(b)), default=0.0) or 1.0
+    put("bm25_share", [b / best_bm25 for b in bm25])
+    put("direct", [float(c.direct) for c in candidates])
+    memory = []
+    for x in lanes:
+        ranks = [float(v) for k, v in x.items()
+                 if k.endswith("_rank") and k not in SOURCE_RANK_KEYS and v is not None]
+        memory.append(min(ranks) if ranks else NAN)
+    put("memory_rank", memory)
+    put("lanes", [float(sum(1 for k in x if k.endswith("_rank"))) for x in lanes])
+
+    # 2. meaning
+    mat, mask = unit_rows(candidates)
+    if ctx.query_vector is not None and mask.any():
+        q = np.asarray(ctx.query_vector, dtype=np.float32)
+        qn = float(np.linalg.norm(q))
+        if qn > 0 and q.shape[0] == mat.shape[1]:
+            cos = np.where(mask, mat @ (q / qn), np.nan)
+            put("cosine", cos)
+            put("cosine_rank", _ranks(cos, descending=True))
+            put("cosine_gap", np.nanmax(cos) - cos)
+    if mask.sum() > 1:
+        # For each candidate, its highest cosine to any candidate fused above it.
+        order = np.argsort(-np.asarray(rrf), kind="stable")
+        sub = mat[order]
+        gram = sub @ sub.T
+        gram[~mask[order], :] = -np.inf
+        gram[:, ~mask[order]] = -np.inf
+        gram[np.triu_indices(n)] = -np.inf
+        best = gram.max(axis=1)
+        dup = np.full(n, np.nan, dtype=np.float32)
+        dup[order] = np.where(np.isfinite(best) & mask[order], best, np.nan)
+        put("duplicate_similarity", dup)
+
+    # 3. words
+    q_terms = terms(ctx.question)
+    seed_names = prepare_names({" ".join(n.lower().split()) for n in ctx.seeds})
+    question_words = set(_WORD.findall(ctx.question.lower()))
+    hits, seeds_named, author_named, author_asker = [], [], [], []
+    for c in candidates:
+        t_terms = terms(c.text)
+        h = len(q_terms & t_terms)
+        hits.append(float(h))
+        seeds_named.append(float(len(names_in(c.text, seed_names))) if seed_names else 0.0)
+        author = (c.author or "").strip().lower()
+        first = _first_name(author)
+        author_named.append(float(len(first) >= 2 and first in question_words))
+        author_asker.append(float(bool(author) and ctx.asker is not None
+                                  and author == ctx.asker.strip().lower()))
+    put("term_hits", hits)
+    put("term_share", [h / len(q_terms) if q_terms else 0.0 for h in hits])
+    put("seed_mentions", seeds_named)
+    put("author_named", author_named)
+    put("author_is_asker", author_asker)
+    put("question_terms", [float(len(q_terms))] * n)
+
+    # 4. time
+    sources = [c for c in candidates if c.source is not None and _when(c) is not None]
+    best = max(sources, key=lambda c: (c.rrf, -len(c.key)), default=None)
+    anchor = _when(best) if best is not None else None
+    times = [_when(c) for c in candidates]
+    newest = max((t for t in times if t is not None), default=None)
+    put("hours_to_best", [math.log1p(abs((t - anchor).total_seconds()) / 3600.0)
+                          if t is not None and anchor is not None else NAN for t in times])
+    put("age_days", [math.log1p(max((newest - t).total_seconds(), 0.0) / 86400.0)
+                     if t is not None and newest is not None else NAN for t in times])
+
+    # 5. what the item is
+    put("kind", [float(KIND_CODES.get(c.kind, 11)) for c in candidates])
+    put("provenance", [float(PROVENANCE_CODES.get(c.provenance, 1)) for c in candidates])
+    put("pinned", [float(c.pinned) for c in candidates])
+    put("confidence", [NAN if c.confidence is None else float(c.confidence) for c in candidates])
+    put("log_length", [math.log1p(len(c.text)) for c in candidates])
+    per_doc = Counter(c.document_id for c in candidates if c.document_id is not None)
+    put("same_document", [float(per_doc[c.document_id]) if c.document_id is not None else 0.0
+                          for c in candidates])
+    put("ppr", [ctx.ppr.get(c.key, 0.0) for c in candidates])
+    put("rerank", [NAN if c.rerank is None else float(c.rerank) for c in candidates])
+    return out

@@ -1,0 +1,80 @@
+"""Quality gates of derived memory: code, URLs, markup, numbers and log lines are not knowledge.
+
+The integration test ingests ``tests/fixtures/markdown`` (README, changelog, contributing
+guide and notes of fictional software, with code blocks, badges, tables and logs) and runs
+extraction, consolidation and profiles over it: no entity, profile or observation is junk,
+the people and organisations of the prose are still found, and the sentence five
+documents repeat is one observation however many entity pairs it co-mentions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from orchestrator.cli.ingest import ingest_paths
+from orchestrator.db.session import bound_session
+from orchestrator.derive.consolidate import consolidate
+from orchestrator.derive.extract import extract
+from orchestrator.derive.profiles import refresh
+from orchestrator.derive.quality import junk_reason, mask_markup, plausible_entity, plausible_statement
+
+FIXTURE = Path(__file__).parent / "fixtures" / "markdown"
+
+
+def test_masking_keeps_offsets_and_prose_and_removes_code_urls_tables_and_logs():
+    body = (FIXTURE / "README.md").read_text()
+    masked = mask_markup(body)
+    assert len(masked) == len(body)
+    start = body.index("Quillstream is a streaming document converter")
+    assert masked[start:start + 60] == body[start:start + 60]
+    for gone in ("pip install", "https://", "img.shields.io", "| `--workers`", "automake",
+                 "quillstream.convert", "2026-03-14 09:12:44 INFO", "Mark-sweep"):
+        assert gone not in masked, gone
+    assert "the user guide" in masked  # link text stays, its target goes
+
+
+@pytest.mark.parametrize(("name", "ok"), [
+    ("Ada Lovelace", True), ("Lindqvist Labs", True), ("New York City", True), ("Node.js", True),
+    ("Mark-sweep 130.6 (147.8)", False), ("Qard: [Qard](https://github.com/Qard)", False),
+    ("readFile", False), ("os.path", False), ("quillstream==2.4.1", False), ("v1.2.3", False),
+    ("--dpi`", False), ("&& make &&", False), ("README.md", False), ("12345", False),
+])
+def test_entity_names_must_read_as_names(name: str, ok: bool):
+    assert plausible_entity(name) is ok
+
+
+def test_statements_must_be_prose():
+    assert plausible_statement("Lindqvist Labs maintains Quillstream in Oslo.")
+    assert junk_reason("x = foo(bar);") == "code"
+    assert junk_reason("see https://example.org/docs") == "url"
+    assert junk_reason("2026-01-31 23:59:02 INFO migrating archive") == "log line"
+    assert junk_reason("| engine | pages/s |") == "markup"
+    assert junk_reason("130.6 147.8 98.2 96.4 Mark") == "numbers"
+
+
+def test_ordinary_markdown_yields_no_junk_and_one_observation_per_sentence(
+        tenant_factory, app_engine, settings):
+    t = tenant_factory("docs")
+    writer = t.identity("writer", write=("docs",))
+    summary = ingest_paths(settings, app_engine, writer, [FIXTURE], collection="readme", scopes=["docs"])
+    assert summary.files == 5 and not summary.failed
+    with bound_session(app_engine, writer) as s:
+        extract(s, settings=settings)
+    with bound_session(app_engine, writer) as s:
+        consolidate(s, settings=settings, min_evidence=2)
+        refresh(s, settings=settings)
+    with bound_session(app_engine, writer) as s:
+        names = s.execute(text("select canonical_name from knowledge.entities")).scalars().all()
+        profiles = s.execute(text("select summary from memory.profiles")).scalars().all()
+        observations = s.execute(text("select text from memory.observations")).scalars().all()
+    assert [n for n in names if not plausible_entity(n)] == []
+    assert {"Maren Okafor", "Priya Raman", "Lindqvist Labs"} <= set(names)
+    assert profiles and all(junk_reason(p.partition(": ")[2]) is None for p in profiles)
+    assert [o for o in observations if junk_reason(o)] == []
+    # One sentence in five documents: a "maintains" claim and co-mentions of three entities,
+    # so several groups of claims, which say the same thing: one observation.
+    repeated = [o for o in observations if "Lindqvist Labs maintains Quillstream in Oslo" in o]
+    assert len(repeated) == 1, observations

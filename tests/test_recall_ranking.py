@@ -1,0 +1,319 @@
+"""The learned ranker, MMR and personalized PageRank; usage rows and per-tenant training.
+
+Unit tests build candidates by hand (MMR, PPR, features, tie-breaking, model
+refusal); the others run real recalls against the test database: which model
+ranked is in the trace, a refused model falls back to fused order and says so,
+every recall writes a usage row only its user can read, and a tenant's model is
+trained on that tenant's feedback alone and recovers a preference planted in it.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+from sqlalchemy import text
+
+from orchestrator.db.session import bound_session
+from orchestrator.derive.lifecycle import mark_evidence_used
+from orchestrator.derive.service import ServiceTenant, service_session
+from orchestrator.errors import BadInput
+from orchestrator.recall.features import FEATURES, RankContext, feature_matrix
+from orchestrator.recall.learning import record_usage, train_tenant
+from orchestrator.recall.mmr import diversify
+from orchestrator.recall.ppr import personalized_pagerank
+from orchestrator.recall.ranker import (
+    ModelRefused,
+    RankModel,
+    RankReport,
+    default_model,
+    model_card,
+    model_from_text,
+    train,
+)
+from orchestrator.recall.result import FactRef, ScopeRef, SourceRef
+from orchestrator.recall.tail import CLAIMS, Candidate, order
+from tests.support.recall import doc, embedder, recaller_with, write_documents
+
+__all__ = ["embedder"]
+
+SCOPE = (ScopeRef("team", ""),)
+
+
+def cand(key: str, text: str = "text", vec: list[float] | None = None, *, merit: float = 0.0,
+         rrf: float = 0.0, doc_id: uuid.UUID | None = None, **kw: object) -> Candidate:
+    c = Candidate(key=key, kind=str(kw.pop("kind", "source")), text=text, scopes=SCOPE,
+                  embedding=None if vec is None else np.asarray(vec, dtype=np.float32),
+                  document_id=doc_id, rrf=rrf, **kw)  # type: ignore[arg-type]
+    c.merit = merit
+    return c
+
+
+# --- MMR -----------------------------------------------------------------------------------
+
+
+def test_mmr_puts_a_different_item_before_a_paraphrase_of_the_first():
+    a = cand("a", vec=[1.0, 0.0, 0.0], merit=1.0)
+    paraphrase = cand("a2", vec=[0.97, 0.243, 0.0], merit=0.95)
+    other = cand("b", vec=[0.0, 1.0, 0.0], merit=0.8)
+    merit_order = [a, paraphrase, other]
+    ordered, deferred = diversify(merit_order, 0.7, 0)
+    assert [c.key for c in ordered] == ["a", "b", "a2"]
+    assert deferred == []
+    # lambda 1 is merit order exactly.
+    assert [c.key for c in diversify(merit_order, 1.0, 0)[0]] == ["a", "a2", "b"]
+
+
+def test_mmr_defers_a_documents_chunks_past_the_cap_and_keeps_direct_subjects_first():
+    d = uuid.uuid4()
+    chunks = [cand(f"c{i}", merit=1.0 - i / 10, doc_id=d) for i in range(4)]
+    other = cand("o", merit=0.1, doc_id=uuid.uuid4())
+    named = cand("named", merit=0.0, doc_id=uuid.uuid4(), direct=True)
+    ordered, deferred = diversify([named, *chunks, other], 1.0, 2)
+    assert [c.key for c in ordered] == ["named", "c0", "c1", "o", "c2", "c3"]
+    assert [c.key for c in deferred] == ["c2", "c3"]
+    with pytest.raises(ValueError, match="lambda"):
+        diversify(list(chunks), 1.5, 2)
+
+
+# --- PPR -----------------------------------------------------------------------------------
+
+
+def claim(key: str, subject: str, obj: str | None) -> Candidate:
+    return cand(key, f"{subject} relates to {obj}", item_table=CLAIMS,
+                fact=FactRef(subject=subject, predicate="relates_to", object=obj,
+                             epistemic_kind="world_fact", perspective_key="world",
+                             author_role="extractor"), kind="fact")
+
+
+def test_ppr_ranks_a_two_hop_neighbour_above_an_unrelated_node():
+    one_hop = claim("c1", "Ada", "Acme")
+    two_hop = claim("c2", "Acme", "London")
+    chunk_two_hops = cand("chunk-london", "The office in London opened in May.")
+    unrelated = cand("chunk-other", "Bob grows tomatoes in Lisbon.")
+    result = personalized_pagerank([one_hop, two_hop, chunk_two_hops, unrelated], ["Ada"])
+    scores = result.scores
+    assert scores["c1"] > scores["c2"] > 0
+    assert scores["chunk-london"] > scores.get("chunk-other", 0.0) == 0.0
+    assert result.iterations >= 1 and result.edges == 5
+    assert personalized_pagerank([one_hop], []).note == "no entity seeds in the question"
+
+
+# --- features, ties, models ----------------------------------------------------------------
+
+
+def test_features_are_aligned_and_missing_values_are_nan():
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    a = cand("chunk:a", "Caroline: I went to the support group yesterday.", [1.0, 0.0],
+             rrf=0.2, author="Caroline", occurred_at=when,
+             lanes={"dense_rank": 1, "dense_distance": 0.1, "lexical_rank": 2, "bm25": 3.0},
+             source=SourceRef("c", "D1:1", "D1:1"))
+    b = cand("chunk:b", "Melanie: I painted a lake.", [0.0, 1.0], rrf=0.1, author="Melanie",
+             occurred_at=when + timedelta(hours=5), lanes={"dense_rank": 2, "dense_distance": 0.6},
+             source=SourceRef("c", "D1:2", "D1:2"))
+    m = feature_matrix([a, b], RankContext("When did Caroline go to the support group?",
+                                           query_vector=[1.0, 0.0]))
+    f = {name: m[:, i] for i, name in enumerate(FEATURES)}
+    assert m.shape == (2, len(FEATURES))
+    assert f["author_named"].tolist() == [1.0, 0.0]
+    assert f["rrf_rank"].tolist() == [1.0, 2.0]
+    assert f["term_hits"][0] >= 2 and f["term_hits"][1] == 0
+    assert f["cosine"][0] == pytest.approx(1.0) and f["cosine_rank"].tolist() == [1.0, 2.0]
+    assert np.isnan(f["lexical_rank"][1]) and np.isnan(f["rerank"]).all()
+    assert f["hours_to_best"][0] == 0.0 and f["hours_to_best"][1] > 0
+
+
+def test_ties_are_broken_by_document_and_position_not_by_row_id():
+    def at(key: str, path: str, start: int) -> Candidate:
+        return cand(key, merit=0.5, rrf=0.1, source=SourceRef("notes", path, path), char_start=start)
+
+    items = [at("chunk:f", "b.md", 0), at("chunk:0", "a.md", 900), at("chunk:9", "a.md", 10)]
+    assert [c.key for c in order(items)] == ["chunk:9", "chunk:0", "chunk:f"]
+
+
+def _tiny_model() -> tuple[str, dict[str, object]]:
+    rng = np.random.default_rng(3)
+    x = rng.random((60, len(FEATURES))).astype(np.float32)
+    y = (x[:, FEATURES.index("term_share")] > 0.5).astype(float)
+    artifact = train(x, y, [10] * 6, rounds=5)
+    return artifact, model_card(version="t1", text=artifact, trained_on={}, params={}, metrics={},
+                                position_bias="none")
+
+
+def test_a_model_artifact_is_refused_when_its_checksum_features_or_text_are_wrong():
+    artifact, card = _tiny_model()
+    model = model_from_text(artifact, card, name="test")
+    assert model.label.startswith("test t1 (sha256 ")
+    with pytest.raises(ModelRefused, match="checksum mismatch"):
+        model_from_text(artifact + "\n", card, name="test")
+    with pytest.raises(ModelRefused, match="feature set"):
+        model_from_text(artifact, {**card, "features": list(FEATURES[:-1])}, name="test")
+    garbage = "this is not a LightGBM model"
+    with pytest.raises(ModelRefused, match="does not parse"):
+        model_from_text(garbage, {**card, "sha256": None}, name="test")
+
+
+def test_the_packaged_default_model_loads_and_scores_in_feature_order():
+    model = default_model()
+    assert isinstance(model, RankModel), model
+    assert model.card["features"] == list(FEATURES)
+    assert "locomo" in json.dumps(model.card["trained_on"]).lower()
+    scores = model.score(np.zeros((3, len(FEATURES)), dtype=np.float32))
+    assert scores.shape == (3,)
+
+
+# --- recalls against the database ----------------------------------------------------------
+
+NOTES = [
+    doc("boiler.md", "Boiler", "The boiler in the basement is serviced every March by Nordheat."),
+    doc("garden.md", "Garden", "The garden hose is stored in the shed next to the boiler manual."),
+    doc("recipes.md", "Recipes", "The lasagne needs two hours in the oven at 180 degrees."),
+]
+
+
+def test_the_trace_names_the_model_that_ranked_and_a_refused_one_falls_back(
+        tenant_factory, app_engine, embedder, settings):
+    t = tenant_factory("team")
+    alice = t.identity("alice", write=("team",))
+    write_documents(app_engine, alice, embedder, NOTES, settings)
+    default = default_model()
+    assert isinstance(default, RankModel)
+    _, trace = recaller_with(app_engine, settings, embedder).trace(alice, "when is the boiler serviced?")
+    assert trace.ranker == f"{default.label} scored {len(trace.fused)} candidates"
+    assert trace.ranking.features is not None and trace.ranking.features.shape[1] == len(FEATURES)
+    assert "learned ranker: default" in trace.format()
+    assert all(k in trace.timings_ms for k in ("ranker.ppr", "ranker.features", "ranker.predict", "mmr"))
+
+    from orchestrator.recall import Recaller
+
+    refused = Recaller(app_engine, settings, embedder=embedder,
+                       ranker="the packaged default model is refused: checksum mismatch")
+    result, trace = refused.trace(alice, "when is the boiler serviced?")
+    assert trace.ranker == ("the packaged default model is refused: checksum mismatch; "
+                            "fused order is used")
+    assert result.evidence and all(it.merit <= 1.0 for it in trace.ordered)
+    fused = sorted(trace.ordered, key=lambda it: -it.rrf)
+    assert [it.key for it in trace.ordered][:1] == [fused[0].key]
+
+
+def test_usage_rows_are_written_per_recall_and_readable_by_their_user_only(
+        tenant_factory, app_engine, embedder, settings):
+    t = tenant_factory("team")
+    other = tenant_factory("team")
+    alice = t.identity("alice", write=("team",))
+    bob = t.identity("bob", read=("team",))
+    write_documents(app_engine, alice, embedder, NOTES, settings)
+    recaller = recaller_with(app_engine, settings, embedder)
+    result, trace = recaller.trace(alice, "boiler service", channel="cli")
+    assert trace.usage_event is not None
+    with bound_session(app_engine, alice) as s:
+        row = s.execute(text("select operation, channel, model, served_ranks, feature_count, "
+                             "cardinality(features) as n, receipt_id from memory.rank_events")).one()
+        served = s.execute(text("select count(*) from memory.usage_ledger "
+                                "where operation = 'recall.served' and channel = 'cli'")).scalar()
+    assert (row.operation, row.channel, row.feature_count) == ("recall", "cli", len(FEATURES))
+    assert row.n == len(FEATURES) * len(row.served_ranks)
+    assert sorted(r for r in row.served_ranks if r > 0) == list(range(1, len(result.evidence) + 1))
+    assert row.receipt_id == trace.receipt_id and row.model.startswith("default ")
+    assert served == len(result.served_rows())
+    for who in (bob, other.identity("alice", write=("team",))):
+        with bound_session(app_engine, who) as s:
+            assert s.execute(text("select count(*) from memory.rank_events")).scalar() == 0
+            assert s.execute(text("select count(*) from memory.rank_training_rows(null, "
+                                  "interval '1 hour')")).scalar() == 0
+    _prepared, _ = recaller.prepare(alice, "boiler service", channel="mcp")
+    with bound_session(app_engine, alice) as s:
+        assert s.execute(text("select operation from memory.rank_events where channel = 'mcp'")
+                         ).scalar() == "prepare"
+    with bound_session(app_engine, alice) as s, pytest.raises(BadInput, match="unknown channel"):
+        record_usage(s, operation="recall", channel="fax", question="q", report=RankReport(),
+                     served=[], pooled=[], model_id=None, receipt_id=None, pooled_limit=5)
+
+
+def _service(t) -> ServiceTenant:
+    return ServiceTenant(t.id, t.org_id, ("team",))
+
+
+def test_a_tenant_model_trained_on_planted_feedback_learns_it_and_only_from_that_tenant(
+        tenant_factory, app_engine, embedder, settings):
+    """Users of tenant A always use the excerpt about the Nordheat contract, which fused order
+    puts below the boiler manual; tenant B has the same documents and no feedback."""
+    a, b = tenant_factory("team"), tenant_factory("team")
+    docs = [doc(f"n{i}.md", f"Note {i}", body) for i, body in enumerate([
+        "Boiler manual: the boiler pressure should read 1.5 bar; bleed the radiators in autumn.",
+        "Boiler log: the boiler was repaired in January and the boiler pump replaced.",
+        "Nordheat contract: yearly service visit, invoices go to the landlord.",
+        "Kitchen: the dishwasher filter is cleaned every Sunday."])]
+    questions = ["boiler service", "who services the boiler?", "boiler maintenance visit",
+                 "when is the boiler checked?", "boiler repairs", "heating service contract"]
+    tuned = settings.model_copy(update={"rank_min_events": 12, "rank_holdout_share": 0.25})
+    recaller = recaller_with(app_engine, tuned, embedder)
+    for tenant in (a, b):
+        write_documents(app_engine, tenant.identity("w", write=("team",)), embedder, docs, tuned)
+    for n in range(24):
+        user = a.identity(f"user{n % 3}", read=("team",))
+        result = recaller.recall(user, questions[n % len(questions)])
+        used = [(e.item_table, e.item_id) for e in result.evidence
+                if e.source is not None and e.source.path == "n2.md"]
+        assert used, "the planted item must be served to be used"
+        with bound_session(app_engine, user) as s:
+            mark_evidence_used(s, used, channel="python")
+    with service_session(app_engine, _service(b)) as s:
+        report_b = train_tenant(s, b.org_id, tuned)
+    assert report_b.events == 0 and report_b.version is None
+    assert "not trained: 0 event(s)" in report_b.reason
+    with service_session(app_engine, _service(a)) as s:
+        report = train_tenant(s, a.org_id, tuned, activate="always")
+    assert report.events == 24 and report.held_back == 6 and report.version == 1
+    assert report.figures["new"] > report.figures["fused"]
+    assert any("unbiased LambdaMART" in line for line in report.lines())
+    with bound_session(app_engine, a.identity("reader", read=("team",))) as s:
+        stored = s.execute(text("select version, active, events from memory.rank_models")).one()
+    assert (stored.version, stored.active, stored.events) == (1, True, 18)
+    fresh = recaller_with(app_engine, tuned, embedder)
+    ranked, trace = fresh.trace(a.identity("user9", read=("team",)), "boiler service")
+    assert trace.ranker.startswith("tenant v1")
+    assert ranked.evidence[0].source is not None and ranked.evidence[0].source.path == "n2.md"
+    with bound_session(app_engine, b.identity("reader", read=("team",))) as s:
+        assert s.execute(text("select count(*) from memory.rank_models")).scalar() == 0
+    with bound_session(app_engine, a.identity("user0", read=("team",))) as s, \
+            pytest.raises(BadInput, match="service identity"):
+        train_tenant(s, a.org_id, tuned)
+
+
+def test_every_plan_study_shape_runs_and_learned_and_fused_differ_only_in_the_ranker(
+        tenant_factory, app_engine, embedder, settings):
+    from orchestrator.recall import PLAN_STUDY
+
+    t = tenant_factory("team")
+    alice = t.identity("alice", write=("team",))
+    write_documents(app_engine, alice, embedder, NOTES, settings)
+    recaller = recaller_with(app_engine, settings, embedder, recall_receipts=False,
+                             rank_usage_rows=False)
+    for name, shape in PLAN_STUDY.items():
+        result, trace = recaller.study(alice, "boiler service in March", shape)
+        assert trace.plan == name and result.evidence, name
+    assert PLAN_STUDY["learned"].same_plan(PLAN_STUDY["full"])
+    assert not PLAN_STUDY["fused"].same_plan(PLAN_STUDY["full"])
+    _, learned = recaller.study(alice, "boiler service in March", PLAN_STUDY["learned"])
+    _, fused = recaller.study(alice, "boiler service in March", PLAN_STUDY["fused"])
+    assert learned.ranker.startswith("default ") and fused.ranker == (
+        "off in plan shape fused; fused order is used")
+    assert {it.key for it in learned.ordered} == {it.key for it in fused.ordered}
+
+
+def test_kinds_the_model_never_saw_are_placed_by_their_fused_score():
+    from orchestrator.recall.features import KIND_CODES
+    from orchestrator.recall.ranker import place_unseen
+
+    m = np.zeros((4, len(FEATURES)), dtype=np.float32)
+    m[:, FEATURES.index("kind")] = [0, 0, 0, KIND_CODES["session note"]]
+    m[:, FEATURES.index("rrf")] = [0.3, 0.2, 0.1, 0.25]
+    scores = np.array([3.0, 1.0, 2.0, -9.0])
+    assert place_unseen(scores, m, [KIND_CODES["source"]]) == 1
+    # fused above two of the three known candidates: two thirds up the model's scores
+    assert scores[3] == pytest.approx(np.quantile([1.0, 2.0, 3.0], 2 / 3))
+    assert place_unseen(scores, m, None) == 0
