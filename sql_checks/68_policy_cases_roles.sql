@@ -5,7 +5,26 @@
 -- table first; policies of one shape are then checked by one driver each.
 begin;
 \ir helpers_knowledge.sql
-select plan(210);
+
+-- The policies the two looping drivers below (role_reads, worker_updates) check, two cases
+-- each: a role's "using (true)" reads, and the worker's updates. The plan counts them from
+-- the catalog, so a new table with such a policy adds its two cases without a plan edit;
+-- the other 100 cases are written out one by one below.
+create function pg_temp.role_read_policies(p_suffix text) returns table (t text, policyname name)
+    language sql stable as $$
+    select schemaname || '.' || tablename, policyname from pg_policies
+     where policyname like '%\_\_' || p_suffix and cmd = 'SELECT' and qual = 'true'
+       and schemaname <> 'worker' order by 1
+$$;
+create function pg_temp.worker_update_policies() returns table (t text, policyname name)
+    language sql stable as $$
+    select schemaname || '.' || tablename, policyname from pg_policies
+     where policyname like '%\_\_update\_worker' and schemaname <> 'worker' order by 1
+$$;
+select plan(100 + 2 * ((select count(*)::int from pg_temp.role_read_policies('select_verifier'))
+                       + (select count(*)::int from pg_temp.role_read_policies('select_worker'))
+                       + (select count(*)::int from pg_temp.role_read_policies('select_auditor'))
+                       + (select count(*)::int from pg_temp.worker_update_policies())));
 
 select tests.make_tenant('t-pr-a', array['team']) is not null as made;
 select tests.make_tenant('t-pr-b', array['team']) is not null as made;
@@ -65,6 +84,22 @@ select 'sources.chunks', jsonb_build_object('id', c.id), 'sources.documents', js
 insert into provenance.receipts (question_hash, evidence, rendered_hash) values (sha256('q'), '[]', sha256('r'));
 select provenance.end_activity();
 reset role;
+-- A ranking model, written as Engram writes one (the tenant's derive service identity), and a
+-- recall's rank event that names it, by alice.
+select set_config('role', 'engram_app', true) is not null as app;
+select auth.bind_service_identity('t-pr-a', array['team']) is not null as service;
+with m as (insert into memory.rank_models (version, artifact, sha256, feature_version, card, events,
+                                           training_rows, positives, position_bias, active, activated_at)
+           values (1, 'tree', sha256('tree'::bytea), 'f1', '{}', 1, 1, 1, 'none', true, now()) returning id)
+insert into fx select 'model', id from m;
+reset role;
+select tests.act_as('t-pr-a', 'alice', '{}', array['team']);
+insert into memory.rank_events (operation, channel, model, model_id, feature_version, question_hash,
+                                item_tables, item_ids, document_ids, served_ranks, feature_count, features)
+values ('recall', 'python', 'learned', (select id from fx where name = 'model'), 'f1', sha256('q'),
+        array['sources.documents'], array[(select id from fx where name = 'doc')],
+        array[(select id from fx where name = 'doc')], array[1], 1, array[0.5]::real[]);
+reset role;
 set local role engram_worker;
 insert into worker.embedding_cache (tenant_id, model, content_hash, embedding)
 values (pg_temp.a(), 'sentence-transformers/all-MiniLM-L6-v2', '\x02', array_fill(0.1::real, array[384])::vector);
@@ -117,9 +152,7 @@ create function pg_temp.role_reads(p_role text, p_suffix text) returns setof tex
 declare
     p record;
 begin
-    for p in select schemaname || '.' || tablename as t, policyname from pg_policies
-              where policyname like '%\_\_' || p_suffix and cmd = 'SELECT' and qual = 'true'
-                and schemaname <> 'worker' order by 1 loop
+    for p in select * from pg_temp.role_read_policies(p_suffix) loop
         return next ok(pg_temp.seen(p_role, p.t, case p.t when 'auth.tenants' then 'id' else 'tenant_id' end) >= 1,
                        format('%s: %s reads every tenant''s rows [policy %s allow]', p.t, p_role, p.policyname));
         perform tests.act_as_nobody();
@@ -140,8 +173,7 @@ create function pg_temp.worker_updates() returns setof text language plpgsql as 
 declare
     p record;
 begin
-    for p in select schemaname || '.' || tablename as t, policyname from pg_policies
-              where policyname like '%\_\_update_worker' and schemaname <> 'worker' order by 1 loop
+    for p in select * from pg_temp.worker_update_policies() loop
         return next ok(pg_temp.touched('engram_worker', format(
                            'update %s set embed_error = null where tenant_id = %L', p.t, pg_temp.a())) >= 1,
                        format('%s: the worker writes embedding columns [policy %s allow]', p.t, p.policyname));

@@ -18,7 +18,9 @@
 -- SECURITY INVOKER functions run as the caller, and engram_app's policies all test
 -- tenant_id (checked below). The few definer functions that can are listed here, each
 -- reviewed: every statement in them is keyed by one tenant (NEW/OLD.tenant_id, or the
--- statement's own rows grouped by tenant_id). A new one fails this file until reviewed.
+-- statement's own rows grouped by tenant_id), or, for a batch job over every tenant, the job
+-- only lists the tenants with work and then runs each statement for one tenant at a time
+-- (a router query each under Citus). A new one fails this file until reviewed.
 begin;
 select plan(14);
 
@@ -136,8 +138,18 @@ select is_empty($$ select name from unbounded where rolname = 'engram_app' $$,
 
 select set_eq($$ select fn from pg_temp.cross_tenant() $$,
     array['provenance.tg_chain__append()', 'provenance.tg_pending_commits__chain()',
-          'recall.tg_chunks__lexical_stats()', 'recall.tg_tenants__purge_lexical_stats()'],
-    'the hot-path functions that could read across tenants are exactly the reviewed four');
+          'recall.tg_chunks__lexical_stats()', 'recall.tg_tenants__purge_lexical_stats()',
+          -- 0041: reads only the statement's own chunks (new_rows/old_rows, an update's two
+          -- sides matched on tenant_id and id) and appends one delta per tenant_id and scope set.
+          'recall.tg_chunks__lexical_terms()',
+          -- 0040: checks the activity with a.tenant_id = n.tenant_id and queues each new receipt
+          -- under its own tenant_id, reading only the statement's new_rows.
+          'provenance.tg_receipts__queue_chain()',
+          -- 0040: a batch job over every tenant: one query lists the tenants with queued receipts
+          -- (ids only), then each statement (chain lock, chain head, queue read, events insert,
+          -- queue delete) is keyed by that one tenant_id; it returns only a count.
+          'provenance.chain_receipts(integer)'],
+    'the hot-path functions that could read across tenants are exactly the reviewed seven');
 
 select is_empty($$
     select f.fn from pg_temp.cross_tenant() f join pg_proc p on p.oid::regprocedure::text = f.fn

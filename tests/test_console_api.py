@@ -93,7 +93,9 @@ def test_unknown_trace_steps_come_through_generically() -> None:
 
     trace = Newer("q", None, "full", None, 100, mmr={"lambda": 0.5, "dropped": ["x"]})
     out = tracing.recall_trace(RecallResult("q", None, 100, 0), trace, [])
-    assert out["steps"] == [{"name": "mmr", "data": {"lambda": 0.5, "dropped": ["x"]}}]
+    assert [s for s in out["steps"] if s["name"] == "mmr"] == [
+        {"name": "mmr", "data": {"lambda": 0.5, "dropped": ["x"]}}]
+    assert "replay" not in {s["name"] for s in out["steps"]}, "evaluation state is never shown"
 
 
 def test_memory_fields_deny_other_scopes(api_server: ApiServer, corpus: Corpus) -> None:  # noqa: F811
@@ -335,3 +337,34 @@ def test_console_actions_need_its_origin_and_a_live_token(api_server: ApiServer,
                                  headers={"origin": api_server.url}, timeout=60)
         assert response.status_code == 303 and "no+longer+verifies" in response.headers["location"]
     assert status() == "open"
+
+
+def test_derive_runs_show_the_kept_job_runs_to_readers_of_all_their_scopes(
+        api_server: ApiServer, corpus: Corpus, app_engine: Engine) -> None:  # noqa: F811
+    """A run of another process that skipped an item (memory.job_runs, e.g. the worker's)
+    shows in deriveRuns and on the operations page with what it skipped and why; a DBA who
+    cannot read every scope the run covered does not see it (its item names span them)."""
+    from datetime import UTC, datetime
+
+    from orchestrator.db.session import bound_session
+    from orchestrator.derive import poison
+
+    t = corpus.tenant
+    service = t.identity("svc-test", read=("alpha", "beta"), write=("alpha", "beta"))
+    poison.record_run(lambda: bound_session(app_engine, service), "consolidate", ok=True,
+                      line="3 observations written; 1 skipped",
+                      skipped=[poison.Skipped("observation obs-7", "the database refused it")],
+                      started_at=datetime.now(UTC))
+    both = token(api_server, corpus, "dora", "read:alpha", "read:beta", "engram:dba")
+    kept = [r for r in api_server.gql(both, q.DERIVE_RUNS)["deriveRuns"] if r["source"] == "job_runs"]
+    assert [(r["job"], r["ok"]) for r in kept] == [("consolidate", True)]
+    assert "skipped observation obs-7: the database refused it" in kept[0]["summary"]
+    page = httpx.get(f"{api_server.url}/console/operations", cookies={"engram_console": both},
+                     timeout=60)
+    assert page.status_code == 200 and "obs-7" in page.text
+    alpha_only = token(api_server, corpus, "dan", "read:alpha", "engram:dba")
+    runs = api_server.gql(alpha_only, q.DERIVE_RUNS)["deriveRuns"]
+    assert not [r for r in runs if r["source"] == "job_runs"]
+    page = httpx.get(f"{api_server.url}/console/operations", cookies={"engram_console": alpha_only},
+                     timeout=60)
+    assert page.status_code == 200 and "obs-7" not in page.text

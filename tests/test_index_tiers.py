@@ -127,10 +127,18 @@ def test_tier_facts_match_the_statement(tier: str) -> None:
     """tests/support/tiers.py says what each tier guarantees; the compiled statement agrees."""
     facts = TIERS[tier]
     sql = _recall_sql(tier)
-    lexical = sql[sql.index("lexical_matches AS"):sql.index("lexical_hits AS")]
-    # Candidates: the caller's tenant first, no global top-k before the tenant filter.
-    assert facts.lexical_tenant_first == ("sources.chunks.tenant_id = auth.tenant_id()" in lexical
-                                          and "LIMIT" not in lexical)
+    lexical = sql[sql.index("lexical_candidates AS"):sql.index("lexical_hits AS")]
+    # Candidates: the caller's tenant first, no global top-k before the tenant filter: the
+    # only LIMIT is each query term's share of the row budget, inside the tenant's chunks
+    # (0041: the rarest terms' chunks first, up to recall_lexical_rows).
+    assert facts.lexical_tenant_first == (
+        "WHERE sources.chunks.tenant_id = auth.tenant_id() AND (sources.chunks.lexical @@" in lexical
+        and lexical.count("LIMIT") == 1 and "LIMIT lexical_budget.take" in lexical)
+    # Document frequencies: the caller's tenant's folded counts and unfolded deltas only.
+    df = sql[sql.index("lexical_df AS"):sql.index("lexical_budget AS")]
+    assert facts.lexical_stats_visible_only == (
+        "recall.lexical_terms.tenant_id = auth.tenant_id()" in df
+        and "recall.lexical_term_deltas.tenant_id = auth.tenant_id()" in df)
     # Scores: BM25 from the matched tsvectors with the corpus statistics.
     assert facts.lexical_scores == ("ln(" in sql and "lexical_corpus" in sql)
     # Statistics: recall.lexical_stats of the caller's tenant (RLS narrows it to the visible

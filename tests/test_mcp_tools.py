@@ -222,7 +222,7 @@ def test_every_tool_allows_and_denies(api_server: ApiServer, tenant_factory: Ten
     writer.refused("lineage", "FORBIDDEN", "engram:auditor", table="sources.documents",
                    row_id={"id": docs[2]})
     their_auditor.refused("lineage", "NOT_FOUND", table="sources.documents", row_id={"id": docs[2]})
-    auditor.refused("lineage", "BAD_USER_INPUT", "max_depth must be between", max_depth=10**6,
+    auditor.refused("lineage", "BAD_USER_INPUT", "max_depth must be 1 to 100", max_depth=10**6,
                     table="sources.documents", row_id={"id": docs[2]})
     assert auditor.ok("verify_chain", rows=False)["ok"] is True
     writer.refused("verify_chain", "FORBIDDEN", "engram:auditor")

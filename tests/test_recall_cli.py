@@ -64,7 +64,8 @@ def test_the_cli_asks_a_running_api_server_and_says_so(cli_env, tenant_factory, 
         assert remote.exit_code == 0, remote.output
         assert f"answered by the API at {server.url}" in remote.output
         # The same evidence either way (the rendered string, after the line saying the path).
-        assert remote.output.split("\n", 1)[1] == local.output.split("\n", 1)[1]
+        start = "Relevant memory for:"
+        assert remote.output[remote.output.index(start):] == local.output[local.output.index(start):]
         assert "capped" not in remote.output
         traced = runner.invoke(app, ["trace", question, *who], env=env)
         assert traced.exit_code == 0 and "1. candidate pools" in traced.output, traced.output

@@ -110,7 +110,7 @@ def test_the_query_cache_never_crosses_tenants_or_models(tenant_factory: Any, ap
                                                          embedder: Any, settings: Any) -> None:
     a = _corpus(tenant_factory, app_engine, embedder, settings, "gamma")
     b = _corpus(tenant_factory, app_engine, embedder, settings, "delta")
-    counting = _CountingEmbedder(embedder, "model-one")
+    counting = _CountingEmbedder(embedder, embedder.model_name)
     recaller = recaller_with(app_engine, settings, counting, recall_receipts=False)
     question = "what about the harbour lights?"
     alice, bob = a.identity("alice", read=("team",)), b.identity("bob", read=("team",))
@@ -125,10 +125,15 @@ def test_the_query_cache_never_crosses_tenants_or_models(tenant_factory: Any, ap
     assert not t3.embedding_cached and counting.asked[question] == 2
     # Another asker is another query text.
     assert not recaller.trace(alice, question, asker="alice")[1].embedding_cached
-    # A new model (or version) embeds again: no vector of the old model answers the new one.
-    counting.model_name = "model-two"
-    _, t4 = recaller.trace(alice, question)
-    assert not t4.embedding_cached and counting.asked[question] == 4
+    # Another activation of a model (engram models activate) or another version of its weights
+    # embeds again: no vector of the old one answers the new one.
+    import dataclasses
+
+    active = recaller.active_model
+    assert not recaller.query_vector(alice, question, None,
+                                     dataclasses.replace(active, generation=active.generation + 1))[1]
+    assert counting.asked[question] == 4
+    assert recaller.query_vector(alice, question, None, active)[1]
     counting.model_version = "2"  # type: ignore[attr-defined]
     assert not recaller.trace(alice, question)[1].embedding_cached
 

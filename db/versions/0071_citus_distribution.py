@@ -78,6 +78,7 @@ DISTRIBUTED_TABLES = (
     "memory.job_runs",
     "provenance.receipt_queue",
     "recall.lexical_terms",
+    "recall.lexical_term_deltas",
     "memory.rank_models",
     "memory.rank_events",
 )

@@ -26,7 +26,6 @@ from orchestrator.errors import BadInput, EngramError, Forbidden, NotFound
 
 # A lineage walk is recursive and probes the chain per node: deep enough for any derivation
 # Engram makes (a RAPTOR root over its levels), bounded for every caller.
-MAX_LINEAGE_DEPTH = 50
 
 
 class AuditorEngine:
@@ -169,9 +168,7 @@ def provenance(engine: Engine, tenant: uuid.UUID, table: str, row_id: Any, *,
 
     if not isinstance(row_id, dict):
         raise BadInput('the row id is the row\'s key as a JSON object, e.g. {"id": "..."}')
-    if isinstance(max_depth, bool) or not isinstance(max_depth, int) \
-            or not 1 <= max_depth <= MAX_LINEAGE_DEPTH:
-        raise BadInput(f"max_depth must be between 1 and {MAX_LINEAGE_DEPTH}, not {max_depth!r}")
+    # lineage() bounds max_depth (audit.lineage.MAX_DEPTH), as for every caller.
     with engine.connect() as conn:
         found = lineage(conn, tenant, table, row_id, direction=direction, max_depth=max_depth)
     if not found.nodes[found.start].events:

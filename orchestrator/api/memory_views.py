@@ -16,10 +16,10 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select, text
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from orchestrator.api.documents import parse_id
-from orchestrator.db.knowledge_models import FactClaim, FactContent, Quarantine
+from orchestrator.db.knowledge_models import Entity, FactClaim, FactContent, Quarantine
 from orchestrator.errors import BadInput, NotFound
 from orchestrator.ingest.knowledge import Fact, QuarantineRow, savepoint
 from orchestrator.recall.result import ScopeRef
@@ -58,9 +58,9 @@ DERIVED: dict[str, tuple[str, str]] = {
 LABEL_CHARS = 90
 
 
-def _fact(r: Any, text_: str) -> Fact:
+def _fact(r: Any, text_: str, object_id: uuid.UUID | None) -> Fact:
     return Fact(id=r.id, text=text_, subject_id=r.subject_id, predicate=r.predicate,
-                object_id=r.object_id, object_value=r.object_value,
+                object_id=object_id, object_value=r.object_value,
                 object_datatype=r.object_datatype, epistemic_kind=r.epistemic_kind,
                 perspective_key=r.perspective_key, author=r.author, author_role=r.author_role,
                 confidence=r.confidence, authority=r.authority, valid_from=r.valid_from,
@@ -68,13 +68,27 @@ def _fact(r: Any, text_: str) -> Fact:
                 as_of=r.as_of, disputed=r.disputed, beaten_by=None)
 
 
+# A claim is shown here with its subject's id, so only when the caller may read the subject
+# entity too (the inner join runs under the caller's row level security: ``facts(entityId)``
+# asks the same); an object entity the caller cannot read is left out (objectId null).
+_SUBJECT = aliased(Entity, name="subject_entity")
+_OBJECT = aliased(Entity, name="object_entity")
+
+
+def _readable_entities(stmt: Any, subject: Any, obj: Any) -> Any:
+    return (stmt.join(_SUBJECT, (_SUBJECT.tenant_id == subject.tenant_id)
+                      & (_SUBJECT.id == subject.subject_id))
+            .outerjoin(_OBJECT, (_OBJECT.tenant_id == subject.tenant_id) & (_OBJECT.id == obj)))
+
+
 def claim(session: Session, claim_id: uuid.UUID) -> Fact | None:
-    """One readable claim (current or not), or None."""
-    row = session.execute(select(FactClaim, FactContent.text)
-                          .join(FactContent, (FactContent.tenant_id == FactClaim.tenant_id)
-                                & (FactContent.id == FactClaim.content_id))
+    """One readable claim (current or not) about a readable entity, or None."""
+    stmt = (select(FactClaim, FactContent.text, _OBJECT.id)
+            .join(FactContent, (FactContent.tenant_id == FactClaim.tenant_id)
+                  & (FactContent.id == FactClaim.content_id)))
+    row = session.execute(_readable_entities(stmt, FactClaim, FactClaim.object_id)
                           .where(FactClaim.id == claim_id)).one_or_none()
-    return None if row is None else _fact(row[0], row[1])
+    return None if row is None else _fact(row[0], row[1], row[2])
 
 
 def keyed_facts(session: Session, *, first: int = 100) -> list[Fact]:
@@ -85,8 +99,10 @@ def keyed_facts(session: Session, *, first: int = 100) -> list[Fact]:
     ranked = select(current_claims, func.row_number().over(
         partition_by=c.fact_key, order_by=(c.as_of.desc(), c.recorded_at.desc(), c.id)
     ).label("n")).where(c.fact_key.is_not(None)).subquery()
-    newest = select(ranked).where(ranked.c.n == 1).order_by(ranked.c.fact_key).limit(first)
-    return [_fact(r, r.text) for r in session.execute(newest)]
+    newest = (_readable_entities(select(ranked, _OBJECT.id.label("readable_object_id")),
+                                 ranked.c, ranked.c.object_id)
+              .where(ranked.c.n == 1).order_by(ranked.c.fact_key).limit(first))
+    return [_fact(r, r.text, r.readable_object_id) for r in session.execute(newest)]
 
 
 @dataclass(frozen=True)

@@ -201,14 +201,24 @@ def require_dba(identity: Identity, what: str) -> None:
 
 
 def derive_runs(session: Session, identity: Identity, *, first: int = 50) -> list[DeriveRun]:
-    """This process's scheduler runs for the caller's tenant, and the derive activities of
-    the provenance log (runs that wrote something, from any process), newest first."""
+    """This process's scheduler runs for the caller's tenant, the runs kept in
+    ``memory.job_runs`` (runs of any process that failed or skipped an item, readable by a
+    reader of every scope they covered), and the derive activities of the provenance log
+    (runs that wrote something, from any process), newest first."""
     from orchestrator.derive.jobs import RUN_LOG
 
     require_dba(identity, "deriveRuns")
     runs = [DeriveRun(r.job, r.ok, "scheduler", r.started_at, r.seconds,
                       r.line if r.ok else "failed", None if r.ok else r.line)
             for r in RUN_LOG.runs(identity.org_id)]
+    for row in session.execute(text("""
+            select job, ok, line, skipped, problems, started_at, finished_at from memory.job_runs
+             order by finished_at desc limit :n"""), {"n": first}):
+        skipped = "; ".join(f"skipped {p.get('item')}: {p.get('reason')}" for p in row.problems or [])
+        summary = row.line + (f" ({row.skipped} skipped: {skipped})" if row.skipped else "")
+        runs.append(DeriveRun(row.job, row.ok, "job_runs", row.started_at,
+                              (row.finished_at - row.started_at).total_seconds(),
+                              summary if row.ok else "failed", None if row.ok else summary))
     for row in session.execute(text("""
             select kind, started_at, ended_at, detail from provenance.activities
              where kind like 'derive.%' order by started_at desc limit :n"""), {"n": first}):

@@ -32,6 +32,19 @@ NAMED = frozenset({
     "receipt_id", "embedding_model"})
 
 
+# Evaluation only (the candidates kept for Recaller.replay): never part of an answer.
+UNSHOWN = frozenset({"replay"})
+
+
+def _step(name: str, value: Any) -> Any:
+    """A trace field the GraphQL type has no field for, as JSON; the learned ranker's report
+    without its feature matrix (the usage row keeps that; a trace reader wants what it did)."""
+    if name == "ranking" and dataclasses.is_dataclass(value):
+        return {"model": value.model, "note": value.note, "ppr": value.ppr,
+                "timingsMs": json_value(value.timings_ms)}
+    return json_value(value)
+
+
 def plan_shape(name: str | None) -> PlanShape:
     if name is None or name == FULL_PLAN.name:
         return FULL_PLAN
@@ -68,6 +81,8 @@ def json_value(value: Any) -> Any:
         return value if math.isfinite(value) else None
     if value is None or isinstance(value, (str, int, bool)):
         return value
+    if hasattr(value, "tolist") and getattr(value, "ndim", 0):  # numpy arrays
+        return json_value(value.tolist())
     if hasattr(value, "item") and callable(value.item):  # numpy scalars
         return json_value(value.item())
     return str(value)
@@ -112,6 +127,7 @@ def recall_trace(result: Any, trace: Trace, evidence: list[dict[str, Any]]) -> d
         "touchedClaims": trace.touched_claims,
         "receiptId": str(trace.receipt_id) if trace.receipt_id else None,
         "embeddingModel": trace.embedding_model or None,
-        "steps": [{"name": f.name, "data": json_value(getattr(trace, f.name))}
-                  for f in dataclasses.fields(trace) if f.name not in NAMED],
+        "steps": [{"name": f.name, "data": _step(f.name, getattr(trace, f.name))}
+                  for f in dataclasses.fields(trace)
+                  if f.name not in NAMED | UNSHOWN and getattr(trace, f.name) is not None],
     }

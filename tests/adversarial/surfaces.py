@@ -276,3 +276,102 @@ def _audit(p: Probe) -> Iterable[str]:
                         "{ proven nodes { table rowId eventSeqs } edges { relation derivedTable "
                         "derivedRowId sourceTable sourceRowId depth eventSeq } } }",
                         {"t": table, "r": {"id": rid}})
+
+
+# -- surfaces added with the console, the ranking and production rounds ----------------------
+
+CONSOLE_COOKIE = "engram_console"
+
+
+def console(p: Probe, path: str, **params: Any) -> str:
+    """A console page as the probe's identity (the console reads its token from a cookie)."""
+    return p.http("GET", path, params=params or None, cookies={CONSOLE_COOKIE: p.token})
+
+
+@surface("graphql recallTrace (the full plan, a study shape, the trace as text)")
+def _recall_trace(p: Probe) -> Iterable[str]:
+    from orchestrator.console.queries import TRACE
+
+    for shape in ("full", "bm25-only"):
+        yield p.gql(f"query($q: String!, $s: String) {{ recallTrace(question: $q, shape: $s) "
+                    f"{{ {TRACE} text }} }}", {"q": p.question, "s": shape})
+
+
+@surface("graphql claim (every claim id), keyedFacts, derivedItems")
+def _claims(p: Probe) -> Iterable[str]:
+    ids = _ids(p, "knowledge.fact_claim")
+    for start in range(0, len(ids), 25):
+        yield p.gql(_aliased("claim", [f"id: {_q(i)}" for i in ids[start:start + 25]],
+                             f"{{ {FACT} }}"))
+    yield p.gql(f"{{ keyedFacts(first: 100) {{ {FACT} }} }}")
+    yield p.gql("{ derivedItems(first: 100) { table id kind text scopes { name } createdAt } }")
+
+
+@surface("graphql readableLineage (every document and entity id, both directions)")
+def _readable_lineage(p: Probe) -> Iterable[str]:
+    for table in ("sources.documents", "knowledge.entities", "knowledge.fact_claim"):
+        ids = _ids(p, table)[:20]
+        for direction in ("back", "forward"):
+            yield p.gql(_aliased("readableLineage", [
+                f"table: {_q(table)}, id: {_q(i)}, direction: {_q(direction)}" for i in ids],
+                "{ nodes { table id label } "
+                "edges { relation derivedTable derivedId sourceTable sourceId depth } }"))
+
+
+@surface("graphql operations: embedQueue, models, recallLatency, documentValue, deriveRuns")
+def _operations(p: Probe) -> Iterable[str]:
+    yield p.gql("{ embedQueue { tables { table pending failed ready lastHour lastError } "
+                "series { at depth embedded } } }")
+    yield p.gql("{ models { embeddingModel registry { name dimension active } reranker loaded } }")
+    yield p.gql("{ recallLatency { count p50 p95 buckets { le count } } }")
+    yield p.gql("{ documentValue(days: 30, first: 50) { id title collection path uses marks days } }")
+    yield p.gql("{ deriveRuns(first: 50) { job ok source summary error } }")
+
+
+@surface("rest POST /api/v1/memory/prepare")
+def _rest_prepare(p: Probe) -> Iterable[str]:
+    yield p.http("POST", "/api/v1/memory/prepare", json={"question": p.question, "budget_tokens": 4000})
+
+
+@surface("console pages (recall workbench, memory browser, operations, charts)")
+def _console(p: Probe) -> Iterable[str]:
+    yield console(p, "/console/recall", question=p.question, shape="bm25-only")
+    yield console(p, "/console/memory/documents")
+    for doc in _ids(p, "sources.documents"):
+        yield console(p, f"/console/memory/documents/{doc}")
+    yield console(p, "/console/memory/entities")
+    for ent in _ids(p, "knowledge.entities"):
+        yield console(p, f"/console/memory/entities/{ent}")
+    for doc in _ids(p, "sources.documents")[:10]:
+        yield console(p, "/console/memory/lineage", table="sources.documents", id=doc,
+                      direction="forward")
+    for page in ("keyed", "conflicts", "quarantine", "derived"):
+        yield console(p, f"/console/memory/{page}")
+    yield console(p, "/console/operations")
+    yield console(p, "/console/charts")
+
+
+@surface("console audit pages (auditors: keys and hashes)", metadata=True)
+def _console_audit(p: Probe) -> Iterable[str]:
+    yield console(p, "/console/audit")
+    for doc in _ids(p, "sources.documents")[:5]:
+        yield console(p, "/console/audit/lineage", table="sources.documents", id=doc)
+
+
+@surface("mcp trace, entities, facts, conflicts, quarantine, session notes")
+def _mcp_more(p: Probe) -> Iterable[str]:
+    yield p.mcp("trace", {"question": p.question})
+    yield p.mcp("search_entities", {"first": 100})
+    for entity_type, name in p.world.tenant(p.identity.org_id).entities:
+        yield p.mcp("entity", {"entity_type": entity_type, "name": name})
+    for ent in _ids(p, "knowledge.entities")[:30]:
+        yield p.mcp("facts", {"entity_id": ent, "include_beaten": True})
+    yield p.mcp("conflicts", {})
+    yield p.mcp("quarantine", {"status": None})
+    yield p.mcp("session_notes", {})
+
+
+@surface("cli engram recall and prepare")
+def _cli_recall(p: Probe) -> Iterable[str]:
+    yield p.cli("recall", p.question, "--local")
+    yield p.cli("prepare", p.question, "--local")

@@ -66,14 +66,15 @@ def identities(world: World, rng: random.Random) -> Iterator[Identity]:
     for tenant in world.tenants:
         for n in range(IDENTITIES_PER_TENANT):
             read, write = subset(rng, SCOPES, 0, 2), subset(rng, SCOPES, 0, 1)
-            roles = frozenset({"auditor"}) if n == 0 else frozenset()
+            roles = frozenset({"auditor"}) if n == 0 else frozenset({"dba"}) if n == 1 else frozenset()
             yield Identity(tenant.org, f"u{rng.randint(0, 3)}", frozenset(read), frozenset(write), roles)
 
 
 def token_for(server: ApiServer, ident: Identity) -> str:
     scopes = [f"read:{s}" for s in sorted(ident.read_scopes)] + \
              [f"write:{s}" for s in sorted(ident.write_scopes)] + \
-             (["engram:auditor"] if "auditor" in ident.roles else [])
+             (["engram:auditor"] if "auditor" in ident.roles else []) + \
+             (["engram:dba"] if "dba" in ident.roles else [])
     return server.token(ident.org_id, ident.user_id, tuple(scopes))
 
 

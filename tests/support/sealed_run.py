@@ -34,7 +34,8 @@ def kill_after_seal(app_url: str, identity: dict[str, Any], question: str,
 
 
 class _FixedEmbedder:
-    model_name = "fixed-unit-vector"
+    """A unit vector for every question, as the active model (no model_name: the recaller
+    checks a named fixed embedder against the registry's active model)."""
 
     def embed_query(self, question: str, asker: str | None = None) -> Any:
         import numpy as np
