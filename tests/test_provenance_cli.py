@@ -89,6 +89,12 @@ def test_export_receipt_and_lineage(cli_env: None, app_engine: Engine, tenant_fa
         record_derivation(s, ("sources.chunks", {"id": str(chunk)}), [("sources.documents", {"id": str(d)})],
                           relation="wasQuotedFrom")
         rid = append_receipt(s, "q?", [("sources.chunks", {"id": str(chunk)}, None)], "answer")
+    # Sealed now, chained in a batch (0040): chain it before the auditor proves it (a background
+    # chainer of this process may have done it already; chaining twice is a no-op).
+    from orchestrator.audit.receipts import chain_receipts
+
+    with app_engine.begin() as conn:
+        chain_receipts(conn)
     out = tmp_path / "prov.ttl"
     res = runner.invoke(app, ["audit", "export", "--tenant", t.org_id, "--format", "ttl", "--out", str(out)])
     assert res.exit_code == 0, res.output

@@ -203,7 +203,9 @@ def test_receipts_survive_a_sigkill_between_seal_and_chain(
     receipt = uuid.UUID(json.loads(child.stdout.strip().splitlines()[-1])["receipt"])
     with auditor_engine.connect() as conn:
         left = verify_receipt(conn, receipt)
-    assert left.queued and left.seal_ok and not left.proven
+    # Sealed and still queued, unless a background chainer of this test process (each polls
+    # every tenant's queue) appended it first: either way nothing the dead process sealed is lost.
+    assert left.seal_ok and left.queued != left.proven, left
     assert _pending(auditor_engine, t.id) == []
     # Whichever process runs next chains what the dead one left: here the worker role (or
     # this process's own background thread, if it came first: it chains every tenant's queue).

@@ -39,7 +39,9 @@ UNSHOWN = frozenset({"replay"})
 def _step(name: str, value: Any) -> Any:
     """A trace field the GraphQL type has no field for, as JSON; the learned ranker's report
     without its feature matrix (the usage row keeps that; a trace reader wants what it did)."""
-    if name == "ranking" and dataclasses.is_dataclass(value):
+    from orchestrator.recall.ranker import RankReport
+
+    if isinstance(value, RankReport):
         return {"model": value.model, "note": value.note, "ppr": value.ppr,
                 "timingsMs": json_value(value.timings_ms)}
     return json_value(value)
@@ -81,7 +83,7 @@ def json_value(value: Any) -> Any:
         return value if math.isfinite(value) else None
     if value is None or isinstance(value, (str, int, bool)):
         return value
-    if hasattr(value, "tolist") and getattr(value, "ndim", 0):  # numpy arrays
+    if hasattr(value, "tolist") and getattr(value, "ndim", None):  # numpy arrays
         return json_value(value.tolist())
     if hasattr(value, "item") and callable(value.item):  # numpy scalars
         return json_value(value.item())
