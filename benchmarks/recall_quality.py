@@ -72,9 +72,8 @@ from orchestrator.db.session import bound_session
 from orchestrator.ingest.documents import DocumentInput, put_document
 from orchestrator.recall import PLAN_STUDY, Recaller
 
+# The evaluation data sits beside the checkout (../shared/data); --data PATH names it elsewhere.
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo-dev.json"
-if not DEFAULT_DATA.exists():
-    DEFAULT_DATA = Path("/work/shared/data/locomo-dev.json")
 
 
 @dataclass

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -56,8 +57,9 @@ def groups(path: Path, collect: list[str]) -> list[rank_data.Group]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo dev JSON")
-    ap.add_argument("--locomo-groups", type=Path, default=Path("/tmp/engram-rank-locomo.npz"))
-    ap.add_argument("--fanoutqa-groups", type=Path, default=Path("/tmp/engram-rank-fanoutqa.npz"))
+    tmp = Path(tempfile.gettempdir())
+    ap.add_argument("--locomo-groups", type=Path, default=tmp / "engram-rank-locomo.npz")
+    ap.add_argument("--fanoutqa-groups", type=Path, default=tmp / "engram-rank-fanoutqa.npz")
     ap.add_argument("--no-fanoutqa", action="store_true", help="train on LoCoMo dev alone")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
