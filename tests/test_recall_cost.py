@@ -278,3 +278,27 @@ def test_the_budget_cut_is_the_longest_fitting_prefix_whatever_its_first_guess()
                    if token_cost(render("q?", evidence[:k]), 4.0) <= budget)
         assert kept == best
         assert text == render("q?", evidence[:kept]) and cost == token_cost(text, 4.0) <= budget
+
+
+def test_a_failing_task_never_holds_the_chain_back(tenant_factory: Any, app_engine: Engine,
+                                                   embedder: Any, settings: Any,
+                                                   auditor_engine: Engine) -> None:
+    """The access counts run before each chaining; one that fails is counted and logged, and
+    the queued receipts are chained anyway."""
+    from orchestrator.audit.chainer import ReceiptChainer
+
+    t = _corpus(tenant_factory, app_engine, embedder, settings, "theta")
+    reader = t.identity("reader", read=("team",))
+    with bound_session(app_engine, reader) as s:
+        doc_id = s.execute(text("select id from sources.documents limit 1")).scalar_one()
+        receipt = append_served(s, "a question", [("sources.documents", doc_id)], "r")
+
+    def broken() -> None:
+        raise RuntimeError("a poisoned access count")
+
+    chainer = ReceiptChainer(app_engine)
+    chainer.tasks.append(broken)
+    chainer.flush()
+    assert chainer.failures == 1
+    with auditor_engine.connect() as conn:
+        assert verify_receipt(conn, receipt).proven

@@ -65,7 +65,12 @@ class ReceiptChainer:
         with self._lock:
             self._dirty = False
             for task in self.tasks:
-                task()
+                try:
+                    task()
+                except Exception:  # a failing task (access counts) never holds the chain back
+                    self.failures += 1
+                    log.warning("a background task before chaining failed; chaining anyway",
+                                exc_info=True)
             while True:
                 with self.engine.begin() as conn:
                     done = chain_receipts(conn, self.batch)
