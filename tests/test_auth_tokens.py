@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from typer.testing import CliRunner
 
 from orchestrator.auth.devkey import jwks_path, key_path
-from orchestrator.auth.jwks import KeySet, url_fetcher
+from orchestrator.auth.jwks import KeySet, file_fetcher, url_fetcher
 from orchestrator.auth.tokens import TokenVerifier, identity_from_claims
 from orchestrator.cli.main import app
 from orchestrator.config import Settings
@@ -227,3 +227,22 @@ def test_concurrent_lookups_during_a_slow_refresh_answer_from_the_cache(issuer: 
     issuer.answering.set()
     slow.join(timeout=10)
     assert not slow.is_alive() and keys.fetches == 2
+
+
+def test_a_development_key_set_not_made_yet_is_a_warning_with_the_command_to_make_it(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A fresh `engram up` before `engram auth dev-key`: a warning naming the command, not an
+    error; tokens are refused with the same words until the file exists, then read."""
+    path = tmp_path / "dev-jwks.json"
+    keys = KeySet(file_fetcher(path), min_refresh_s=0.0)
+    caplog.set_level(logging.INFO, logger="engram.auth.jwks")
+    keys.prefetch()
+    [record] = [r for r in caplog.records if r.name == "engram.auth.jwks"]
+    assert record.levelno == logging.WARNING and "engram auth dev-key" in record.getMessage()
+    with pytest.raises(Unauthenticated, match="does not exist yet"):
+        keys.jwk("k1")
+    public = ec.generate_private_key(ec.SECP256R1()).public_key()
+    jwk = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(public))
+    path.write_text(json.dumps({"keys": [{**jwk, "kid": "k1", "alg": "ES256"}]}))
+    assert keys.jwk("k1")["kid"] == "k1"
+

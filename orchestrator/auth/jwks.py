@@ -49,10 +49,18 @@ def url_fetcher(url: str, timeout_s: float = 5.0) -> Fetch:
     return fetch
 
 
+class KeySetMissing(Unauthenticated):
+    """A key set file that does not exist yet (the development key before `engram auth dev-key`)."""
+
+
 def file_fetcher(path: Path) -> Fetch:
     def fetch() -> dict[str, Any]:
         try:
             data: dict[str, Any] = json.loads(path.read_text())
+        except FileNotFoundError as exc:
+            raise KeySetMissing(f"the key set {path} does not exist yet (`engram auth dev-key` "
+                                "writes the development key and its key set); tokens signed "
+                                "by it are refused until then") from exc
         except (OSError, ValueError) as exc:
             raise Unauthenticated(f"the key set {path} could not be read: {exc}") from exc
         return data
@@ -146,8 +154,10 @@ class KeySet:
                     else:
                         log.error("%s; the cached keys are past their grace period and refused; "
                                   "next try in %.0f s", exc.message, wait)
+                elif isinstance(exc, KeySetMissing):
+                    log.warning("%s; next try in %.1f s", exc.message, wait)
                 else:
-                    log.error("%s; next try in %.0f s", exc.message, wait)
+                    log.error("%s; next try in %.1f s", exc.message, wait)
             return
         with self._cond:
             self.fetches += 1
