@@ -170,3 +170,29 @@ def test_an_entity_the_reader_cannot_see_is_never_a_seed(tenant_factory, app_eng
     assert result.evidence == ()
     text = trace.format()
     assert "Globex" not in text.replace(repr(question), "")
+
+
+def test_the_facts_lane_takes_one_claim_per_sentence(tenant_factory, app_engine, embedder,
+                                                     settings, test_db):
+    """Extraction makes one claim per entity a sentence links, all with the sentence's text:
+    the facts pool takes one of them, so other sentences still reach it."""
+    t = tenant_factory("team")
+    ident = t.identity(write=("team",))
+    shared = "Lindqvist Labs maintains Quillstream in Oslo."
+    with bound_session(app_engine, ident) as s:
+        ids = []
+        for name in ("Lindqvist Labs", "Quillstream", "Oslo", "Maren Okafor"):
+            subject = kn.resolve_entity(s, "org", name, ["team"])
+            ids.append(kn.assert_fact(s, kn.FactInput(
+                subject_id=subject, predicate="mentioned_in", text=shared, scopes=("team",),
+                value="Oslo")).claim_id)
+        acme = kn.resolve_entity(s, "org", "Quillstream Press", ["team"])
+        other = kn.assert_fact(s, kn.FactInput(
+            subject_id=acme, predicate="maintains", text="Quillstream Press maintains the archive.",
+            scopes=("team",), value="the archive")).claim_id
+    embed_pending(test_db, embedder, settings, t.id)
+    recaller = recaller_with(app_engine, settings, embedder, recall_receipts=False)
+    _, trace = recaller.trace(ident, "who maintains Quillstream?")
+    facts = _claims(trace, "facts")
+    assert len(facts & {str(i) for i in ids}) == 1, facts
+    assert str(other) in facts

@@ -91,6 +91,7 @@ from sqlalchemy.dialects.postgresql import (
     UUID,
     aggregate_order_by,
     array,
+    distinct_on,
 )
 from sqlalchemy.sql.elements import BindParameter
 from sqlalchemy.types import TypeEngine
@@ -664,14 +665,20 @@ class _Builder:
                 .order_by(distance).limit(lim.fact_k)
                 .cte("fact_candidates")
             )
-            # Only the candidate contents are joined to their current claims.
-            claims = (
+            # Only the candidate contents are joined to their current claims, one readable claim
+            # per content: extraction makes several claims of one sentence (one per entity it
+            # links), and the same text fact_k times would fill the pool with one sentence.
+            one_each = (
                 select(fc.id.label("claim_id"), candidates.c.distance)
                 .select_from(candidates.join(FactClaim.__table__, and_(
                     fc.tenant_id == tenant, fc.content_id == candidates.c.content_id)))
                 .where(_current_claim(fc))
-                .order_by(candidates.c.distance, fc.id).limit(lim.fact_k)
+                .ext(distinct_on(candidates.c.content_id))
+                .order_by(candidates.c.content_id, fc.id)
+                .subquery("fact_claim_per_content")
             )
+            claims = (select(one_each.c.claim_id, one_each.c.distance)
+                      .order_by(one_each.c.distance, one_each.c.claim_id).limit(lim.fact_k))
             facts = _ranked(claims, "facts", ("distance", "claim_id"))
             pools.append(select(facts.c.claim_id, literal("facts").label("lane"), facts.c.rank,
                                 cast(facts.c.distance, Double).label("score"),
