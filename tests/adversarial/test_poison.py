@@ -46,6 +46,13 @@ __all__ = ["embedder"]
 
 Tenants = Callable[..., TenantFixture]
 # A README's line of capitalised words: spaCy's NER reads it as one organisation of 800+ characters.
+def marker(prefix: str) -> str:
+    """A unique word of letters only: the quality gates (derive_quality_gates) keep a name or a
+    sentence with a hex token out of derived memory before the database could refuse it, which
+    made these tests pass or fail with the random digits."""
+    return prefix + uuid.uuid4().hex[:8].translate(str.maketrans("0123456789", "ghijklmnop"))
+
+
 LONG_NAME_TEXT = "The " + " ".join(["Northwind"] * 80) + " Trading Company signed the deal."
 
 
@@ -102,7 +109,7 @@ def test_extract_skips_a_mention_too_long_to_be_a_name_and_reads_everything_else
 
 def test_extract_skips_a_chunk_the_database_refuses_and_does_not_read_it_again(
         app_engine: Engine, admin_engine: Engine, t: TenantFixture, settings: Settings) -> None:
-    mark = f"poison{uuid.uuid4().hex[:8]}"
+    mark = marker("poison")
     with bound_session(app_engine, t.identity("alice", write=("team",))) as s:
         for i, (who, extra) in enumerate((("Ada Lovelace", ""), ("Charles Babbage", f" with {mark}"),
                                           ("Grace Hopper", ""))):
@@ -122,9 +129,7 @@ def test_extract_skips_a_chunk_the_database_refuses_and_does_not_read_it_again(
 
 def test_consolidate_skips_one_observation(app_engine: Engine, admin_engine: Engine, t: TenantFixture,
                                            settings: Settings) -> None:
-    # Letters only: the quality gates (derive_quality_gates) keep a sentence with a hex token
-    # out of observations before the database could refuse it.
-    mark = "poison" + uuid.uuid4().hex[:8].translate(str.maketrans("0123456789", "ghijklmnop"))
+    mark = marker("poison")
     for user in ("alice", "bob"):
         with bound_session(app_engine, t.identity(user, write=("team",))) as s:
             ada = resolve_entity(s, "person", "Ada Lovelace", ("team",))
@@ -143,7 +148,7 @@ def test_consolidate_skips_one_observation(app_engine: Engine, admin_engine: Eng
 
 def test_episodes_skip_one_session(app_engine: Engine, admin_engine: Engine, t: TenantFixture,
                                    settings: Settings) -> None:
-    mark = f"poison-{uuid.uuid4().hex[:8]}"
+    mark = marker("poison")
     with bound_session(app_engine, t.identity("alice", write=("team",))) as s:
         add_working_memory(s, "s1", "We walked along the river.", ("team",))
         add_working_memory(s, "s2", f"The {mark} meeting ran long.", ("team",))
@@ -159,7 +164,7 @@ def test_episodes_skip_one_session(app_engine: Engine, admin_engine: Engine, t: 
 
 def test_decisions_skip_one_decision(app_engine: Engine, admin_engine: Engine, t: TenantFixture,
                                      settings: Settings) -> None:
-    mark = f"poison-{uuid.uuid4().hex[:8]}"
+    mark = marker("poison")
     with bound_session(app_engine, t.identity("alice", write=("team",))) as s:
         add_working_memory(s, "s1", "Ship on Friday because the demo is Monday.", ("team",),
                            kind="decision", category="release")
@@ -196,7 +201,7 @@ def test_communities_skip_one_scope_set(app_engine: Engine, admin_engine: Engine
 
 def test_profiles_skip_one_profile(app_engine: Engine, admin_engine: Engine, t: TenantFixture,
                                    settings: Settings) -> None:
-    mark = f"Poison{uuid.uuid4().hex[:8]}"
+    mark = marker("Poison")
     with bound_session(app_engine, t.identity("alice", write=("team",))) as s:
         for name in ("Ada Lovelace", f"Zed {mark}", "Grace Hopper"):
             who = resolve_entity(s, "person", name, ("team",))
