@@ -63,9 +63,10 @@ def test_the_cli_asks_a_running_api_server_and_says_so(cli_env, tenant_factory, 
         remote = runner.invoke(app, ["recall", question, *who], env=env)
         assert remote.exit_code == 0, remote.output
         assert f"answered by the API at {server.url}" in remote.output
-        # The same evidence either way (the rendered string, after the line saying the path).
+        # The same evidence either way (the rendered string on stdout, after the line saying
+        # the path; log lines of the process's background threads go to stderr).
         start = "Relevant memory for:"
-        assert remote.output[remote.output.index(start):] == local.output[local.output.index(start):]
+        assert remote.stdout[remote.stdout.index(start):] == local.stdout[local.stdout.index(start):]
         assert "capped" not in remote.output
         traced = runner.invoke(app, ["trace", question, *who], env=env)
         assert traced.exit_code == 0 and "1. candidate pools" in traced.output, traced.output

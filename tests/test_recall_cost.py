@@ -302,3 +302,52 @@ def test_a_failing_task_never_holds_the_chain_back(tenant_factory: Any, app_engi
     assert chainer.failures == 1
     with auditor_engine.connect() as conn:
         assert verify_receipt(conn, receipt).proven
+
+
+def test_an_unreachable_database_backs_off_and_logs_once(test_db: Any,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """A chainer whose database is gone waits longer after each failed round and logs the
+    outage once (with its cause), not a traceback every round."""
+    import logging
+    import time
+
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    from orchestrator.audit.chainer import ReceiptChainer
+
+    url = make_url(test_db.admin_url).set(database=f"engram_gone_{uuid.uuid4().hex[:8]}")
+    gone = create_engine(url)
+    chainer = ReceiptChainer(gone, delay_s=0.0, interval_s=0.02, max_backoff_s=0.16)
+    caplog.set_level(logging.DEBUG, logger="engram.audit.chainer")
+    try:
+        chainer.start()
+        deadline = time.monotonic() + 30
+        while chainer.failing < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert chainer.failing >= 4
+        assert chainer.wait_s() == 0.16, "doubled per failed round, capped"
+    finally:
+        chainer.close()
+        gone.dispose()
+    warnings = [r for r in caplog.records
+                if r.name == "engram.audit.chainer" and r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "does not exist" in warnings[0].getMessage()
+    assert not chainer._thread or not chainer._thread.is_alive()
+
+
+def test_disposing_an_engine_stops_its_recall_background(test_db: Any, settings: Any) -> None:
+    """A test or a server that disposes its engine (before its database goes away) also stops
+    the recall chainer of that engine, which would otherwise poll a database that is gone."""
+    from orchestrator.recall.service import _BACKGROUND, _background
+
+    engine = make_app_engine(test_db.database.app_url())
+    _, chainer = _background(engine, settings)
+    chainer.start()
+    assert chainer._thread is not None and chainer._thread.is_alive()
+    engine.dispose()
+    assert engine not in _BACKGROUND
+    assert not chainer._thread.is_alive()
+    again = _background(engine, settings)[1]
+    assert again is not chainer, "a later recall over the engine starts a new one"
+    engine.dispose()

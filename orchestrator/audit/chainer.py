@@ -9,6 +9,10 @@ chained by whichever process runs next. It chains *every* tenant's queue, not on
 receipts of its own process; concurrent chainers queue on each tenant's chain lock and
 never chain a receipt twice. ``close`` (also registered to run at exit) chains what is
 left before the process ends.
+
+While the database cannot be reached (restarting, or gone), the chainer backs off, doubling
+its wait up to ``max_backoff_s``; it logs the first failure of an outage with its cause and
+says when chaining resumes, instead of a traceback every ``interval_s``.
 """
 
 from __future__ import annotations
@@ -27,15 +31,17 @@ log = logging.getLogger("engram.audit.chainer")
 
 class ReceiptChainer:
     def __init__(self, engine: Engine, *, delay_s: float = 0.05, interval_s: float = 2.0,
-                 batch: int = 500) -> None:
+                 batch: int = 500, max_backoff_s: float = 60.0) -> None:
         self.engine = engine
         # More work of the same kind (deferred, batched, retried): run before each chaining.
         self.tasks: list[Callable[[], object]] = []
         self.delay_s = delay_s
         self.interval_s = interval_s
         self.batch = batch
+        self.max_backoff_s = max_backoff_s
         self.chained = 0
         self.failures = 0
+        self.failing = 0  # consecutive failed rounds (0: chaining works)
         self._dirty = False  # woken since the last flush
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -93,9 +99,18 @@ class ReceiptChainer:
         except Exception:  # the database may be gone at exit; the queue keeps every receipt
             log.info("receipts left queued at exit; the next chainer appends them", exc_info=True)
 
+    def wait_s(self) -> float:
+        """How long the thread waits before its next round: ``interval_s``, doubled for each
+        consecutive failed round up to ``max_backoff_s``."""
+        if not self.failing:
+            return self.interval_s
+        return float(min(self.max_backoff_s, self.interval_s * 2 ** min(self.failing, 16)))
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            woken = self._wake.wait(self.interval_s)
+            # While failing, a wake does not shorten the back-off (each recall wakes us).
+            woken = (self._stop.wait(self.wait_s()) if self.failing
+                     else self._wake.wait(self.interval_s))
             if self._stop.is_set():
                 return
             if woken:
@@ -103,6 +118,18 @@ class ReceiptChainer:
             self._wake.clear()
             try:
                 self.flush()
-            except Exception:  # e.g. the database restarting: the next round retries
+            except Exception as exc:  # e.g. the database restarting: a later round retries
                 self.failures += 1
-                log.warning("chaining queued receipts failed; retrying", exc_info=True)
+                self.failing += 1
+                if self.failing == 1:
+                    log.warning("chaining queued receipts failed (%s); retrying with back-off "
+                                "up to %.0f s, receipts stay queued",
+                                str(exc).splitlines()[0][:300], self.max_backoff_s)
+                else:
+                    log.debug("chaining queued receipts failed again (%d in a row)",
+                              self.failing, exc_info=True)
+            else:
+                if self.failing:
+                    log.info("chaining queued receipts resumed after %d failed rounds",
+                             self.failing)
+                self.failing = 0

@@ -625,7 +625,20 @@ def _background(engine: Engine, settings: Settings) -> tuple[AccessCounts, Any]:
                                      interval_s=settings.recall_chain_interval_s)
             chainer.tasks.append(access.flush)
             found = _BACKGROUND[engine] = (access, chainer)
+            if not event.contains(engine, "engine_disposed", _forget_background):
+                event.listen(engine, "engine_disposed", _forget_background)
         return found
+
+
+def _forget_background(engine: Engine) -> None:
+    """``engine`` was disposed (its database may be about to go): settle and stop its
+    background thread, rather than leave it polling a database that is gone. A later recall
+    over the same engine starts a new one."""
+    with _BACKGROUND_LOCK:
+        found = _BACKGROUND.pop(engine, None)
+    if found is not None:
+        found[1].close()
+        engine.pool.dispose()  # the last chaining may have opened a connection
 
 
 def close_background() -> None:
