@@ -45,24 +45,32 @@ WORDS = ["boiler", "garden", "recipe", "meeting", "budget", "release", "archive"
          "pottery"]
 
 
-def corpus(size: int, rng: np.random.Generator) -> list[str]:
-    """A tenant's passages: a recall's pool is drawn from them, so texts recur across recalls
-    as they do in use (the tokenizers' caches then hit); size 0: every text is new."""
-    return [" ".join(rng.choice(WORDS, size=18)) for _ in range(size)]
+NAMES = [f"Person{i} Name{i}" for i in range(40)]
 
 
-def pool(n: int, rng: np.random.Generator, texts: list[str] | None = None
+def passage(rng: np.random.Generator) -> tuple[str, str]:
+    """(its speaker, the passage): a speaker's line naming one more person."""
+    who = NAMES[int(rng.integers(len(NAMES)))]
+    body = " ".join(rng.choice(WORDS, size=18))
+    return who, f"{who}: {body} with {NAMES[int(rng.integers(len(NAMES)))]}."
+
+
+def corpus(size: int, rng: np.random.Generator) -> list[tuple[str, str]]:
+    """A tenant's passages: a recall's pool is drawn from them, so whole texts recur across
+    recalls as they do in use (the tokenizers' caches then hit); size 0: every text is new."""
+    return [passage(rng) for _ in range(size)]
+
+
+def pool(n: int, rng: np.random.Generator, texts: list[tuple[str, str]] | None = None
          ) -> tuple[list[Candidate], RankContext]:
-    names = [f"Person{i} Name{i}" for i in range(40)]
+    names = NAMES
     scope = (ScopeRef("team", ""),)
     start = datetime(2026, 1, 1, tzinfo=UTC)
     docs = [uuid.uuid4() for _ in range(n // 3)]
     out: list[Candidate] = []
     for i in range(n):
         v = rng.normal(size=384).astype(np.float32)
-        who = names[int(rng.integers(len(names)))]
-        body = texts[int(rng.integers(len(texts)))] if texts else " ".join(rng.choice(WORDS, size=18))
-        text = f"{who}: {body} with {names[i % 40]}."
+        who, text = texts[int(rng.integers(len(texts)))] if texts else passage(rng)
         lanes: dict[str, Any] = {"dense_rank": i + 1, "dense_distance": 0.2 + i / (2 * n)}
         if i % 2:
             lanes.update(lexical_rank=i // 2 + 1, bm25=10.0 - i / n)

@@ -33,6 +33,7 @@ from orchestrator.db.server import free_port
 from orchestrator.errors import Unavailable
 from orchestrator.health import Health
 from orchestrator.recall import Recaller
+from orchestrator.recall.ranker import default_model
 from tests.conftest import TenantFixture, TestDatabase
 from tests.support.api import api_settings, serve
 
@@ -74,12 +75,15 @@ def test_readyz_waits_for_the_models_then_says_ready(health_settings: Settings,
         assert body["database"]["ok"] is True
         assert body["models"] == {"ok": False, "state": "not started"}
 
+        default_model.cache_clear()  # whatever an earlier test loaded
         warmup.run(recaller)
         status, body = ready(url)
         assert status == 200 and body["ready"] is True, body
+        assert default_model.cache_info().currsize == 1  # the first recall will not load it
         assert body["models"]["state"] == "loaded"
-        # Every stage of a recall ran once: the query model, the statement and the tail.
-        assert {"models", "statement", "tail"} <= set(warmup.stages_ms)
+        # Every stage of a recall ran once: the query model, the statement, the tail and the
+        # ranking tail (the ranker model loaded).
+        assert {"models", "statement", "tail", "ranker"} <= set(warmup.stages_ms)
         assert body["components"] == {}
         assert body["issuers"][health_settings.auth_dev_issuer]["state"] == "ok"
 

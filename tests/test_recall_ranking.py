@@ -35,7 +35,7 @@ from orchestrator.recall.ranker import (
     train,
 )
 from orchestrator.recall.result import FactRef, ScopeRef, SourceRef
-from orchestrator.recall.tail import CLAIMS, Candidate, order
+from orchestrator.recall.tail import CLAIMS, Candidate, order, suppress_duplicates, unit_rows
 from tests.support.recall import doc, embedder, recaller_with, write_documents
 
 __all__ = ["embedder"]
@@ -79,6 +79,35 @@ def test_mmr_defers_a_documents_chunks_past_the_cap_and_keeps_direct_subjects_fi
         diversify(list(chunks), 1.5, 2)
 
 
+# --- duplicates and the shared unit embeddings ------------------------------------------------
+
+
+def test_a_duplicate_is_judged_against_kept_items_only():
+    deg = np.pi / 180
+    a = cand("a", "first", [1.0, 0.0])
+    b = cand("b", "second", [np.cos(15 * deg), np.sin(15 * deg)])  # cos 0.966 to a: dropped
+    c = cand("c", "third", [np.cos(30 * deg), np.sin(30 * deg)])  # 0.966 to b, 0.866 to a: kept
+    same_text = cand("d", "  FIRST ", [0.0, 1.0])  # the same text as a, whatever its vector
+    no_vector = cand("e", "fifth")
+    kept, dropped = suppress_duplicates([a, b, c, same_text, no_vector], 0.95)
+    assert [k.key for k in kept] == ["a", "c", "e"]
+    assert [(x.key, y.key) for x, y, _ in dropped] == [("b", "a"), ("d", "a")]
+    assert dropped[0][2] == pytest.approx(np.cos(15 * deg), abs=1e-6) and dropped[1][2] == 1.0
+    assert suppress_duplicates([], 0.95) == ([], [])
+
+
+def test_unit_rows_mask_missing_zero_and_foreign_dimension_embeddings():
+    rows = [cand("a", vec=[3.0, 4.0]), cand("none"), cand("zero", vec=[0.0, 0.0]),
+            cand("wide", vec=[1.0, 0.0, 0.0]), cand("b", vec=[0.0, 2.0])]
+    mat, mask = unit_rows(rows)
+    assert mask.tolist() == [True, False, False, False, True]
+    assert mat.shape == (5, 2) and mat[0].tolist() == pytest.approx([0.6, 0.8])
+    assert mat[4].tolist() == [0.0, 1.0] and not mat[1:4].any()
+    assert rows[0].unit is not None and rows[2].unit is None  # cached on the candidate
+    empty, none = unit_rows([])
+    assert empty.shape[0] == 0 and none.shape == (0,)
+
+
 # --- PPR -----------------------------------------------------------------------------------
 
 
@@ -114,14 +143,19 @@ def test_features_are_aligned_and_missing_values_are_nan():
     b = cand("chunk:b", "Melanie: I painted a lake.", [0.0, 1.0], rrf=0.1, author="Melanie",
              occurred_at=when + timedelta(hours=5), lanes={"dense_rank": 2, "dense_distance": 0.6},
              source=SourceRef("c", "D1:2", "D1:2"))
-    m = feature_matrix([a, b], RankContext("When did Caroline go to the support group?",
-                                           query_vector=[1.0, 0.0]))
+    fact = cand("claim:c", "Caroline attends a support group.", [0.6, 0.8], rrf=0.05,
+                kind="fact", lanes={"facts_rank": 3, "graph_rank": 2, "keyed_rank": None})
+    m = feature_matrix([a, b, fact], RankContext("When did Caroline go to the support group?",
+                                                 query_vector=[1.0, 0.0]))
     f = {name: m[:, i] for i, name in enumerate(FEATURES)}
-    assert m.shape == (2, len(FEATURES))
-    assert f["author_named"].tolist() == [1.0, 0.0]
-    assert f["rrf_rank"].tolist() == [1.0, 2.0]
+    assert m.shape == (3, len(FEATURES))
+    assert f["lanes"].tolist() == [2.0, 1.0, 3.0]
+    assert np.isnan(f["memory_rank"][:2]).all() and f["memory_rank"][2] == 2.0
+    assert f["bm25_share"][0] == 1.0 and np.isnan(f["bm25_share"][1:]).all()
+    assert f["author_named"].tolist() == [1.0, 0.0, 0.0]
+    assert f["rrf_rank"].tolist() == [1.0, 2.0, 3.0]
     assert f["term_hits"][0] >= 2 and f["term_hits"][1] == 0
-    assert f["cosine"][0] == pytest.approx(1.0) and f["cosine_rank"].tolist() == [1.0, 2.0]
+    assert f["cosine"][0] == pytest.approx(1.0) and f["cosine_rank"].tolist() == [1.0, 3.0, 2.0]
     assert np.isnan(f["lexical_rank"][1]) and np.isnan(f["rerank"]).all()
     assert f["hours_to_best"][0] == 0.0 and f["hours_to_best"][1] > 0
 

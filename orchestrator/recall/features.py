@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.recall.result import Provenance
-from orchestrator.recall.tail import Candidate
+from orchestrator.recall.tail import Candidate, unit_rows
 
 FEATURE_VERSION = "f1"
 FEATURES: tuple[str, ...] = (
@@ -57,6 +57,8 @@ KIND_CODES = {"source": 0, "fact": 1, "keyed fact": 2, "summary": 3, "overview":
 PROVENANCE_CODES = {Provenance.SOURCE_EXCERPT: 0, Provenance.DERIVED_MEMORY: 1,
                     Provenance.RECENT_SESSION_MEMORY: 2}
 SOURCE_RANK_KEYS = ("dense_rank", "lexical_rank", "title_rank", "timeline_rank")
+# The lanes' values that are features as they are.
+LANE_VALUES = ("dense_rank", "dense_distance", "lexical_rank", "bm25", "title_rank", "timeline_rank")
 NAN = float("nan")
 
 _WORD = re.compile(r"[a-z0-9]+")
@@ -129,19 +131,6 @@ def _ranks(values: Sequence[float] | np.ndarray[Any, Any], descending: bool) -> 
     return np.where(np.isnan(v), np.nan, ranks)
 
 
-def unit_rows(candidates: Sequence[Candidate]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """(matrix of unit embeddings, mask of rows that have one); shared with MMR."""
-    dim = next((len(c.embedding) for c in candidates if c.embedding is not None), 0)
-    mat = np.zeros((len(candidates), max(dim, 1)), dtype=np.float32)
-    has = [i for i, c in enumerate(candidates) if c.embedding is not None and len(c.embedding) == dim]
-    if has:
-        mat[has] = np.asarray([candidates[i].embedding for i in has], dtype=np.float32)
-    norms = np.linalg.norm(mat, axis=1)
-    mask = norms > 0
-    mat[mask] /= norms[mask, None]
-    return mat, mask
-
-
 @lru_cache(maxsize=16384)
 def words_of(text: str) -> tuple[str, frozenset[str]]:
     """(the text in lower case, its set of words): what ``names_in`` looks names up in."""
@@ -181,6 +170,14 @@ def names_in(text: str, names: Names) -> set[str]:
     return found
 
 
+@lru_cache(maxsize=8)
+def _upper_triangle(n: int) -> np.ndarray[Any, Any]:
+    """The diagonal and above of an n x n matrix, as a mask (read-only: shared by recalls)."""
+    mask = np.triu(np.ones((n, n), dtype=bool))
+    mask.flags.writeable = False
+    return mask
+
+
 def feature_matrix(candidates: Sequence[Candidate], ctx: RankContext) -> np.ndarray[Any, Any]:
     """``len(candidates) x len(FEATURES)`` float32, in ``FEATURES`` order."""
     n = len(candidates)
@@ -193,28 +190,31 @@ def feature_matrix(candidates: Sequence[Candidate], ctx: RankContext) -> np.ndar
         out[:, col[name]] = values
 
     lanes = [c.lanes for c in candidates]
-
-    def lane(key: str) -> list[float]:
-        return [float(x[key]) if x.get(key) is not None else NAN for x in lanes]
-
     rrf = [c.rrf for c in candidates]
     best_rrf = max(rrf) or 1.0
     put("rrf", rrf)
     put("rrf_rank", _ranks(rrf, descending=True))
     put("rrf_share", [r / best_rrf for r in rrf])
-    for key in ("dense_rank", "dense_distance", "lexical_rank", "bm25", "title_rank", "timeline_rank"):
-        put(key, lane(key))
-    bm25 = lane("bm25")
-    best_bm25 = max((b for b in bm25 if not math.isnan(b)), default=0.0) or 1.0
-    put("bm25_share", [b / best_bm25 for b in bm25])
-    put("direct", [float(c.direct) for c in candidates])
-    memory = []
+    # One pass over the lanes' dicts: each lane's own values, then the best memory-lane rank
+    # and how many lanes found the item (a dict per candidate; a pass per column cost 4x).
+    table = []
     for x in lanes:
-        ranks = [float(v) for k, v in x.items()
-                 if k.endswith("_rank") and k not in SOURCE_RANK_KEYS and v is not None]
-        memory.append(min(ranks) if ranks else NAN)
-    put("memory_rank", memory)
-    put("lanes", [float(sum(1 for k in x if k.endswith("_rank"))) for x in lanes])
+        memory, found = NAN, 0
+        for k, v in x.items():
+            if k.endswith("_rank"):
+                found += 1
+                if v is not None and k not in SOURCE_RANK_KEYS:
+                    r = float(v)
+                    if not memory <= r:  # the smallest; NaN (none yet) loses to any rank
+                        memory = r
+        table.append([NAN if x.get(k) is None else float(x[k]) for k in LANE_VALUES]
+                     + [memory, float(found)])
+    values = np.asarray(table, dtype=np.float64)
+    out[:, [col[k] for k in (*LANE_VALUES, "memory_rank", "lanes")]] = values
+    bm25 = values[:, LANE_VALUES.index("bm25")]
+    best_bm25 = float(np.nanmax(bm25)) if not np.isnan(bm25).all() else 0.0
+    put("bm25_share", bm25 / (best_bm25 or 1.0))
+    put("direct", [float(c.direct) for c in candidates])
 
     # 2. meaning
     mat, mask = unit_rows(candidates)
@@ -233,7 +233,7 @@ def feature_matrix(candidates: Sequence[Candidate], ctx: RankContext) -> np.ndar
         gram = sub @ sub.T
         gram[~mask[order], :] = -np.inf
         gram[:, ~mask[order]] = -np.inf
-        gram[np.triu_indices(n)] = -np.inf
+        gram[_upper_triangle(n)] = -np.inf
         best = gram.max(axis=1)
         dup = np.full(n, np.nan, dtype=np.float32)
         dup[order] = np.where(np.isfinite(best) & mask[order], best, np.nan)

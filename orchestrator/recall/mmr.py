@@ -26,8 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from orchestrator.recall.features import unit_rows
-from orchestrator.recall.tail import Candidate
+from orchestrator.recall.tail import Candidate, unit_rows
 
 
 def _mmr_group(group: list[Candidate], lam: float, doc_cap: int,

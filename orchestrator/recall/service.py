@@ -51,9 +51,9 @@ from orchestrator.recall.plans import (
 )
 from orchestrator.recall.prepare import PreparedMemory, build_bundle
 from orchestrator.recall.query_cache import QueryEmbeddingCache, model_key
-from orchestrator.recall.ranker import RankModel, apply_learned, single_threaded_blas
+from orchestrator.recall.ranker import RankModel, apply_learned, default_model, single_threaded_blas
 from orchestrator.recall.render import render
-from orchestrator.recall.result import RecallResult, Served
+from orchestrator.recall.result import RecallResult, Served, SourceRef
 from orchestrator.recall.statement import (
     MODEL_GENERATION,
     MODES,
@@ -270,8 +270,27 @@ class Recaller:
         candidates_from_rows([], catalog_rrf=0.0)
         render("warm up", [])
         lap("tail")
+        if self.settings.recall_learned:
+            self._warm_ranker(vector)
+        lap("ranker")
         self.warmed = True
         return laps
+
+    def _warm_ranker(self, vector: Any) -> None:
+        """The ranking tail once over two made-up candidates: loads the ranker model (importing
+        LightGBM alone takes most of a second) and runs PPR, the features, one predict and MMR
+        (their first calls compile patterns and fill caches). A tenant's own model is read on
+        its first recall, as before."""
+        model = self.models.fixed if self.models.fixed is not None else default_model()
+        pool = [Candidate(key=f"warm:{i}", kind="source", text=text, scopes=(),
+                          source=SourceRef("warm-up", f"w{i}", f"w{i}"), embedding=vector,
+                          lanes={"dense_rank": i + 1, "dense_distance": 0.5}, rrf=1.0 / (61 + i))
+                for i, text in enumerate(("Ada met Bob in London.", "Bob moved to Lisbon."))]
+        with single_threaded_blas():
+            apply_learned(pool, RankContext("Where did Ada meet Bob?", None, vector, ["Ada", "Bob"]),
+                          model)
+            assign_merit(pool, self.settings.recall_pin_boost)
+            diversify(order(pool), self.settings.recall_mmr_lambda, self.settings.recall_mmr_doc_cap)
 
     @property
     def index_tier(self) -> str:

@@ -35,6 +35,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -95,6 +96,23 @@ class Candidate:
     rerank: float | None = None
     learned: float | None = None
     merit: float = 0.0
+
+    # Computed once per candidate and shared by duplicate suppression, the learned ranker's
+    # features, MMR and the redundant-derived check (a candidate's text and embedding are
+    # never changed after it is built).
+    @cached_property
+    def unit(self) -> np.ndarray[Any, Any] | None:
+        """The embedding scaled to length 1 (float32), or None without one or with length 0."""
+        if self.embedding is None:
+            return None
+        a = np.asarray(self.embedding, dtype=np.float32)
+        n = float(np.linalg.norm(a))
+        return a / n if n > 0 else None
+
+    @cached_property
+    def flat_text(self) -> str:
+        """The text with whitespace runs as one space, case-folded: what "the same text" means."""
+        return " ".join(self.text.split()).lower()
 
     def evidence(self) -> Evidence:
         return Evidence(
@@ -314,46 +332,68 @@ def order(candidates: list[Candidate]) -> list[Candidate]:
     return sorted(candidates, key=lambda c: (not c.direct, -c.merit, -c.rrf, stable_key(c)))
 
 
-def _unit(v: Any) -> np.ndarray[Any, Any] | None:
-    if v is None:
-        return None
-    a = np.asarray(v, dtype=np.float64)
-    n = float(np.linalg.norm(a))
-    return a / n if n > 0 else None
+def _fill_units(candidates: Sequence[Candidate]) -> None:
+    """Compute ``unit`` for every candidate that lacks it, one matrix per dimension (a
+    per-candidate norm costs a few microseconds each in numpy's call overhead alone)."""
+    by_dim: dict[int, list[Candidate]] = {}
+    for c in candidates:
+        if "unit" in vars(c):
+            continue
+        if c.embedding is None:
+            vars(c)["unit"] = None
+        else:
+            by_dim.setdefault(len(c.embedding), []).append(c)
+    for group in by_dim.values():
+        mat = np.stack([np.asarray(c.embedding, dtype=np.float32) for c in group])
+        norms = np.linalg.norm(mat, axis=1)
+        good = norms > 0
+        mat[good] /= norms[good, None]
+        for c, row, ok in zip(group, mat, good.tolist(), strict=True):
+            vars(c)["unit"] = row if ok else None
+
+
+def unit_rows(candidates: Sequence[Candidate]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(matrix of the candidates' unit embeddings, mask of the rows that have one). Rows of
+    another dimension than the first embedding's are left out (zero, mask False)."""
+    _fill_units(candidates)
+    units = [c.unit for c in candidates]
+    dim = next((len(u) for u in units if u is not None), 0)
+    rows = [u for u in units if u is not None and len(u) == dim]
+    if rows and len(rows) == len(units):  # the usual case: one embedding model for the pool
+        return np.stack(rows), np.ones(len(rows), dtype=bool)
+    mat = np.zeros((len(candidates), max(dim, 1)), dtype=np.float32)
+    mask = np.asarray([u is not None and len(u) == dim for u in units], dtype=bool)
+    if rows:
+        mat[mask] = np.stack(rows)
+    return mat, mask
 
 
 def suppress_duplicates(ordered: list[Candidate], threshold: float
                         ) -> tuple[list[Candidate], list[tuple[Candidate, Candidate, float]]]:
     """Keep candidates in order, dropping any near-duplicate of one already kept."""
-    vecs = [_unit(c.embedding) for c in ordered]
-    dims = {v.shape[0] for v in vecs if v is not None}
-    dim = dims.pop() if len(dims) == 1 else None
-    # One matrix product instead of one per candidate; rows of another size never compare.
-    gram = None
-    if dim is not None:
-        mat = np.zeros((len(ordered), dim))
-        for i, v in enumerate(vecs):
-            if v is not None:
-                mat[i] = v
-        gram = mat @ mat.T
+    mat, has = unit_rows(ordered)
+    # One matrix product; ``nearest`` holds each row's highest cosine to a kept row so far,
+    # so each candidate costs one comparison, and only a dropped one looks up which row.
+    gram = mat @ mat.T if has.any() else None
+    nearest = np.full(len(ordered), -np.inf, dtype=np.float32)
     kept: list[Candidate] = []
     kept_rows: list[int] = []  # rows of kept candidates that have a vector
     kept_texts: dict[str, Candidate] = {}
     dropped: list[tuple[Candidate, Candidate, float]] = []
     for i, c in enumerate(ordered):
-        norm_text = " ".join(c.text.split()).lower()
+        norm_text = c.flat_text
         if norm_text in kept_texts:
             dropped.append((c, kept_texts[norm_text], 1.0))
             continue
-        if gram is not None and vecs[i] is not None and kept_rows:
+        if gram is not None and has[i] and nearest[i] >= threshold:
             sims = gram[i, kept_rows]
             best = int(np.argmax(sims))
-            if float(sims[best]) >= threshold:
-                dropped.append((c, ordered[kept_rows[best]], float(sims[best])))
-                continue
+            dropped.append((c, ordered[kept_rows[best]], float(sims[best])))
+            continue
         kept.append(c)
-        if vecs[i] is not None:
+        if gram is not None and has[i]:
             kept_rows.append(i)
+            np.maximum(nearest, np.where(has, gram[i], -np.inf), out=nearest)
         kept_texts[norm_text] = c
     return kept, dropped
 
@@ -368,9 +408,9 @@ def drop_redundant_derived(ordered: list[Candidate]
     dropped: list[tuple[str, str]] = []
     for c in ordered:
         if c.source is not None:
-            sources.append((" ".join(c.text.split()).lower(), c.key))
+            sources.append((c.flat_text, c.key))
         elif c.kind in ("fact", "observation") and sources:
-            needle = " ".join(c.text.split()).lower()
+            needle = c.flat_text
             holder = next((key for text, key in sources if needle and needle in text), None)
             if holder is not None:
                 dropped.append((c.key, holder))
