@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from typer.testing import CliRunner
 
 from orchestrator.audit import chain
 from orchestrator.auth.devkey import create_dev_key
-from orchestrator.cli.ingest import parse_front_matter
+from orchestrator.cli.ingest import SourceFile, parse_front_matter, to_document
 from orchestrator.cli.main import app
 from orchestrator.config import Settings
 from orchestrator.errors import BadInput
@@ -166,8 +167,37 @@ def test_front_matter_parsing() -> None:
     assert parse_front_matter("no block\n") == ({}, "no block\n")
     meta, body = parse_front_matter("---\nKind: project\ntitle: 'Quoted'\n# comment\n---\nBody\n")
     assert meta == {"kind": "project", "title": "Quoted"} and body == "Body\n"
-    with pytest.raises(BadInput, match="line 2 is not 'key: value'"):
+    with pytest.raises(BadInput, match="line 2 is not 'key: value': 'just words'"):
         parse_front_matter("---\njust words\n---\n")
+    # YAML as Jekyll, Hugo, Obsidian and model cards write it: block lists, nested keys, dates.
+    meta, body = parse_front_matter(
+        "---\nlanguage: en\ntags:\n- sentence-transformers\n- feature-extraction\n"
+        "model:\n  dim: 384\n  ratio: .nan\ndate: 2024-01-05\nscopes: [team, board]\n---\n# Card\n")
+    assert meta == {"language": "en", "tags": ["sentence-transformers", "feature-extraction"],
+                    "model": {"dim": 384, "ratio": "nan"}, "date": "2024-01-05",
+                    "scopes": ["team", "board"]}
+    assert body == "# Card\n"
+    assert parse_front_matter("---\n---\nB") == ({}, "B")
+    # Plain key: value lines that YAML refuses (an unquoted colon) are read as before.
+    assert parse_front_matter("---\ntitle: Budget: Q3\nowner: ann\n---\n")[0] == {
+        "title": "Budget: Q3", "owner": "ann"}
+    # A template's block is neither: refused with the line and YAML's reason.
+    with pytest.raises(BadInput, match=r"not YAML at line 3 \('\{\{ card_data \}\}'\): could not find"):
+        parse_front_matter("---\nlicense: mit\n{{ card_data }}\n---\n")
+    with pytest.raises(BadInput, match=r"not YAML at line 2 \('\{\{ card_data \}\}'\): found unhashable"):
+        parse_front_matter("---\n{{ card_data }}\n---\n")
+    with pytest.raises(BadInput, match="line 2 is not 'key: value': '- a'.*YAML list"):
+        parse_front_matter("---\n- a\n- b\n---\n")
+
+
+def test_a_yaml_front_matter_becomes_the_documents_fields(tmp_path: Path) -> None:
+    f = tmp_path / "card.md"
+    f.write_text("---\ntitle: 2024\nscopes:\n- team\n- board\ndate: 2024-01-05 10:30:00+02:00\n"
+                 "extract: no\ntags: [a, b]\nkind: project\n---\nBody text.\n")
+    doc = to_document(SourceFile(f, "notes", "card.md"), ["fallback"])
+    assert doc.title == "2024" and doc.scopes == ("team", "board") and doc.kind == "project"
+    assert doc.occurred_at == datetime(2024, 1, 5, 8, 30, tzinfo=UTC)
+    assert doc.metadata == {"tags": ["a", "b"], "extract": False} and doc.body == "Body text.\n"
 
 
 def test_remember_cli(cli_env: dict[str, str], tenant_factory: Tenants, admin_engine: Engine) -> None:

@@ -6,11 +6,13 @@ document path; a file argument lands in its parent folder's collection under
 its own name. The title is the front matter's ``title``, else the first Markdown
 heading, else the file name without extension.
 
-Front matter is the simple ``---`` block of ``key: value`` lines at the top:
-``kind``, ``state``, ``area``, ``title``, ``date`` (ISO 8601, when what the
-document describes happened; a date alone is midnight UTC) and ``scopes``
-(``[a, b]`` or ``a, b``) are used, other keys go to the document's metadata. The block is not
-part of the body.
+Front matter is the ``---`` block at the top, in YAML (lists, nested keys, dates
+and quoting as Jekyll, Hugo, Obsidian or a model card write it); a block that is
+not YAML but is plain ``key: value`` lines (``title: Budget: Q3``) is read line by
+line, as before. ``kind``, ``state``, ``area``, ``title``, ``date`` (ISO 8601, when
+what the document describes happened; a date alone is midnight UTC) and ``scopes``
+(``[a, b]``, a YAML list or ``a, b``) are used, other keys go to the document's
+metadata (dates as ISO strings). The block is not part of the body.
 
 Each file is its own transaction, so one bad file is reported and skipped and
 loses nothing of the others. Unchanged files write nothing (``put_document``
@@ -35,16 +37,18 @@ extracted from it before is retracted (bring your own claims).
 
 from __future__ import annotations
 
+import math
 import re
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import Engine, func, select
@@ -106,39 +110,92 @@ def discover(paths: list[Path], collection: str | None) -> tuple[list[SourceFile
     return found, folders
 
 
-def _list(value: str) -> list[str]:
-    value = value.strip()
+def _list(value: Any) -> list[str]:
+    """Front matter ``scopes``: a YAML list, ``[a, b]`` or ``a, b``."""
+    if isinstance(value, list):
+        return [str(v).strip() for v in value if v is not None and str(v).strip()]
+    value = str(value or "").strip()
     if value.startswith("[") and value.endswith("]"):
         value = value[1:-1]
     return [v.strip().strip("'\"") for v in value.split(",") if v.strip()]
 
 
-def parse_front_matter(text: str) -> tuple[dict[str, str], str]:
-    """(front matter keys, body without the block); no block: ({}, text)."""
-    lines = text.splitlines(keepends=True)
-    if not lines or lines[0].strip() != "---":
-        return {}, text
-    keys: dict[str, str] = {}
-    for i, line in enumerate(lines[1:], start=1):
-        if line.strip() in ("---", "..."):
-            return keys, "".join(lines[i + 1:])
+def _plain(value: Any) -> Any:
+    """A YAML value as JSON can hold it: dates and times as ISO 8601 strings, a float that is
+    not finite as its text (jsonb has no NaN), keys as strings."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [_plain(v) for v in value]
+    if isinstance(value, date):  # datetime too
+        return value.isoformat()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
+
+
+def _line_keys(lines: list[str]) -> dict[str, Any] | None:
+    """The older reading of a block: ``key: value`` lines, comments and blanks; None when a
+    line is neither (the YAML error is the one to report then)."""
+    keys: dict[str, Any] = {}
+    for line in lines:
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         match = _KEY.match(line.rstrip("\r\n"))
         if match is None:
-            raise BadInput(f"front matter line {i + 1} is not 'key: value': {line.strip()!r}")
+            return None
         keys[match.group(1).lower()] = match.group(2).strip().strip("'\"")
-    raise BadInput("front matter starts with '---' but never ends")
+    return keys
+
+
+def parse_front_matter(text: str) -> tuple[dict[str, Any], str]:
+    """(front matter keys, lower case, with their values; body without the block); no block:
+    ({}, text). YAML first; plain ``key: value`` lines that are not YAML (an unquoted colon
+    in a value) as they were read before; anything else is refused with YAML's reason."""
+    lines = text.splitlines(keepends=True)
+    if not lines or lines[0].strip() != "---":
+        return {}, text
+    end = next((i for i, line in enumerate(lines[1:], start=1) if line.strip() in ("---", "...")),
+               None)
+    if end is None:
+        raise BadInput("front matter starts with '---' but never ends")
+    block, body = lines[1:end], "".join(lines[end + 1:])
+    try:
+        data = yaml.safe_load("".join(block))
+    except yaml.YAMLError as exc:
+        keys = _line_keys(block)
+        if keys is not None:
+            return keys, body
+        # Where: the problem's mark, else (at the end of the block) the construct it was in.
+        marks = (getattr(exc, "problem_mark", None), getattr(exc, "context_mark", None))
+        line = next((m.line for m in marks if m is not None and 0 <= m.line < len(block)), None)
+        # The block starts on the file's line 2.
+        where = "" if line is None else f" at line {line + 2} ({block[line].strip()[:80]!r})"
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise BadInput(f"front matter is not YAML{where}: {problem}") from None
+    if data is None:
+        return {}, body
+    if not isinstance(data, dict):
+        bad = next((i for i, line in enumerate(block, start=2) if line.strip()
+                    and not line.lstrip().startswith("#") and not _KEY.match(line.rstrip("\r\n"))), 2)
+        raise BadInput(f"front matter line {bad} is not 'key: value': {lines[bad - 1].strip()!r} "
+                       f"(the block reads as a YAML {'list' if isinstance(data, list) else 'text'}, "
+                       "not keys with values)")
+    return {str(k).lower(): _plain(v) for k, v in data.items()}, body
 
 
 _YES = ("true", "yes", "on")
 _NO = ("false", "no", "off")
 
 
-def _extract_flag(value: str) -> bool:
-    if value.lower() in _YES:
+def _extract_flag(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if str(value).lower() in _YES:
         return True
-    if value.lower() in _NO:
+    if str(value).lower() in _NO:
         return False
     raise BadInput(f"front matter extract must be true or false, not {value!r}")
 
@@ -152,7 +209,7 @@ def to_document(src: SourceFile, default_scopes: list[str], *, extract: bool | N
         raise BadInput(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     meta, body = parse_front_matter(text)
     heading = _HEADING.search(body)
-    title = meta.pop("title", "") or (heading.group(1) if heading else src.file.stem)
+    title = _text(meta.pop("title", None)) or (heading.group(1) if heading else src.file.stem)
     scopes = _list(meta.pop("scopes", "")) or default_scopes
     if not scopes:
         raise BadInput("no scopes: give --scope or a 'scopes:' front matter line")
@@ -163,14 +220,20 @@ def to_document(src: SourceFile, default_scopes: list[str], *, extract: bool | N
     elif extract is False:
         extra["extract"] = False
     return DocumentInput(collection=src.collection, path=src.path, title=title.strip(), body=body,
-                         scopes=tuple(scopes), kind=meta.get("kind") or "note",
-                         state=meta.get("state") or None, area=meta.get("area") or None,
+                         scopes=tuple(scopes), kind=_text(meta.get("kind")) or "note",
+                         state=_text(meta.get("state")) or None, area=_text(meta.get("area")) or None,
                          metadata=extra or None, occurred_at=occurred)
 
 
-def _moment(value: str) -> datetime | None:
+def _text(value: Any) -> str:
+    """A front matter value used as text (a YAML number or date included); None is ""."""
+    return "" if value is None else str(value).strip()
+
+
+def _moment(value: Any) -> datetime | None:
     """Front matter ``date``: ISO 8601; a date alone or a naive time is taken as UTC."""
-    if not value.strip():
+    value = _text(value)
+    if not value:
         return None
     try:
         moment = datetime.fromisoformat(value.strip())
