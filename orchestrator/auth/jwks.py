@@ -49,6 +49,13 @@ def url_fetcher(url: str, timeout_s: float = 5.0) -> Fetch:
     return fetch
 
 
+
+def _next_try(wait_s: float) -> str:
+    """When the key set is read again: a local file with no back-off is read on every token."""
+    if wait_s < 0.05:
+        return "read again on the next token"
+    return f"next try in {wait_s:.1f} s" if wait_s < 10 else f"next try in {wait_s:.0f} s"
+
 class KeySetMissing(Unauthenticated):
     """A key set file that does not exist yet (the development key before `engram auth dev-key`)."""
 
@@ -149,15 +156,15 @@ class KeySet:
                 if self._loaded_at is not None:
                     left = self._loaded_at + self._ttl_s + self._grace_s - now
                     if left > 0:
-                        log.warning("%s; serving the %d cached key(s) for up to %.0f s more; "
-                                    "next try in %.0f s", exc.message, len(self._keys), left, wait)
+                        log.warning("%s; serving the %d cached key(s) for up to %.0f s more; %s",
+                                exc.message, len(self._keys), left, _next_try(wait))
                     else:
-                        log.error("%s; the cached keys are past their grace period and refused; "
-                                  "next try in %.0f s", exc.message, wait)
+                        log.error("%s; the cached keys are past their grace period and refused; %s",
+                                  exc.message, _next_try(wait))
                 elif isinstance(exc, KeySetMissing):
-                    log.warning("%s; next try in %.1f s", exc.message, wait)
+                    log.warning("%s; %s", exc.message, _next_try(wait))
                 else:
-                    log.error("%s; next try in %.1f s", exc.message, wait)
+                    log.error("%s; %s", exc.message, _next_try(wait))
             return
         with self._cond:
             self.fetches += 1
@@ -198,8 +205,8 @@ class KeySet:
             return self._keys[kid]
         if self._last_error is not None and (self._loaded_at is None or kid in self._keys):
             # The keys could not be (re)read and the cache cannot answer: say so.
-            raise Unauthenticated(f"{self._last_error.message} (next try in "
-                                  f"{max(0.0, self._retry_at - now):.0f} s)")
+            raise Unauthenticated(f"{self._last_error.message} "
+                                  f"({_next_try(max(0.0, self._retry_at - now))})")
         raise Unauthenticated(f"the token's signing key {kid!r} is not in the issuer's key set")
 
     def key(self, kid: str, algorithm: str) -> PyJWK:
