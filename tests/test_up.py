@@ -102,3 +102,6 @@ def test_engram_up_runs_database_worker_derive_and_api(fresh: dict[str, str]) ->
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+    # Stopped: it says the database it started keeps running, and it does.
+    assert "embedded database keeps running (`engram db stop` stops it)" in log.read_text()
+    assert "running" in run(fresh, "db", "status")

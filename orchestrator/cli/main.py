@@ -310,7 +310,14 @@ def up(
     if serve_api:
         from orchestrator.cli.serve import serve_engram
 
-        serve_engram(Settings())
+        try:
+            serve_engram(Settings())
+        finally:
+            if not db.external:
+                # Interrupted or stopped: the database is a process of its own, which the CLI
+                # (ingest, recall, db psql) keeps using; say that it runs and how to stop it.
+                out.print("API and worker stopped; the embedded database keeps running "
+                          "(`engram db stop` stops it)", soft_wrap=True)
 
 
 def main() -> None:
