@@ -93,6 +93,24 @@ def test_a_reused_plan_returns_the_fresh_plans_rows_for_two_tenants_and_two_scop
         engine.dispose()
 
 
+def test_every_size_class_text_is_the_one_compiled_statement_behind_its_comment(
+        app_engine: Engine, settings: Any, embedder: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiling the statement takes about 100 ms: once per shape, never once per size class
+    (a tenant of a class not seen before paid it in its first recall, after the warm-up)."""
+    from orchestrator.recall import service
+    from orchestrator.recall.statement import size_class_comment
+
+    recaller = recaller_with(app_engine, settings, embedder)
+    compiled: list[Any] = []
+    real = service.runtime_sql
+    monkeypatch.setattr(service, "runtime_sql", lambda stmt: compiled.append(stmt) or real(stmt))
+    base = recaller.sql(FULL_PLAN, None)
+    texts = {recaller.sql(FULL_PLAN, k) for k in range(7)}
+    assert len(compiled) == 1 and len(texts) == 7
+    assert all(t == f"{size_class_comment(FULL_PLAN, k)} {base}"
+               for k, t in enumerate(recaller.sql(FULL_PLAN, k) for k in range(7)))
+
+
 class _CountingEmbedder:
     """The packaged model behind a counter of the questions it was asked to embed."""
 

@@ -60,6 +60,7 @@ from orchestrator.recall.statement import (
     StatementLimits,
     build_recall_statement,
     runtime_sql,
+    size_class_comment,
 )
 from orchestrator.recall.tail import (
     CLAIMS,
@@ -186,7 +187,7 @@ class Recaller:
         self.keep_candidates = False
         self._index_tier = index_tier
         self._statements: dict[tuple[str, int | None], Any] = {}
-        self._sql: dict[tuple[str, int], str] = {}
+        self._sql: dict[tuple[str, int | None], str] = {}
         self.sizes = TenantSizes(self.settings.recall_size_ttl_s)
         self.query_cache = QueryEmbeddingCache(self.settings.recall_query_cache_size)
         self.access, self._chainer = _background(engine, self.settings)
@@ -261,10 +262,12 @@ class Recaller:
         if self.reranker.available:
             self.reranker.score("warm up", ["the cross-encoder"])
         lap("reranker")
-        stmt = self.statement(FULL_PLAN)
+        # The text recall sends (compiled here, once: every size class shares it).
+        sql = self.sql(FULL_PLAN, None)
         with self.engine.connect() as conn, conn.begin() as tx:
-            conn.execute(stmt, {"question": "warm up", "query_embedding": vector, "mode": None,
-                                "session": None}).mappings().all()
+            conn.exec_driver_sql(sql, {
+                "question": "warm up", "query_embedding": vector_text(vector), "mode": None,
+                "session": None}).mappings().all()
             tx.rollback()
         lap("statement")
         candidates_from_rows([], catalog_rrf=0.0)
@@ -327,12 +330,18 @@ class Recaller:
             self._statements[key] = stmt
         return stmt
 
-    def sql(self, shape: PlanShape, size: int) -> str:
-        """The driver's text of ``statement(shape, size)`` (``statement.runtime_sql``)."""
+    def sql(self, shape: PlanShape, size: int | None) -> str:
+        """The driver's text of the statement of ``shape`` for size class ``size``
+        (``statement.runtime_sql``): the class-less text, compiled once per shape (compiling
+        the ninety-kilobyte statement takes about 100 ms), behind the class's comment."""
         key = (shape.name, size)
         found = self._sql.get(key)
         if found is None:
-            found = self._sql[key] = runtime_sql(self.statement(shape, size))
+            if size is None:
+                found = runtime_sql(self.statement(shape))
+            else:
+                found = f"{size_class_comment(shape, size)} {self.sql(shape, None)}"
+            self._sql[key] = found
         return found
 
     def query_vector(self, identity: Identity, question: str, asker: str | None,

@@ -1222,5 +1222,10 @@ def build_recall_statement(shape: PlanShape = FULL_PLAN,
     lim = limits or StatementLimits.from_settings(get_settings())
     stmt = _Builder(shape, lim, index_tier).build()
     if size_class is not None:
-        stmt = stmt.prefix_with(f"/* engram recall {shape.name}, tenant size class {size_class} */")
+        stmt = stmt.prefix_with(size_class_comment(shape, size_class))
     return _inline_constants(stmt)
+
+
+def size_class_comment(shape: PlanShape, size_class: int) -> str:
+    """What makes the statement's text, and so its prepared statement, one per size class."""
+    return f"/* engram recall {shape.name}, tenant size class {size_class} */"
