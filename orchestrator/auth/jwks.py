@@ -49,12 +49,12 @@ def url_fetcher(url: str, timeout_s: float = 5.0) -> Fetch:
     return fetch
 
 
-
 def _next_try(wait_s: float) -> str:
     """When the key set is read again: a local file with no back-off is read on every token."""
     if wait_s < 0.05:
         return "read again on the next token"
     return f"next try in {wait_s:.1f} s" if wait_s < 10 else f"next try in {wait_s:.0f} s"
+
 
 class KeySetMissing(Unauthenticated):
     """A key set file that does not exist yet (the development key before `engram auth dev-key`)."""
