@@ -11,7 +11,9 @@ and server never share a GIL and no thread limiter caps the concurrency.
 The server is used once ``/readyz`` says ready (models loaded and warmed). A
 seeded corpus is written through GraphQL and embedded, then 100 recalls run one
 after another: the first one after ready is printed beside the 100th and the
-median (readiness means the first recall costs what the others do). Then,
+median (readiness means the first recall costs what the others do), and beside
+the median of recalls 2-8, the other questions asked for the first time (their
+embedding not cached yet; later recalls repeat them). Then,
 for each client count (``--clients 1,4,16,64``), that many clients each
 loop for ``--seconds`` (60) issuing, in turn, a ``recall`` and an
 ``upsertDocument`` of a new document (``--write-every`` sets the mix), each

@@ -63,7 +63,6 @@ def corpus(size: int, rng: np.random.Generator) -> list[tuple[str, str]]:
 
 def pool(n: int, rng: np.random.Generator, texts: list[tuple[str, str]] | None = None
          ) -> tuple[list[Candidate], RankContext]:
-    names = NAMES
     scope = (ScopeRef("team", ""),)
     start = datetime(2026, 1, 1, tzinfo=UTC)
     docs = [uuid.uuid4() for _ in range(n // 3)]
@@ -75,7 +74,7 @@ def pool(n: int, rng: np.random.Generator, texts: list[tuple[str, str]] | None =
         if i % 2:
             lanes.update(lexical_rank=i // 2 + 1, bm25=10.0 - i / n)
         if i % 6 == 5:
-            fact = FactRef(subject=who, predicate="co_mentioned_with", object=names[(i * 7) % 40],
+            fact = FactRef(subject=who, predicate="co_mentioned_with", object=NAMES[(i * 7) % 40],
                            epistemic_kind="world_fact", perspective_key="world",
                            author_role="extractor")
             out.append(Candidate(key=f"{CLAIMS}:{i}", kind="fact", text=text, scopes=scope,
@@ -90,7 +89,7 @@ def pool(n: int, rng: np.random.Generator, texts: list[tuple[str, str]] | None =
                              occurred_at=start + timedelta(minutes=i), rrf=1.0 / (10 + i)))
     q = rng.normal(size=384).astype(np.float32)
     return out, RankContext("When did Person3 go to the pottery group with Person7?",
-                            None, q, [names[3], names[7], names[11], names[19]])
+                            None, q, [NAMES[3], NAMES[7], NAMES[11], NAMES[19]])
 
 
 def main() -> None:

@@ -136,18 +136,18 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def _line_keys(lines: list[str]) -> dict[str, Any] | None:
-    """The older reading of a block: ``key: value`` lines, comments and blanks; None when a
-    line is neither (the YAML error is the one to report then)."""
+def _line_keys(lines: list[str]) -> tuple[dict[str, Any], int | None]:
+    """The older reading of a block: ``key: value`` lines, comments and blanks. Returns the
+    keys and the index of the first line that is none of those (None when every line is)."""
     keys: dict[str, Any] = {}
-    for line in lines:
+    for i, line in enumerate(lines):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         match = _KEY.match(line.rstrip("\r\n"))
         if match is None:
-            return None
+            return keys, i
         keys[match.group(1).lower()] = match.group(2).strip().strip("'\"")
-    return keys
+    return keys, None
 
 
 def parse_front_matter(text: str) -> tuple[dict[str, Any], str]:
@@ -165,8 +165,8 @@ def parse_front_matter(text: str) -> tuple[dict[str, Any], str]:
     try:
         data = yaml.safe_load("".join(block))
     except yaml.YAMLError as exc:
-        keys = _line_keys(block)
-        if keys is not None:
+        keys, bad = _line_keys(block)
+        if bad is None:
             return keys, body
         # Where: the problem's mark, else (at the end of the block) the construct it was in.
         marks = (getattr(exc, "problem_mark", None), getattr(exc, "context_mark", None))
@@ -178,8 +178,8 @@ def parse_front_matter(text: str) -> tuple[dict[str, Any], str]:
     if data is None:
         return {}, body
     if not isinstance(data, dict):
-        bad = next((i for i, line in enumerate(block, start=2) if line.strip()
-                    and not line.lstrip().startswith("#") and not _KEY.match(line.rstrip("\r\n"))), 2)
+        # A list or a bare text: the block's first line that is not a key (line 2 is its first).
+        bad = (_line_keys(block)[1] or 0) + 2
         raise BadInput(f"front matter line {bad} is not 'key: value': {lines[bad - 1].strip()!r} "
                        f"(the block reads as a YAML {'list' if isinstance(data, list) else 'text'}, "
                        "not keys with values)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -95,27 +96,34 @@ def serve_api(settings: Settings, host: str | None = None, port: int | None = No
                       "recalls load them on first use")
 
     warmup.start(recaller, verifier, on_done=said)
-    _exit_on_sigterm()
+    restore = _exit_on_sigterm()
     try:
         uvicorn.run(app, host=host, port=port, log_level="info", lifespan="off")
     finally:
+        restore()
         engine.dispose()
 
 
-def _exit_on_sigterm() -> None:
+def _exit_on_sigterm() -> Callable[[], None]:
     """SIGTERM (docker stop, systemd, kill) ends the process as SystemExit(143) instead of the
     default abrupt exit: uvicorn shuts down gracefully, then raises the signal it caught again,
     and with the default action nothing after it would run (the engine's pool left open, `engram
-    up`'s closing words unsaid). Only from the main thread, and only over the default action."""
+    up`'s closing words unsaid). Only from the main thread, and only over the default action.
+    Returns what puts the default action back."""
     if threading.current_thread() is not threading.main_thread():
-        return
+        return lambda: None
     if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        return
+        return lambda: None
 
     def stop(signum: int, _frame: object) -> None:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    return restore
 
 
 def start_worker(settings: Settings, health: Health) -> tuple[threading.Thread, threading.Event] | None:

@@ -73,6 +73,11 @@ class ModelChooser:
         # org -> (read at, (stored id, model or refusal) or None)
         self._cache: dict[str, tuple[float, tuple[uuid.UUID, RankModel | str] | None]] = {}
 
+    def without_tenant(self) -> RankModel | str:
+        """The model a recall gets when its tenant has none of its own (the fixed one, or the
+        packaged default): what the server's warm-up loads."""
+        return self.fixed if self._has_fixed and self.fixed is not None else default_model()
+
     def model_for(self, session: Session, org: str
                   ) -> tuple[RankModel | str, uuid.UUID | None, str | None]:
         """(the model, or the reason there is none; the stored model's id when a tenant model
@@ -88,7 +93,7 @@ class ModelChooser:
         stored = cached[1]
         if stored is not None and isinstance(stored[1], RankModel):
             return stored[1], stored[0], None
-        return default_model(), None, None if stored is None else str(stored[1])
+        return self.without_tenant(), None, None if stored is None else str(stored[1])
 
     def _read(self, session: Session) -> tuple[uuid.UUID, RankModel | str] | None:
         row = session.execute(select(StoredRankModel.id, StoredRankModel.version, StoredRankModel.artifact,

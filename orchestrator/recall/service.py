@@ -51,7 +51,7 @@ from orchestrator.recall.plans import (
 )
 from orchestrator.recall.prepare import PreparedMemory, build_bundle
 from orchestrator.recall.query_cache import QueryEmbeddingCache, model_key
-from orchestrator.recall.ranker import RankModel, apply_learned, default_model, single_threaded_blas
+from orchestrator.recall.ranker import RankModel, apply_learned, single_threaded_blas
 from orchestrator.recall.render import render
 from orchestrator.recall.result import RecallResult, Served, SourceRef
 from orchestrator.recall.statement import (
@@ -284,7 +284,7 @@ class Recaller:
         LightGBM alone takes most of a second) and runs PPR, the features, one predict and MMR
         (their first calls compile patterns and fill caches). A tenant's own model is read on
         its first recall, as before."""
-        model = self.models.fixed if self.models.fixed is not None else default_model()
+        model = self.models.without_tenant()
         pool = [Candidate(key=f"warm:{i}", kind="source", text=text, scopes=(),
                           source=SourceRef("warm-up", f"w{i}", f"w{i}"), embedding=vector,
                           lanes={"dense_rank": i + 1, "dense_distance": 0.5}, rrf=1.0 / (61 + i))

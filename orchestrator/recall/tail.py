@@ -102,12 +102,10 @@ class Candidate:
     # never changed after it is built).
     @cached_property
     def unit(self) -> np.ndarray[Any, Any] | None:
-        """The embedding scaled to length 1 (float32), or None without one or with length 0."""
-        if self.embedding is None:
-            return None
-        a = np.asarray(self.embedding, dtype=np.float32)
-        n = float(np.linalg.norm(a))
-        return a / n if n > 0 else None
+        """The embedding scaled to length 1 (float32), or None without one or with length 0
+        (``unit_rows`` computes it for a whole pool at once; this is the same, for one)."""
+        _fill_units([self])
+        return vars(self)["unit"]  # type: ignore[no-any-return]
 
     @cached_property
     def flat_text(self) -> str:
