@@ -267,6 +267,36 @@ def test_usage_rows_are_written_per_recall_and_readable_by_their_user_only(
                      served=[], pooled=[], model_id=None, receipt_id=None, pooled_limit=5)
 
 
+def test_usage_rows_store_the_feature_values_exactly_and_missing_ones_as_null(
+        tenant_factory, app_engine):
+    """The features go to PostgreSQL as one real[] literal: every float32 value comes back
+    as it was, a missing value (NaN) is NULL, infinities stay infinite, and the rows are
+    the pooled items' in the order given (served first)."""
+    from types import SimpleNamespace
+
+    alice = tenant_factory("team").identity("alice", write=("team",))
+    rng = np.random.default_rng(5)
+    matrix = (rng.standard_normal((3, len(FEATURES))) * 1e3).astype(np.float32)
+    matrix[0, 1] = np.nan
+    matrix[1, 2], matrix[2, 3] = np.inf, -np.inf
+    matrix[2, 0] = np.float32(1.0000001e-30)
+    pooled = [SimpleNamespace(key=f"k{i}", item_table="sources.chunks", item_id=uuid.uuid4(),
+                              document_id=None) for i in range(3)]
+    report = RankReport(model="test", keys=["k2", "k0", "k1"], features=matrix)
+    with bound_session(app_engine, alice) as s:
+        event = record_usage(s, operation="recall", channel="cli", question="q", report=report,
+                             served=[], pooled=pooled, model_id=None, receipt_id=None,
+                             pooled_limit=5)
+        row = s.execute(text("select item_ids, features from memory.rank_events where id = :e"),
+                        {"e": event}).one()
+    assert row.item_ids == [p.item_id for p in pooled]
+    stored = np.array([np.nan if v is None else v for v in row.features],
+                      dtype=np.float32).reshape(3, len(FEATURES))
+    expected = matrix[[1, 2, 0]]  # pooled k0, k1, k2 are report rows 1, 2, 0
+    assert np.array_equal(stored, expected, equal_nan=True)
+    assert row.features.count(None) == 1
+
+
 def _service(t) -> ServiceTenant:
     return ServiceTenant(t.id, t.org_id, ("team",))
 

@@ -61,6 +61,7 @@ from orchestrator.recall.statement import (
     build_recall_statement,
     runtime_sql,
     size_class_comment,
+    vector_from_bytes,
 )
 from orchestrator.recall.tail import (
     CLAIMS,
@@ -628,11 +629,10 @@ def vector_text(vector: Any) -> str:
 
 
 def _loaded(row: Mapping[Any, Any]) -> dict[str, Any]:
-    """A row of the recall statement, its embedding parsed from pgvector's text form (the
-    driver hands it over as text: it has no loader for the type)."""
+    """A row of the recall statement as the driver hands it over, its embedding read from
+    pgvector's binary form (``statement.VectorBytes``)."""
     out = dict(row)
-    if isinstance(out["embedding"], str):
-        out["embedding"] = np.fromstring(out["embedding"][1:-1], dtype=np.float64, sep=",")
+    out["embedding"] = vector_from_bytes(out["embedding"])
     return out
 
 
