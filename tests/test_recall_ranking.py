@@ -267,6 +267,28 @@ def test_usage_rows_are_written_per_recall_and_readable_by_their_user_only(
                      served=[], pooled=[], model_id=None, receipt_id=None, pooled_limit=5)
 
 
+def test_candidates_carry_the_stored_embeddings_exactly(tenant_factory, app_engine, embedder,
+                                                        settings):
+    """The statement sends embeddings in pgvector's binary form (``VectorBytes``): each
+    chunk candidate's vector is the stored one, float for float."""
+    from pgvector.sqlalchemy import Vector
+
+    alice = tenant_factory("team").identity("alice", write=("team",))
+    write_documents(app_engine, alice, embedder, NOTES, settings)
+    recaller = recaller_with(app_engine, settings, embedder)
+    recaller.keep_candidates = True
+    _result, trace = recaller.trace(alice, "when is the boiler serviced?")
+    assert trace.replay is not None
+    found = [c for c in trace.replay[2] if c.item_table == "sources.chunks"]
+    assert len(found) >= 2 and all(c.embedding is not None for c in found)
+    with bound_session(app_engine, alice) as s:
+        for c in found:
+            stored = s.execute(text("select embedding from sources.chunks where id = :i")
+                               .columns(embedding=Vector()), {"i": c.item_id}).scalar_one()
+            assert c.embedding.dtype == np.float32
+            assert np.array_equal(c.embedding, np.asarray(stored, dtype=np.float32))
+
+
 def test_usage_rows_store_the_feature_values_exactly_and_missing_ones_as_null(
         tenant_factory, app_engine):
     """The features go to PostgreSQL as one real[] literal: every float32 value comes back
