@@ -369,3 +369,39 @@ def test_disposing_an_engine_stops_its_recall_background(test_db: Any, settings:
     again = _background(engine, settings)[1]
     assert again is not chainer, "a later recall over the engine starts a new one"
     engine.dispose()
+
+
+def test_a_recaller_follows_its_engines_background_across_a_dispose(test_db: Any,
+                                                                     settings: Any) -> None:
+    """The recaller looks its background up on each use: after its engine is disposed (which
+    stops the old thread) it wakes the new one, not the stopped one."""
+    from orchestrator.recall import Recaller
+
+    engine = make_app_engine(test_db.database.app_url())
+    recaller = Recaller(engine, settings)
+    first = recaller.chainer
+    engine.dispose()
+    assert recaller.chainer is not first and recaller.chainer is recaller.chainer
+    engine.dispose()
+
+
+def test_a_recaller_without_a_database_replays_traces(tenant_factory: Any, app_engine: Engine,
+                                                      embedder: Any, settings: Any) -> None:
+    """An evaluation replays kept candidates with a fixed model per fold through recallers
+    that have no engine (benchmarks/recall_quality.py --cv): with the model the recall used,
+    the replay gives the recall's own result; what needs the database says there is none."""
+    from orchestrator.errors import BadInput
+    from orchestrator.recall import Recaller
+    from orchestrator.recall.plan import PLAN_STUDY
+    from orchestrator.recall.ranker import default_model
+
+    t = _corpus(tenant_factory, app_engine, embedder, settings, "kappa")
+    reader = t.identity("reader", read=("team",))
+    live = recaller_with(app_engine, settings, embedder)
+    live.keep_candidates = True
+    result, trace = live.trace(reader, "kappa budget review")
+    offline = Recaller(None, settings, ranker=default_model())  # type: ignore[arg-type]
+    replayed, _ = offline.replay(trace, PLAN_STUDY["learned"])
+    assert replayed.rendered == result.rendered and replayed.evidence == result.evidence
+    with pytest.raises(BadInput, match="no database"):
+        offline.settle()

@@ -176,7 +176,9 @@ class Recaller:
                  reranker: CrossEncoder | None = None, index_tier: str | None = None,
                  ranker: RankModel | str | None = None) -> None:
         """``ranker``: a fixed model (or the reason there is none) for every tenant, as an
-        evaluation passes; unset, each tenant's active model, else the packaged default."""
+        evaluation passes; unset, each tenant's active model, else the packaged default.
+        An evaluation that only replays traces (``replay``, a model per fold) may pass None
+        for ``engine``: whatever needs the database then says it has none."""
         from orchestrator.recall.learning import ModelChooser
 
         self.engine = engine
@@ -191,7 +193,6 @@ class Recaller:
         self._sql: dict[tuple[str, int | None], str] = {}
         self.sizes = TenantSizes(self.settings.recall_size_ttl_s)
         self.query_cache = QueryEmbeddingCache(self.settings.recall_query_cache_size)
-        self.access, self._chainer = _background(engine, self.settings)
 
         self._active: ActiveModel | None = None
         self._services: dict[str, QueryEmbedder] = {}
@@ -201,14 +202,25 @@ class Recaller:
     def chainer(self) -> Any:
         """The background thread (one per engine in the process) that bumps the served
         facts' access counters and appends the queued receipts to the chain, moments after
-        each recall."""
-        return self._chainer
+        each recall. Looked up on each use: after the engine is disposed, the next recall
+        starts a new one."""
+        return self._background()[1]
+
+    @property
+    def access(self) -> AccessCounts:
+        """The served facts' access counts, applied by ``chainer``'s thread."""
+        return self._background()[0]
+
+    def _background(self) -> tuple[AccessCounts, Any]:
+        if self.engine is None:
+            raise BadInput("this recaller has no database: it only replays traces")
+        return _background(self.engine, self.settings)
 
     def settle(self) -> int:
         """Apply the pending access counts and chain every queued receipt now (an auditor
         about to verify a receipt this process just wrote, a test); returns how many
         receipts were chained."""
-        return int(self._chainer.flush())
+        return int(self.chainer.flush())
 
     @property
     def active_model(self) -> ActiveModel:
