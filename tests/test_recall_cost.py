@@ -405,3 +405,17 @@ def test_a_recaller_without_a_database_replays_traces(tenant_factory: Any, app_e
     assert replayed.rendered == result.rendered and replayed.evidence == result.evidence
     with pytest.raises(BadInput, match="no database"):
         offline.settle()
+
+
+def test_the_dense_lanes_candidate_list_grows_with_the_tenant() -> None:
+    """hnsw.ef_search by visible chunks: the largest threshold at or below the count wins;
+    a table that names nothing that low leaves pgvector's default (40)."""
+    from orchestrator.config import Settings
+    from orchestrator.recall.plans import ef_search_for, transaction_settings
+
+    defaults = Settings()
+    assert [transaction_settings(n, defaults)["hnsw.ef_search"]
+            for n in (0, 3999, 4000, 49999, 50000, 10**7)] == ["200", "200", "800", "800",
+                                                                "1000", "1000"]
+    assert ef_search_for(5, {10: 300, 1000: 500}) == 40
+    assert ef_search_for(999, {1000: 500, 10: 300}) == 300

@@ -121,7 +121,11 @@ class Settings(BaseSettings):
     # LRU cache of query embeddings (0 turns it off).
     recall_plan_reuse: bool = True
     recall_size_ttl_s: float = 60.0
-    recall_ef_search_by_chunks: dict[int, int] = Field(default_factory=lambda: {0: 200})
+    # Measured with benchmarks/recall_latency.py --ef-sweep on 100k chunks (docs/recall.md):
+    # a tenant of 4k-30k chunks filtered out of a shared HNSW index finds 0.80-0.90 of the
+    # exact top 40 at 200, 0.89-0.98 at 800; smaller tenants are read exactly by the planner.
+    recall_ef_search_by_chunks: dict[int, int] = Field(
+        default_factory=lambda: {0: 200, 4000: 800, 50000: 1000})
     recall_query_cache_size: int = 4096
     # A receipt is sealed in its recall and its chain event queued (migration 0040); the
     # recalling process appends the queue to the chain recall_chain_delay_s after a receipt
