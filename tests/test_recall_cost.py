@@ -111,6 +111,45 @@ def test_every_size_class_text_is_the_one_compiled_statement_behind_its_comment(
                for k, t in enumerate(recaller.sql(FULL_PLAN, k) for k in range(7)))
 
 
+def test_the_warm_up_leaves_every_size_class_planned_for_the_first_recall(
+        tenant_factory: Any, test_db: Any, app_engine: Engine, embedder: Any,
+        settings: Any) -> None:
+    """The warm-up prepares each size class's statement with its generic plan on the
+    connection the first recall checks out, and a recall prepares its statement at its first
+    execution: the first recall of a tenant reuses a plan, none is made for a single call."""
+    from orchestrator.recall import Recaller
+    from orchestrator.recall.plans import MAX_CLASS
+
+    t = _corpus(tenant_factory, app_engine, embedder, settings, "lambda")
+    reader = t.identity("reader", read=("team",))
+    # One pooled connection, and no receipt: no background thread may take the connection
+    # between the recall and the look at its prepared statements.
+    engine = make_app_engine(test_db.database.app_url(), pool_size=1)
+    try:
+        recaller = Recaller(engine, settings.model_copy(update={"recall_receipts": False}),
+                            embedder=embedder)
+        recaller.warm_up()
+
+        def plans() -> dict[str, tuple[int, int]]:
+            with engine.begin() as conn:  # committed: a ROLLBACK would drop them all
+                rows = conn.execute(text(
+                    "select substring(statement from 'tenant size class [0-9]') as klass, "
+                    "generic_plans, custom_plans from pg_prepared_statements "
+                    "where statement like '/* engram recall full,%'")).all()
+            return {r.klass: (r.generic_plans, r.custom_plans) for r in rows}
+
+        warmed = plans()
+        assert sorted(warmed) == [f"tenant size class {k}" for k in range(MAX_CLASS + 1)]
+        assert all(generic == 1 and custom == 0 for generic, custom in warmed.values())
+        _, trace = recaller.trace(reader, "what about the lambda budget?")
+        assert trace.receipt_id is None and not trace.touched_claims
+        after = plans()
+        used = [k for k in after if after[k] != warmed[k]]
+        assert len(used) == 1 and after[used[0]] == (2, 0), after
+    finally:
+        engine.dispose()
+
+
 class _CountingEmbedder:
     """The packaged model behind a counter of the questions it was asked to embed."""
 

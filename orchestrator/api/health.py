@@ -91,8 +91,8 @@ class Warmup:
 def database_status(engine: Engine) -> dict[str, Any]:
     started = time.perf_counter()
     try:
-        with engine.connect() as conn:
-            conn.execute(text("select 1"))
+        with engine.begin() as conn:  # committed: a ROLLBACK drops the pooled connection's
+            conn.execute(text("select 1"))  # prepared statements (psycopg), recall's plans too
     except Exception as exc:
         return {"ok": False, "detail": describe_unavailable(exc)}
     return {"ok": True, "ms": round((time.perf_counter() - started) * 1000, 1)}

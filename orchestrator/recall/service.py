@@ -36,7 +36,7 @@ from sqlalchemy import Connection, Engine, event, func, select
 from orchestrator.auth import Identity
 from orchestrator.config import Settings, get_settings
 from orchestrator.db.models import Installation
-from orchestrator.db.session import bound_session
+from orchestrator.db.session import bound_session, prepared_at_once
 from orchestrator.errors import BadInput, EngramError
 from orchestrator.inputs import text_problem
 from orchestrator.recall.access import AccessCounts
@@ -44,6 +44,7 @@ from orchestrator.recall.features import RankContext
 from orchestrator.recall.mmr import diversify
 from orchestrator.recall.plan import FULL_PLAN, PlanShape
 from orchestrator.recall.plans import (
+    MAX_CLASS,
     TenantSizes,
     size_class,
     transaction_settings,
@@ -232,7 +233,7 @@ class Recaller:
 
     def refresh_model(self) -> ActiveModel:
         """Read the registry again (after a recall saw another generation)."""
-        with self.engine.connect() as conn:
+        with self.engine.begin() as conn:  # committed: a ROLLBACK drops the prepared statements
             self._active = read_active(conn)
         return self._active
 
@@ -256,8 +257,9 @@ class Recaller:
         """Load the models and run each stage of a recall once, so that the first recall
         after this costs what later ones do; returns milliseconds per stage.
 
-        The statement runs in a transaction with no identity bound, where row level
-        security shows it nothing, and is rolled back: it writes nothing and reads no row.
+        The statement (each size class's text, prepared with its generic plan) runs in a
+        transaction with no identity bound, where row level security shows it nothing: it
+        writes nothing and reads no row.
         The query model runs twice (its first call is much slower than the second)."""
         laps: dict[str, float] = {}
         clock = time.perf_counter()
@@ -275,13 +277,20 @@ class Recaller:
         if self.reranker.available:
             self.reranker.score("warm up", ["the cross-encoder"])
         lap("reranker")
-        # The text recall sends (compiled here, once: every size class shares it).
-        sql = self.sql(FULL_PLAN, None)
-        with self.engine.connect() as conn, conn.begin() as tx:
-            conn.exec_driver_sql(sql, {
-                "question": "warm up", "query_embedding": vector_text(vector), "mode": None,
-                "session": None}).mappings().all()
-            tx.rollback()
+        # The texts recall sends (compiled once: every size class shares it), each prepared
+        # with its generic plan on this connection, which the first recalls check out.
+        params = {"question": "warm up", "query_embedding": vector_text(vector), "mode": None,
+                  "session": None}
+        texts = [self.sql(FULL_PLAN, klass) for klass in range(MAX_CLASS + 1)]
+        with self.engine.connect() as conn, conn.begin(), prepared_at_once(conn):
+            for klass, sql in enumerate(texts):
+                chunks = 0 if klass == 0 else 10 ** klass
+                for name, value in transaction_settings(chunks, self.settings).items():
+                    conn.exec_driver_sql("select set_config(%(n)s, %(v)s, true)",
+                                         {"n": name, "v": value})
+                conn.exec_driver_sql(sql, params).mappings().all()
+            # Committed (it wrote nothing): psycopg forgets every prepared statement of a
+            # connection on a ROLLBACK.
         lap("statement")
         candidates_from_rows([], catalog_rrf=0.0)
         render("warm up", [])
@@ -312,7 +321,7 @@ class Recaller:
     def index_tier(self) -> str:
         """The installation's index tier (``engram.installation``), read once."""
         if self._index_tier is None:
-            with self.engine.connect() as conn:
+            with self.engine.begin() as conn:
                 tier = conn.execute(select(Installation.value)
                                     .where(Installation.key == "index_tier")).scalar()
             self._index_tier = tier or "pgvector"
@@ -479,10 +488,11 @@ class Recaller:
                 trace.plan_note = (f"tenant size class {klass} ({chunks} visible chunks in the "
                                    f"statistics), " + ("reused plan" if s.recall_plan_reuse
                                                        else "planned for this call"))
-                rows = [_loaded(row) for row in connection.exec_driver_sql(
-                    self.sql(shape, klass),
-                    {"question": req.question, "query_embedding": vector_text(vector),
-                     "mode": req.mode, "session": req.session}).mappings()]
+                with prepared_at_once(connection):
+                    rows = [_loaded(row) for row in connection.exec_driver_sql(
+                        self.sql(shape, klass),
+                        {"question": req.question, "query_embedding": vector_text(vector),
+                         "mode": req.mode, "session": req.session}).mappings()]
             if rows and rows[0][MODEL_GENERATION] != model.generation:
                 raise _ModelChanged()
             trace.statements = len(sent)
