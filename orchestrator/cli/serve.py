@@ -70,7 +70,12 @@ def serve_api(settings: Settings, host: str | None = None, port: int | None = No
     from orchestrator.recall import Recaller
 
     configure_logging(settings)
-    engine = make_app_engine(Database(settings).app_url(), pool_size=settings.api_threads)
+    # An operation may hold two connections at once (its request's session and the recall's
+    # own), and the recall background one more: the pool keeps them all open, since an
+    # overflow connection is closed on return and its successor plans the recall statement
+    # again (40-60 ms per size class). The cap stays about what it was (2 x api_threads).
+    engine = make_app_engine(Database(settings).app_url(), pool_size=2 * settings.api_threads + 2,
+                             max_overflow=4)
     recaller = Recaller(engine, settings)
     verifier = TokenVerifier.from_settings(settings)
     warmup = Warmup()

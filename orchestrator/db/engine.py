@@ -137,9 +137,15 @@ class Database:
         return f"PostgreSQL {version // 10000}.{version % 10000}, pgvector {pgv}"
 
 
-def make_app_engine(url: str, *, pool_size: int = 10) -> Engine:
-    """An engine for ``engram_app``; refuses to run if the role could bypass RLS."""
-    engine = create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+def make_app_engine(url: str, *, pool_size: int = 10, max_overflow: int | None = None) -> Engine:
+    """An engine for ``engram_app``; refuses to run if the role could bypass RLS.
+
+    ``max_overflow`` (default ``pool_size``): connections opened past the pool when it is
+    busy, closed again when returned. A closed connection takes its prepared recall
+    statements with it, so a server sizes the pool for its steady load (``engram serve``)."""
+    engine = create_engine(url, pool_size=pool_size,
+                           max_overflow=pool_size if max_overflow is None else max_overflow,
+                           pool_pre_ping=True)
 
     @event.listens_for(engine, "connect")
     def _check_role(dbapi_conn, _record):  # type: ignore[no-untyped-def]
