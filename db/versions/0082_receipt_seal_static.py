@@ -31,11 +31,7 @@ Revises: 0071_citus_distribution
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from typing import Any
-
-from alembic import op
+from alembic import context, op
 
 revision = "0082_receipt_seal_static"
 down_revision = "0071_citus_distribution"
@@ -134,19 +130,18 @@ SEAL_PATCHES = (
 )
 
 
-def _load(module: str) -> Any:
-    """A released revision's module (pinned by db/released.sha256: it cannot change under us)."""
-    path = Path(__file__).with_name(f"{module}.py")
-    spec = importlib.util.spec_from_file_location(f"engram_released_{module}", path)
-    assert spec is not None and spec.loader is not None
-    loaded = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(loaded)
-    return loaded
+def _released_seal() -> str:
+    """0040's seal trigger as released: alembic has loaded every revision's module (0040 is
+    pinned by db/released.sha256, so it cannot change under this patch)."""
+    script = context.script.get_revision("0040_receipt_batches")
+    assert script is not None
+    seal_sql: str = script.module.SEAL
+    return seal_sql
 
 
 def seal() -> str:
     """0040's seal trigger with SEAL_PATCHES applied."""
-    text = _load("0040_receipt_batches").SEAL
+    text = _released_seal()
     for old, new in SEAL_PATCHES:
         if text.count(old) != 1:
             raise RuntimeError(f"0040's seal trigger does not hold this line once: {old[:80]!r}")
@@ -160,5 +155,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.execute(_load("0040_receipt_batches").SEAL)
+    op.execute(_released_seal())
     op.execute("drop function provenance.served_row_versions(jsonb, uuid)")
