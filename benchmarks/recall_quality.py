@@ -183,14 +183,14 @@ def print_table(results: dict[str, list[dict[str, float]]], timings: dict[str, f
     """One row per system; the full plan's recall@10 against each reference (when it ran)."""
     n = len(results["ref: exact dense"])
     print(f"\nquestions scored: {n}")
-    print(f"{'system':44s} {'R@5':>6s} {'R@10':>6s} {'R@20':>6s} {'nDCG@10':>8s} {'ms/q':>7s}")
+    print(f"{'system':44s} {'R@5':>6s} {'R@10':>6s} {'R@20':>6s} {'nDCG@10':>8s} {'R@all':>6s} {'ms/q':>7s}")
     for name, rows in results.items():
         m = mean(rows)
         shape_name = name.removeprefix("engram: ")
         ms = f"{1000 * timings[shape_name] / len(rows):7.1f}" if shape_name in timings else "      -"
         label = name + (f" (= {same[name]})" if same and name in same else "")
         print(f"{label:44s} {m['recall@5']:6.3f} {m['recall@10']:6.3f} {m['recall@20']:6.3f} "
-              f"{m['ndcg@10']:8.3f} {ms}")
+              f"{m['ndcg@10']:8.3f} {m.get('recall@all', float('nan')):6.3f} {ms}")
     if "engram: full" in results:
         full = mean(results["engram: full"])["recall@10"]
         for ref in ("ref: BM25 (bm25s)", "ref: exact dense"):
@@ -217,6 +217,12 @@ def print_categories(results: dict[str, list[dict[str, float]]], categories: lis
             m = mean([r for r, k in zip(rows, categories, strict=True) if k == c])
             cells.append(f"{m['recall@10']:.3f}/{m['ndcg@10']:.3f}")
         print(f"{name:44s} " + " ".join(f"{x:>13s}" for x in cells))
+    shown = [n for n in systems if results.get(n) and len(results[n]) == len(categories)]
+    if shown and "recall@all" in results[shown[0]][0]:
+        rows = results[shown[0]]
+        print(f"{'R@all (served at all), ' + shown[0]:44s} " + " ".join(
+            f"{mean([r for r, k in zip(rows, categories, strict=True) if k == c])['recall@all']:>13.3f}"
+            for c in present))
 
 
 def derive_tenant(app: Engine, worker: Engine, settings: Settings, embedder: Any, org: str,
@@ -244,6 +250,7 @@ def scores_for(ranking: Sequence[str], evidence: Sequence[str]) -> dict[str, flo
             seen.append(r)
     ev = set(evidence)
     out = {f"recall@{k}": len(set(seen[:k]) & ev) / len(ev) for k in (5, 10, 20)}
+    out["recall@all"] = len(set(seen) & ev) / len(ev)  # served at all: what ordering can reach
     dcg = sum(1.0 / math.log2(i + 2) for i, r in enumerate(seen[:10]) if r in ev)
     ideal = sum(1.0 / math.log2(i + 2) for i in range(min(len(ev), 10)))
     out["ndcg@10"] = dcg / ideal

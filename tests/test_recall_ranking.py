@@ -21,8 +21,8 @@ from orchestrator.db.session import bound_session
 from orchestrator.derive.lifecycle import mark_evidence_used
 from orchestrator.derive.service import ServiceTenant, service_session
 from orchestrator.errors import BadInput
-from orchestrator.recall.features import FEATURES, RankContext, feature_matrix
-from orchestrator.recall.learning import record_usage, train_tenant
+from orchestrator.recall.features import FEATURES, RankContext, feature_matrix, mentions, question_type
+from orchestrator.recall.learning import record_usage, train_tenant, training_set
 from orchestrator.recall.mmr import diversify
 from orchestrator.recall.ppr import personalized_pagerank
 from orchestrator.recall.ranker import (
@@ -160,6 +160,46 @@ def test_features_are_aligned_and_missing_values_are_nan():
     assert f["hours_to_best"][0] == 0.0 and f["hours_to_best"][1] > 0
 
 
+def test_question_and_answer_shape_features():
+    assert [question_type(q) for q in (
+        "When did Caroline go to the support group?", "Who supports Caroline?",
+        "Where did Melanie camp?", "What has Melanie painted?", "How did she feel?",
+        "Why did he move?", "How many times has Melanie gone to the beach?",
+        "Would Caroline pursue writing?")] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 0.0]
+    # times: "last week", "May", "2023"; numbers: "7", "2023"; names (roughly): "May", "Anna"
+    assert mentions("Last week, on 7 May 2023, I met Anna at the lake.") == (3.0, 2.0, 2.0)
+    assert mentions("nothing of the kind here") == (0.0, 0.0, 0.0)
+    # Distinct words: a number said twice counts once; "three" is a number too.
+    assert mentions("3 cats, 3 dogs and three birds, on Monday 12/05")[:2] == (1.0, 4.0)
+    # A sentence's first word is not a name; one inside it is.
+    assert mentions("Painting calms me. Ask Bob.")[2] == 1.0
+
+
+def test_context_in_time_and_pool_weighted_terms():
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    common = "Caroline: "
+    a = cand("chunk:a", common + "we went camping at the lake", [1.0, 0.0], rrf=0.3, occurred_at=t0)
+    b = cand("chunk:b", common + "the kids loved it", [0.0, 1.0], rrf=0.1,
+             occurred_at=t0 + timedelta(seconds=2))
+    far = cand("chunk:c", common + "I read a book about camping", [0.6, 0.8], rrf=0.2,
+               occurred_at=t0 + timedelta(days=30))
+    undated = cand("chunk:d", common + "hello", [0.0, 1.0], rrf=0.05)
+    m = feature_matrix([a, b, far, undated],
+                       RankContext("Where did Caroline go camping at the lake?", query_vector=[1.0, 0.0]))
+    f = {name: m[:, i] for i, name in enumerate(FEATURES)}
+    # a and b are each other's context; the far one has none; the undated one has no time at all.
+    assert f["near_count"][:3].tolist() == [1.0, 1.0, 0.0] and np.isnan(f["near_count"][3])
+    assert f["near_best_cosine"][1] == pytest.approx(1.0) and f["near_best_cosine"][0] == pytest.approx(0.0)
+    assert f["near_best_rrf_share"][1] == pytest.approx(1.0)
+    assert f["near_best_rrf_share"][0] == pytest.approx(1 / 3)
+    assert np.isnan(f["near_best_cosine"][2]) and np.isnan(f["near_best_rrf_share"][2])
+    # "caroline" is in every candidate, "lake" in one: the one with "lake" outweighs the one
+    # that shares only "camping" with the question, though both hold two question terms.
+    assert f["term_hits"][0] == 3.0 and f["term_hits"][2] == 2.0
+    assert f["term_weight_share"][0] > f["term_weight_share"][2] > f["term_weight_share"][1] > 0
+    assert f["question_type"].tolist() == [3.0] * 4
+
+
 def test_ties_are_broken_by_document_and_position_not_by_row_id():
     def at(key: str, path: str, start: int) -> Candidate:
         return cand(key, merit=0.5, rrf=0.1, source=SourceRef("notes", path, path), char_start=start)
@@ -197,6 +237,21 @@ def test_the_packaged_default_model_loads_and_scores_in_feature_order():
     assert "locomo" in json.dumps(model.card["trained_on"]).lower()
     scores = model.score(np.zeros((3, len(FEATURES)), dtype=np.float32))
     assert scores.shape == (3,)
+
+
+def test_events_recorded_with_another_feature_list_are_skipped_and_counted_apart():
+    from types import SimpleNamespace
+
+    width = len(FEATURES)
+    ok = SimpleNamespace(feature_count=width, features=[0.5] * (2 * width), used=[True, False],
+                         served_ranks=[1, 0])
+    unused = SimpleNamespace(feature_count=width, features=[0.5] * (2 * width), used=[False, False],
+                             served_ranks=[1, 2])
+    older = SimpleNamespace(feature_count=33, features=[0.5] * 66, used=[True, False],
+                            served_ranks=[1, 0])
+    ts = training_set([ok, unused, older])
+    assert (ts.events, ts.skipped, ts.other_features) == (1, 1, 1)
+    assert ts.matrix.shape == (2, width) and ts.positions.tolist() == [0, 1]
 
 
 # --- recalls against the database ----------------------------------------------------------

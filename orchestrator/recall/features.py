@@ -40,7 +40,7 @@ import numpy as np
 from orchestrator.recall.result import Provenance
 from orchestrator.recall.tail import Candidate, unit_rows
 
-FEATURE_VERSION = "f1"
+FEATURE_VERSION = "f2"
 FEATURES: tuple[str, ...] = (
     "rrf", "rrf_rank", "rrf_share", "dense_rank", "dense_distance", "lexical_rank", "bm25",
     "bm25_share", "title_rank", "direct", "timeline_rank", "memory_rank", "lanes",
@@ -49,6 +49,8 @@ FEATURES: tuple[str, ...] = (
     "hours_to_best", "age_days",
     "kind", "provenance", "pinned", "confidence", "log_length", "same_document", "ppr", "rerank",
     "question_terms",
+    "term_weight_share", "near_count", "near_best_cosine", "near_best_rrf_share",
+    "question_type", "time_mentions", "number_mentions", "name_mentions",
 )
 # Kinds as numbers (a tree splits on them); unknown kinds share the last code.
 KIND_CODES = {"source": 0, "fact": 1, "keyed fact": 2, "summary": 3, "overview": 3,
@@ -77,6 +79,62 @@ STOPWORDS = frozenset((
     "yours", "yourself", "yourselves", "did", "does", "ever", "also", "like", "get", "got", "go",
     "went", "know", "think", "really",
 ))
+
+
+# What a question asks for (its first question word), as a number a tree can split on.
+QUESTION_TYPES = {"when": 1, "who": 2, "whom": 2, "whose": 2, "where": 3, "what": 4, "which": 4,
+                  "how": 5, "why": 6}
+_QUESTION_WORD = re.compile(r"\b(when|who|whom|whose|where|what|which|how|why)\b")
+_HOW_MUCH = re.compile(r"\bhow (many|much|long|often|old)\b")
+# Words that say when (months, weekdays, relative days), and "last/next/this/past <unit>".
+_TIME_WORDS = frozenset((
+    "january", "february", "march", "april", "may", "june", "july", "august", "september",
+    "october", "november", "december", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep",
+    "sept", "oct", "nov", "dec", "monday", "tuesday", "wednesday", "thursday", "friday",
+    "saturday", "sunday", "weekend", "yesterday", "today", "tonight", "tomorrow", "ago",
+    "recently"))
+_TIME_LEADS = frozenset(("last", "next", "this", "past"))
+_TIME_UNITS = frozenset(("week", "month", "year", "night", "time", "summer", "winter", "spring",
+                         "fall"))
+_TIME_PHRASE = re.compile(r"\b(?:last|next|this|past) (?:week|month|year|night|time|summer"
+                          r"|winter|spring|fall)\b")
+_NUMBER_WORDS = frozenset((
+    "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+    "twelve", "twenty", "thirty", "hundred", "thousand", "million", "dozen", "once", "twice"))
+# Capitalised words, less those that open a sentence: names, roughly. (Two plain patterns:
+# a word boundary or a look-behind at every position cost five times as much.)
+_CAPITALISED = re.compile(r"[A-Z][a-z]+")
+_SENTENCE_OPENING = re.compile(r"[.!?]\s+[A-Z][a-z]")
+# Candidates that happened this close in time to one another (``occurred_at``) are each other's
+# context: a conversation's neighbouring turns, one dated document's chunks.
+NEAR_SECONDS = 600.0
+
+
+def question_type(question: str) -> float:
+    """1 when, 2 who, 3 where, 4 what/which, 5 how, 6 why, 7 how many/much/long/often/old,
+    0 none (a yes/no question or a statement)."""
+    lower = question.lower()
+    if _HOW_MUCH.search(lower):
+        return 7.0
+    m = _QUESTION_WORD.search(lower)
+    return float(QUESTION_TYPES[m.group(1)]) if m else 0.0
+
+
+@lru_cache(maxsize=16384)
+def mentions(text: str) -> tuple[float, float, float]:
+    """How many distinct time words (and years, and "last week"-like phrases), distinct
+    numbers and capitalised names (words inside a sentence) a text holds. Set work over the
+    text's words (``words_of``, cached): a regular expression per kind cost ~80 us a text."""
+    lower, words = words_of(text)
+    digits = list(filter(str.isdigit, words))
+    years = sum(1 for w in digits if len(w) == 4 and w[:2] in ("19", "20"))
+    time = len(words & _TIME_WORDS) + years
+    if words & _TIME_LEADS and words & _TIME_UNITS:
+        time += len(_TIME_PHRASE.findall(lower))
+    numbers = len(digits) + len(words & _NUMBER_WORDS)
+    opening = 1 if text[:1].isupper() and text[1:2].islower() else 0
+    names = len(_CAPITALISED.findall(text)) - len(_SENTENCE_OPENING.findall(text)) - opening
+    return float(time), float(numbers), float(max(names, 0))
 
 
 # Stopwords and single characters are never terms.
@@ -170,6 +228,31 @@ def names_in(text: str, names: Names) -> set[str]:
     return found
 
 
+def _near(out: np.ndarray[Any, Any], col: dict[str, int], times: Sequence[datetime | None],
+          rrf: Sequence[float], best_rrf: float) -> None:
+    """Context in time: how many other candidates happened within ``NEAR_SECONDS`` of each one,
+    and the best query cosine and fused share among them (NaN when none or no time)."""
+    stamps = np.asarray([t.timestamp() if t is not None else np.nan for t in times], dtype=np.float64)
+    known = ~np.isnan(stamps)
+    if known.sum() < 2:
+        out[:, col["near_count"]] = np.where(known, 0.0, np.nan)
+        return
+    near = np.abs(stamps[:, None] - stamps[None, :]) <= NEAR_SECONDS
+    near[~known, :] = False
+    near[:, ~known] = False
+    np.fill_diagonal(near, False)
+    count = near.sum(axis=1).astype(np.float32)
+    out[:, col["near_count"]] = np.where(known, count, np.nan)
+    has = count > 0
+    share = np.asarray(rrf, dtype=np.float64) / (best_rrf or 1.0)
+    out[:, col["near_best_rrf_share"]] = np.where(
+        has, np.where(near, share[None, :], -np.inf).max(axis=1), np.nan)
+    cos = out[:, col["cosine"]].astype(np.float64)
+    if not np.isnan(cos).all():
+        best = np.where(near & ~np.isnan(cos)[None, :], cos[None, :], -np.inf).max(axis=1)
+        out[:, col["near_best_cosine"]] = np.where(np.isfinite(best), best, np.nan)
+
+
 @lru_cache(maxsize=8)
 def _upper_triangle(n: int) -> np.ndarray[Any, Any]:
     """The diagonal and above of an n x n matrix, as a mask (read-only: shared by recalls)."""
@@ -256,6 +339,19 @@ def feature_matrix(candidates: Sequence[Candidate], ctx: RankContext) -> np.ndar
                                   and author == ctx.asker.strip().lower()))
     put("term_hits", hits)
     put("term_share", [h / len(q_terms) if q_terms else 0.0 for h in hits])
+    # The question's terms weighted by how rare they are in this pool: the term every candidate
+    # holds (often the asker's subject) counts for less than the one only a few do.
+    if q_terms:
+        cand_terms = [terms(c.text) & q_terms for c in candidates]
+        df = Counter(t for ts in cand_terms for t in ts)
+        weight = {t: math.log((n + 1) / (df[t] + 0.5)) for t in q_terms}
+        total = sum(weight.values()) or 1.0
+        put("term_weight_share", [sum(weight[t] for t in ts) / total for ts in cand_terms])
+    else:
+        put("term_weight_share", [0.0] * n)
+    put("question_type", [question_type(ctx.question)] * n)
+    shapes = np.asarray([mentions(c.text) for c in candidates], dtype=np.float32)
+    out[:, [col["time_mentions"], col["number_mentions"], col["name_mentions"]]] = shapes
     put("seed_mentions", seeds_named)
     put("author_named", author_named)
     put("author_is_asker", author_asker)
@@ -271,6 +367,9 @@ def feature_matrix(candidates: Sequence[Candidate], ctx: RankContext) -> np.ndar
                           if t is not None and anchor is not None else NAN for t in times])
     put("age_days", [math.log1p(max((newest - t).total_seconds(), 0.0) / 86400.0)
                      if t is not None and newest is not None else NAN for t in times])
+    # Context needs the time the item happened at: when it was written or stored says nothing
+    # (a folder ingested at once would make every document every other's neighbour).
+    _near(out, col, [c.occurred_at for c in candidates], rrf, best_rrf)
 
     # 5. what the item is
     put("kind", [float(KIND_CODES.get(c.kind, 11)) for c in candidates])

@@ -190,6 +190,7 @@ class TrainingSet:
     groups: list[int]
     events: int = 0
     skipped: int = 0  # events without any positive (nothing to learn from them)
+    other_features: int = 0  # events recorded by another feature list (an older version)
 
     @property
     def positives(self) -> int:
@@ -202,11 +203,11 @@ def training_set(rows: Sequence[Any]) -> TrainingSet:
     labels: list[np.ndarray[Any, Any]] = []
     positions: list[np.ndarray[Any, Any]] = []
     groups: list[int] = []
-    skipped = 0
+    skipped = other = 0
     width = len(FEATURES)
     for r in rows:
         if r.feature_count != width:
-            skipped += 1
+            other += 1
             continue
         used = np.array(r.used, dtype=np.float64)
         if used.sum() == 0:
@@ -222,9 +223,9 @@ def training_set(rows: Sequence[Any]) -> TrainingSet:
         groups.append(len(used))
     if not groups:
         empty = np.zeros((0, width), dtype=np.float32)
-        return TrainingSet(empty, np.zeros(0), np.zeros(0, dtype=np.int64), [], 0, skipped)
+        return TrainingSet(empty, np.zeros(0), np.zeros(0, dtype=np.int64), [], 0, skipped, other)
     return TrainingSet(np.concatenate(mats), np.concatenate(labels), np.concatenate(positions),
-                       groups, len(groups), skipped)
+                       groups, len(groups), skipped, other)
 
 
 def ndcg_at(scores: np.ndarray[Any, Any], labels: np.ndarray[Any, Any], groups: Sequence[int],
@@ -256,6 +257,7 @@ class TrainReport:
     org: str
     events: int = 0
     skipped: int = 0
+    other_features: int = 0
     training_rows: int = 0
     positives: int = 0
     held_back: int = 0
@@ -266,7 +268,10 @@ class TrainReport:
 
     def lines(self) -> list[str]:
         out = [f"tenant {self.org}: {self.events} event(s) with feedback "
-               f"({self.skipped} without any used item skipped), {self.training_rows} training "
+               f"({self.skipped} without any used item skipped"
+               + (f"; {self.other_features} recorded with another feature list "
+                  f"(not {FEATURE_VERSION}) skipped" if self.other_features else "")
+               + f"), {self.training_rows} training "
                f"row(s), {self.positives} positive(s); {self.held_back} newest held back",
                f"position bias: {POSITION_BIAS}"]
         if self.figures:
@@ -291,7 +296,7 @@ def train_tenant(session: Session, org: str, settings: Settings, *, since: datet
     rows = session.execute(text("select * from memory.rank_training_rows(:since, :window)"),
                            {"since": since, "window": window}).all()
     ts = training_set(rows)
-    report.events, report.skipped = ts.events, ts.skipped
+    report.events, report.skipped, report.other_features = ts.events, ts.skipped, ts.other_features
     if ts.events < max(settings.rank_min_events, 2):
         report.reason = (f"not trained: {ts.events} event(s) with feedback; at least "
                          f"{settings.rank_min_events} needed (rank_min_events)")

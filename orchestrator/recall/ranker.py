@@ -155,11 +155,11 @@ def place_unseen(scores: np.ndarray[Any, Any], matrix: np.ndarray[Any, Any],
 # and few of them (inference is one predict over ~200 rows; the artifact stays ~100 kB).
 TRAIN_PARAMS: dict[str, Any] = {
     "objective": "lambdarank", "metric": "ndcg", "ndcg_eval_at": [10], "learning_rate": 0.05,
-    "num_leaves": 15, "min_data_in_leaf": 20, "feature_fraction": 0.8, "bagging_fraction": 0.8,
+    "num_leaves": 7, "min_data_in_leaf": 20, "feature_fraction": 0.8, "bagging_fraction": 0.8,
     "bagging_freq": 1, "lambda_l2": 1.0, "lambdarank_truncation_level": 20, "verbosity": -1,
     "seed": 7, "deterministic": True, "force_row_wise": True, "num_threads": 1,
 }
-TRAIN_ROUNDS = 150
+TRAIN_ROUNDS = 200
 
 
 def train(matrix: np.ndarray[Any, Any], labels: np.ndarray[Any, Any], groups: list[int], *,
