@@ -74,6 +74,29 @@ def build_cross_encoder(target: Path) -> Path:
     return target
 
 
+def one_question(embedder: Any, tokenizer: Any, n: int) -> None:
+    """A recall's question (16 tokens): ``embed_query`` (the traced one-text path where it was
+    built) against sentence-transformers' ``encode`` of the same text, alternating, p50 ms."""
+    questions = texts_of(tokenizer, 16, n, seed=16)
+    embedder.embed_query(questions[0])  # builds the one-text path
+    model = embedder._model
+    fast, slow, diff = [], [], 0.0
+    for q in questions:
+        t0 = time.perf_counter()
+        got = embedder.embed_query(q)
+        t1 = time.perf_counter()
+        want = model.encode([embedder.format_query(q)], normalize_embeddings=True,
+                            convert_to_numpy=True, show_progress_bar=False)[0]
+        t2 = time.perf_counter()
+        fast.append(t1 - t0)
+        slow.append(t2 - t1)
+        diff = max(diff, float(abs(got - want).max()))
+    f, s = statistics.median(fast) * 1000, statistics.median(slow) * 1000
+    print(f"\none question, 16 tokens, {n} questions (p50 ms): embed_query "
+          f"({embedder.one_text_path or 'encode'}) {f:.2f}, encode {s:.2f}, ratio {f / s:.2f}; "
+          f"largest difference {diff:.1e}")
+
+
 def run_device(device: str, args: argparse.Namespace, reranker_path: Path) -> None:
     from orchestrator.config import Settings
     from orchestrator.worker.embedder import Embedder, Reranker
@@ -85,6 +108,8 @@ def run_device(device: str, args: argparse.Namespace, reranker_path: Path) -> No
     tokenizer = embedder._model.tokenizer
     print(f"\n== {device}: {embedder.model_name} ({embedder.dimension}-d, window "
           f"{embedder.max_seq_length}); reranker {reranker.model_name} window {reranker.max_length}")
+
+    one_question(embedder, tokenizer, args.questions)
 
     print("\nembedding (passages/s; ratio vs batch 1 at the same length)")
     print(f"{'tokens':>7} {'batch':>6} {'passages/s':>11} {'vs b=1':>7}  note")
@@ -213,6 +238,7 @@ def main() -> None:
     parser.add_argument("--texts", type=int, default=32, help="passages per embedding measurement")
     parser.add_argument("--pairs", type=int, default=8, help="pairs per rerank measurement")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--questions", type=int, default=60, help="questions for the one-question row")
     parser.add_argument("--callers", type=int, default=8)
     parser.add_argument("--wait-ms", type=float, default=4.0)
     parser.add_argument("--reranker-path", type=Path, default=None)

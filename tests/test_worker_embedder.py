@@ -111,6 +111,57 @@ def test_device_override_is_checked() -> None:
         assert choose_device(Settings()).device == "cpu"
 
 
+def test_one_text_on_the_cpu_goes_through_the_trace_and_gives_what_encode_gives(
+        embedder: Embedder) -> None:
+    texts = ["where did the cat sit?", "x",
+             "a much longer question, with commas, numbers like 2024 and " + "many words " * 40]
+    queries = [embedder.embed_query(t) for t in texts]
+    assert embedder.one_text_path == "traced"
+    reference = embedder._model.encode(texts, normalize_embeddings=True, convert_to_numpy=True,
+                                       show_progress_bar=False)
+    for got, want in zip(queries, reference, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    # Batches still go through encode, and one text of a batch is the same vector as alone.
+    batch = embedder.embed_formatted(texts)
+    np.testing.assert_allclose(batch, np.stack(queries), atol=1e-5)
+
+
+def test_the_trace_can_be_turned_off() -> None:
+    off = Embedder.from_settings(Settings(embed_one_text_trace=False))
+    assert off is not Embedder.from_settings(Settings())
+    v = off.embed_query("where did the cat sit?")
+    assert off._one is None and off.one_text_path == "encode (embed_one_text_trace is off)"
+    np.testing.assert_allclose(v, Embedder.from_settings(Settings()).embed_query("where did the cat sit?"),
+                               atol=1e-5)
+
+
+def test_a_model_the_trace_cannot_take_keeps_encode_and_says_why(
+        embedder: Embedder, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.worker.embedder import _OneText
+
+    class NoTransformer:
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            return iter([object()])
+
+    path, why = _OneText.build(NoTransformer(), embedder.device)
+    assert path is None and why == "not traced: the first module is object"
+
+    class Broken(list):  # type: ignore[type-arg]
+        def preprocess(self, texts):  # type: ignore[no-untyped-def]
+            raise ValueError("cannot tokenize")
+
+    first = embedder._model[0]
+    with caplog.at_level(logging.WARNING, logger="engram.worker"):
+        path, why = _OneText.build(Broken([first]), embedder.device)
+    assert path is None and why == "not traced: ValueError: cannot tokenize"
+    assert "one-text embedding path not used: cannot tokenize" in caplog.text
+    # A trace that does not reproduce encode on the probes is not used.
+    monkeypatch.setattr(_OneText, "TOLERANCE", -1.0)
+    path, why = _OneText.build(embedder._model, embedder.device)
+    assert path is None and why.startswith("not traced: differs from encode by ")
+
+
 @pytest.mark.gpu
 def test_cuda_half_precision_vectors_match_cpu(embedder: Embedder) -> None:
     import torch

@@ -124,8 +124,8 @@ def check(
         e = Embedder.load(settings)
         v = e.embed_query("check")
         out.print(f"embedding: {e.model_name} loads ({e.dimension}-d, {e.max_seq_length} tokens, "
-                  f"{e.device.device}); a test query has norm {float((v * v).sum()) ** 0.5:.3f}",
-                  highlight=False)
+                  f"{e.device.device}); a test query has norm {float((v * v).sum()) ** 0.5:.3f}; "
+                  f"one question at a time: {e.one_text_path or 'encode'}", highlight=False)
         if e.model_name != settings.embedding_model:
             out.print(f"embedding: {settings.embedding_model} is configured but absent; the "
                       "packaged default is used instead", highlight=False)

@@ -173,6 +173,9 @@ class Settings(BaseSettings):
     # Torch intra-op threads; unset: half the usable cores (see orchestrator/worker/device.py).
     torch_threads: int | None = None
     embed_batch_size: int = 32
+    # One question at a time on the CPU through a frozen TorchScript trace of the transformer
+    # (docs/worker.md): ~3 ms less a question with MiniLM, a second copy of the weights in memory.
+    embed_one_text_trace: bool = True
     rerank_batch_size: int = 16
     worker_password: str | None = None
     worker_batch_rows: int = 64
