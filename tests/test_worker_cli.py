@@ -32,6 +32,9 @@ def test_models_check_loads_and_reports_the_missing_reranker() -> None:
     result = runner.invoke(app, ["models", "check"])
     assert result.exit_code == 0, result.output
     assert "embedding: sentence-transformers/all-MiniLM-L6-v2 loads (384-d" in result.output
+    flat = " ".join(result.output.split())
+    assert "one question at a time: traced" in flat
+    assert "trained on locomo-dev (" in flat and "locomo+derive questions)" in flat
     assert "not on this machine" in result.output
     strict = runner.invoke(app, ["models", "check", "--strict"])
     assert strict.exit_code == 1

@@ -63,8 +63,12 @@ def _learned_ranker() -> tuple[str, bool, str]:
 
     model = default_model()
     if isinstance(model, RankModel):
-        trained = ", ".join(str(k) for k in (model.card.get("trained_on") or {}))
-        return model.label, True, f"packaged LightGBM LambdaRank model, trained on {trained or '-'}"
+        trained_on = dict(model.card.get("trained_on") or {})
+        counts = trained_on.pop("groups", None) or {}
+        trained = ", ".join(str(k) for k in trained_on)
+        sizes = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+        return model.label, True, (f"packaged LightGBM LambdaRank model, trained on {trained or '-'}"
+                                   + (f" ({sizes} questions)" if sizes else ""))
     return "default_ranker.txt", False, model
 
 
