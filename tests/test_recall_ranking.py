@@ -69,14 +69,25 @@ def test_mmr_puts_a_different_item_before_a_paraphrase_of_the_first():
 
 def test_mmr_defers_a_documents_chunks_past_the_cap_and_keeps_direct_subjects_first():
     d = uuid.uuid4()
-    chunks = [cand(f"c{i}", merit=1.0 - i / 10, doc_id=d) for i in range(4)]
-    other = cand("o", merit=0.1, doc_id=uuid.uuid4())
+    chunks = [cand(f"c{i}", merit=1.0 - i / 10, doc_id=d) for i in range(4)]  # 1.0 .. 0.7
+    other = cand("o", merit=0.45, doc_id=uuid.uuid4())
+    weak = cand("weak", merit=0.03, doc_id=uuid.uuid4())
     named = cand("named", merit=0.0, doc_id=uuid.uuid4(), direct=True)
-    ordered, deferred = diversify([named, *chunks, other], 1.0, 2)
-    assert [c.key for c in ordered] == ["named", "c0", "c1", "o", "c2", "c3"]
+    ordered, deferred = diversify([named, *chunks, other, weak], 1.0, 2)
+    # Past the cap c2 (0.8) and c3 (0.7) compete at half their merit: after the other
+    # document's 0.45, before the weak item's 0.03.
+    assert [c.key for c in ordered] == ["named", "c0", "c1", "o", "c2", "c3", "weak"]
     assert [c.key for c in deferred] == ["c2", "c3"]
+    # With no discount they wait behind every other candidate, as the hard cap did.
+    ordered, _ = diversify([named, *chunks, other, weak], 1.0, 2, cap_discount=0.0)
+    assert [c.key for c in ordered] == ["named", "c0", "c1", "o", "weak", "c2", "c3"]
+    # The discount is relative: a strong enough chunk past the cap still beats a weaker document.
+    ordered, _ = diversify([*chunks, cand("mid", merit=0.3, doc_id=uuid.uuid4())], 1.0, 2)
+    assert [c.key for c in ordered] == ["c0", "c1", "c2", "c3", "mid"]
     with pytest.raises(ValueError, match="lambda"):
         diversify(list(chunks), 1.5, 2)
+    with pytest.raises(ValueError, match="discount"):
+        diversify(list(chunks), 0.85, 2, cap_discount=2.0)
 
 
 # --- duplicates and the shared unit embeddings ------------------------------------------------

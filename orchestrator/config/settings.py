@@ -144,6 +144,9 @@ class Settings(BaseSettings):
     recall_diverse: bool = True
     recall_mmr_lambda: float = 0.85
     recall_mmr_doc_cap: int = 3
+    # A chunk past its document's cap competes again at this share of its merit (0: it waits
+    # behind every other candidate).
+    recall_mmr_cap_discount: float = Field(default=0.5, ge=0.0, le=1.0)
     recall_mmr_depth: int = 60
     rank_usage_rows: bool = True
     rank_usage_pooled: int = 20

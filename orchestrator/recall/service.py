@@ -571,11 +571,12 @@ class Recaller:
             if s.recall_diverse:
                 started = time.perf_counter()
                 ordered, deferred = diversify(ordered, s.recall_mmr_lambda, s.recall_mmr_doc_cap,
-                                              s.recall_mmr_depth)
+                                              s.recall_mmr_depth, s.recall_mmr_cap_discount)
                 trace.timings_ms["mmr"] = (time.perf_counter() - started) * 1000.0
                 trace.diversity = (f"MMR lambda {s.recall_mmr_lambda}, at most "
                                    f"{s.recall_mmr_doc_cap} chunk(s) per document before the "
-                                   f"rest; {len(deferred)} deferred by the cap")
+                                   f"rest compete at {s.recall_mmr_cap_discount:g} of their merit; "
+                                   f"{len(deferred)} deferred by the cap")
             else:
                 trace.diversity = "off (recall_diverse); merit order"
         if detail:
