@@ -5,11 +5,12 @@ guide, architecture notes and planning notes of fictional software, with code
 blocks, URLs, badges, tables, logs and front matter) is ingested twice, into two
 tenants, exactly as ``engram ingest`` does; the chunks are embedded, then every
 derive job runs, with ``derive_quality_gates`` off in the first tenant and on in
-the second. Counted per tenant: entities, profiles and observations, and among
-them the **junk** ones: an entity whose name is not a plausible name, a profile
-or an observation whose text (profile: the part after its title) is code, a URL,
-markup, numbers or a log line (``orchestrator.derive.quality.junk_reason``), and
-observations whose text another observation already says (served twice). Up to
+the second. Counted per tenant: entities, profiles, observations and facts, and
+among them the **junk** ones: an entity whose name is not a plausible name, a
+profile, an observation or a fact whose text (profile: the part after its title)
+is code, a URL, markup, numbers or a log line
+(``orchestrator.derive.quality.junk_reason``), and observations whose text another
+observation already says (served twice). Up to
 ``--examples`` junk items per kind are printed.
 
     .venv/bin/python benchmarks/derive_junk.py [--folder PATH] [--examples 5]
@@ -44,6 +45,7 @@ def count(app: object, org: str, examples: int) -> tuple[dict[str, int], list[st
         profiles = session.execute(text("select summary from memory.profiles")).scalars().all()
         observations = session.execute(text("select text from memory.observations "
                                             "where confidence >= 0.65")).scalars().all()
+        facts = session.execute(text("select text from knowledge.fact_content")).scalars().all()
     figures["entities"] = len(names)
     for n in names:
         if not plausible_entity(n):
@@ -68,6 +70,13 @@ def count(app: object, org: str, examples: int) -> tuple[dict[str, int], list[st
             if figures["junk observations"] <= examples:
                 shown.append(f"observation ({reason}) {o[:90]!r}")
     figures["repeated observations"] = sum(n - 1 for n in seen.values() if n > 1)
+    figures["facts (distinct sentences)"] = len(facts)
+    for f in facts:
+        reason = junk_reason(f)
+        if reason:
+            figures["junk facts"] += 1
+            if figures["junk facts"] <= examples:
+                shown.append(f"fact ({reason}) {f[:90]!r}")
     return figures, shown
 
 
@@ -102,11 +111,11 @@ def main() -> None:
         worker.dispose()
     keys = list(rows["before (gates off)"].keys() | rows["after (gates on)"].keys())
     order = ["entities", "junk entities", "profiles", "junk profiles", "recallable observations",
-             "junk observations", "repeated observations"]
+             "junk observations", "repeated observations", "facts (distinct sentences)", "junk facts"]
     keys = [k for k in order if k in keys]
-    print(f"\n{'':26s} {'before':>8s} {'after':>8s}")
+    print(f"\n{'':28s} {'before':>8s} {'after':>8s}")
     for k in keys:
-        print(f"{k:26s} {rows['before (gates off)'].get(k, 0):8d} {rows['after (gates on)'].get(k, 0):8d}")
+        print(f"{k:28s} {rows['before (gates off)'].get(k, 0):8d} {rows['after (gates on)'].get(k, 0):8d}")
     for label, shown in examples.items():
         print(f"\njunk {label}:" + ("".join(f"\n  {s}" for s in shown) if shown else " none"))
 

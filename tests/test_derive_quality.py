@@ -78,3 +78,42 @@ def test_ordinary_markdown_yields_no_junk_and_one_observation_per_sentence(
     # so several groups of claims, which say the same thing: one observation.
     repeated = [o for o in observations if "Lindqvist Labs maintains Quillstream in Oslo" in o]
     assert len(repeated) == 1, observations
+
+
+CODE_ACROSS_CHUNKS = (
+    "The release tool ships a small client library for the archive service.\n\n"
+    "```python\n"
+    "import archive\n"
+    "client = archive.Client(host='archive.local', port=8080)\n"
+    "client.login(user='svc', token=TOKEN)\n"
+    "for path in sorted(paths):\n"
+    "    client.upload(path, retries=3)\n"
+    "# Maren Okafor founded Lindqvist Labs in Oslo.\n"
+    "client.close()\n"
+    "```\n"
+    "Priya Raman works at Nordheat in Bergen.\n"
+)
+
+
+def test_a_code_block_cut_by_a_chunk_boundary_stays_code_and_the_prose_after_it_stays_prose(
+        tenant_factory, app_engine, settings, tmp_path):
+    from orchestrator.ingest.chunking import chunk_text
+
+    small = settings.model_copy(update={"chunk_size_chars": 120, "chunk_overlap_chars": 0})
+    spans = chunk_text(CODE_ACROSS_CHUNKS, 120, 0)
+    # The setting this test is about: the comment in a chunk with no fence of its own (all of
+    # it inside the block), the sentence in a chunk that starts inside the block.
+    comment = next(s.text for s in spans if "Maren Okafor" in s.text)
+    sentence = next(s.text for s in spans if "Priya Raman" in s.text)
+    assert "```" not in comment and "```" in sentence and "```python" not in sentence, spans
+    (tmp_path / "client.md").write_text(CODE_ACROSS_CHUNKS)
+    t = tenant_factory("code")
+    writer = t.identity("writer", write=("code",))
+    ingest_paths(small, app_engine, writer, [tmp_path], collection="readme", scopes=["code"])
+    with bound_session(app_engine, writer) as s:
+        extract(s, settings=small)
+    with bound_session(app_engine, writer) as s:
+        names = set(s.execute(text("select canonical_name from knowledge.entities")).scalars())
+    # The comment in the code names no one; the sentence after the block does.
+    assert not names & {"Maren Okafor", "Lindqvist Labs", "Oslo"}, names
+    assert {"Priya Raman", "Nordheat"} <= names, names

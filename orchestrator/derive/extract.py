@@ -161,6 +161,8 @@ class _Chunk:
     anchor: date | None
     opted_out: bool
     read_before: bool
+    document_id: uuid.UUID | None = None
+    start: int = 0  # where the chunk's text starts in its document's body
 
 
 def _opted_out() -> Any:
@@ -178,7 +180,8 @@ def _pending(model: str, document_ids: Sequence[uuid.UUID] | None) -> Any:
     query = (
         select(Chunk.id, Chunk.text, Chunk.content_hash, Chunk.scopes, Document.collection, Document.path,
                Document.occurred_at, out.label("opted_out"),
-               Extraction.chunk_id.is_not(None).label("read_before"))
+               Extraction.chunk_id.is_not(None).label("read_before"), Chunk.document_id,
+               Chunk.char_start)
         .join(Document, (Document.tenant_id == Chunk.tenant_id) & (Document.id == Chunk.document_id))
         .outerjoin(Extraction, (Extraction.tenant_id == Chunk.tenant_id) & (Extraction.chunk_id == Chunk.id))
         .where(writable, or_(and_(not_(out), stale), and_(out, Extraction.chunk_id.is_not(None))))
@@ -229,7 +232,8 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
                             .with_for_update(key_share=True, of=Chunk)).all()
     report.more = len(found) > limit
     chunks = [_Chunk(r.id, r.text, bytes(r.content_hash), tuple(r.scopes), f"{r.collection}/{r.path}"[:2000],
-                     r.occurred_at.date() if r.occurred_at else None, bool(r.opted_out), bool(r.read_before))
+                     r.occurred_at.date() if r.occurred_at else None, bool(r.opted_out), bool(r.read_before),
+                     r.document_id, r.char_start)
               for r in found[:limit]]
     if not chunks:
         report.seconds = time.monotonic() - started
@@ -245,10 +249,9 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
     nlp = load_spacy(settings.extract_spacy_model)
     size = settings.extract_batch_chunks
 
-    def parse(batch: list[_Chunk]) -> list[list[Sentence]]:
-        # Code, URLs, markup and log lines become spaces of the same length (offsets hold).
-        gates = settings.derive_quality_gates
-        texts = [mask_markup(c.text) if gates else c.text for c in batch]
+    gates = settings.derive_quality_gates
+
+    def parse(batch: list[_Chunk], texts: list[str]) -> list[list[Sentence]]:
         docs = list(nlp.pipe(texts, batch_size=size))
         mentions = choice.backend.mentions(texts, docs)
         return [read(d, m, c.anchor, gates=gates) for c, d, m in zip(batch, docs, mentions, strict=True)]
@@ -257,12 +260,19 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
     # database's own process, so parsing and writing use both cores. spaCy objects
     # never leave the parsing thread (they are not thread-safe); only Sentences do.
     batches = [todo[i:i + size] for i in range(0, len(todo), size)]
+    # Code, URLs, markup and log lines become spaces of the same length (offsets hold), masked
+    # over the whole document and cut out per chunk: a chunk that starts inside a fenced code
+    # block does not know it is code (its first fence would open a block over the prose).
+    def texts_of(batch: list[_Chunk]) -> list[str]:
+        return masked_texts(session, batch) if gates else [c.text for c in batch]
+
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="engram-extract-parse") as pool:
-        parsed = pool.submit(parse, batches[0]) if batches else None
+        parsed = pool.submit(parse, batches[0], texts_of(batches[0])) if batches else None
         for k, batch in enumerate(batches):
             assert parsed is not None
             sentences = [_fit_names(c, s, report) for c, s in zip(batch, parsed.result(), strict=True)]
-            parsed = pool.submit(parse, batches[k + 1]) if k + 1 < len(batches) else None
+            parsed = (pool.submit(parse, batches[k + 1], texts_of(batches[k + 1]))
+                      if k + 1 < len(batches) else None)
             if poison.careful():
                 writer.write_each(batch, sentences)
             else:
@@ -273,6 +283,29 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
     end_activity(session)
     report.seconds = time.monotonic() - started
     return report
+
+
+def masked_texts(session: Session, batch: Sequence[_Chunk]) -> list[str]:
+    """Each chunk's text with its document's code and markup masked (``mask_markup`` over the
+    whole body, then the chunk's span of it). A chunk whose document is not readable or whose
+    span no longer matches the body is masked on its own, as before."""
+    ids = {c.document_id for c in batch if c.document_id is not None}
+    rows = session.execute(select(Document.id, Document.body).where(Document.id.in_(list(ids)))).all() \
+        if ids else []
+    bodies: dict[uuid.UUID, str] = {r.id: r.body for r in rows}
+    masked: dict[uuid.UUID, str] = {}
+    out = []
+    for c in batch:
+        body = bodies.get(c.document_id) if c.document_id is not None else None
+        end = c.start + len(c.text)
+        if body is None or body[c.start:end] != c.text:
+            out.append(mask_markup(c.text))
+            continue
+        assert c.document_id is not None
+        if c.document_id not in masked:
+            masked[c.document_id] = mask_markup(body)
+        out.append(masked[c.document_id][c.start:end])
+    return out
 
 
 def _fit_names(chunk: _Chunk, sentences: list[Sentence], report: ExtractReport) -> list[Sentence]:

@@ -7,7 +7,9 @@ Order of work, where each gate sits:
    targets, HTML tags, table rows, heading/emphasis/list markers and log lines
    are overwritten with spaces of the same length. The parser then never sees
    them, while every character offset of the remaining prose stays where it was
-   (entity spans are offsets into the chunk);
+   (entity spans are offsets into the chunk). Extraction masks a chunk's whole
+   document and cuts the chunk's span out of it (``extract.masked_texts``): a chunk
+   that starts inside a fenced block cannot tell code from prose on its own;
 2. ``plausible_entity`` (extraction): a mention becomes an entity only when its
    name reads as a name: letters first, no URL, path, code punctuation or
    identifier shape (``snake_case``, ``camelCase``, ``a.b``), not mostly digits,
