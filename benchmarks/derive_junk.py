@@ -53,30 +53,25 @@ def count(app: object, org: str, examples: int) -> tuple[dict[str, int], list[st
             if figures["junk entities"] <= examples:
                 shown.append(f"entity {n!r}")
     figures["profiles"] = len(profiles)
+
+    def tally(kind: str, label: str, item: str, reason: str | None) -> None:
+        if reason:
+            figures[f"junk {kind}"] += 1
+            if figures[f"junk {kind}"] <= examples:
+                shown.append(f"{label} ({reason}) {item[:90]!r}")
+
     for p in profiles:
         title, _, body = p.partition(": ")
-        reason = None if plausible_entity(title.split(",")[0]) else "name"
-        reason = reason or junk_reason(body)
-        if reason:
-            figures["junk profiles"] += 1
-            if figures["junk profiles"] <= examples:
-                shown.append(f"profile ({reason}) {p[:90]!r}")
+        tally("profiles", "profile", p,
+              junk_reason(body) if plausible_entity(title.split(",")[0]) else "name")
     figures["recallable observations"] = len(observations)
     seen: Counter[str] = Counter(" ".join(o.split()).lower() for o in observations)
     for o in observations:
-        reason = junk_reason(o)
-        if reason:
-            figures["junk observations"] += 1
-            if figures["junk observations"] <= examples:
-                shown.append(f"observation ({reason}) {o[:90]!r}")
+        tally("observations", "observation", o, junk_reason(o))
     figures["repeated observations"] = sum(n - 1 for n in seen.values() if n > 1)
     figures["facts (distinct sentences)"] = len(facts)
     for f in facts:
-        reason = junk_reason(f)
-        if reason:
-            figures["junk facts"] += 1
-            if figures["junk facts"] <= examples:
-                shown.append(f"fact ({reason}) {f[:90]!r}")
+        tally("facts", "fact", f, junk_reason(f))
     return figures, shown
 
 
