@@ -117,3 +117,34 @@ def test_a_code_block_cut_by_a_chunk_boundary_stays_code_and_the_prose_after_it_
     # The comment in the code names no one; the sentence after the block does.
     assert not names & {"Maren Okafor", "Lindqvist Labs", "Oslo"}, names
     assert {"Priya Raman", "Nordheat"} <= names, names
+
+
+def test_a_document_spanning_two_batches_is_read_and_masked_once():
+    import uuid
+    from types import SimpleNamespace
+
+    from orchestrator.derive.extract import _Chunk, masked_texts
+
+    doc, other = uuid.uuid4(), uuid.uuid4()
+    body = "Prose.\n```\ncode()\n```\nMore prose."
+    bodies = {doc: body, other: "Other prose."}
+    reads: list[list[uuid.UUID]] = []
+
+    class Session:  # answers the one query masked_texts makes, and counts it
+        def execute(self, statement):  # type: ignore[no-untyped-def]
+            ids = next(iter(statement.compile().params.values()))
+            reads.append(ids)
+            return [SimpleNamespace(id=i, body=bodies[i]) for i in ids]
+
+    def chunk(d: uuid.UUID, start: int, end: int) -> _Chunk:
+        return _Chunk(uuid.uuid4(), bodies[d][start:end], b"", (), "x", None, False, False, d, start)
+
+    cache: dict[uuid.UUID, tuple[str, str]] = {}
+    first = masked_texts(Session(), [chunk(doc, 0, 17)], cache)  # ends inside the block
+    second = masked_texts(Session(), [chunk(doc, 18, len(body)), chunk(other, 0, 12)], cache)
+    assert reads == [[doc], [other]]  # the document spanning both batches is read once
+    assert first == ["Prose.\n   \n      "]  # the block's code, masked
+    # The closing fence is the block's end, not a new block's start: the prose stays.
+    assert second == ["   \nMore prose.", "Other prose."]
+    masked_texts(Session(), [chunk(other, 0, 12)], cache)
+    assert set(cache) == {other} and len(reads) == 2

@@ -263,8 +263,10 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
     # Code, URLs, markup and log lines become spaces of the same length (offsets hold), masked
     # over the whole document and cut out per chunk: a chunk that starts inside a fenced code
     # block does not know it is code (its first fence would open a block over the prose).
+    documents: dict[uuid.UUID, tuple[str, str]] = {}
+
     def texts_of(batch: list[_Chunk]) -> list[str]:
-        return masked_texts(session, batch) if gates else [c.text for c in batch]
+        return masked_texts(session, batch, documents) if gates else [c.text for c in batch]
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="engram-extract-parse") as pool:
         parsed = pool.submit(parse, batches[0], texts_of(batches[0])) if batches else None
@@ -285,26 +287,28 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
     return report
 
 
-def masked_texts(session: Session, batch: Sequence[_Chunk]) -> list[str]:
+def masked_texts(session: Session, batch: Sequence[_Chunk],
+                 cache: dict[uuid.UUID, tuple[str, str]] | None = None) -> list[str]:
     """Each chunk's text with its document's code and markup masked (``mask_markup`` over the
     whole body, then the chunk's span of it). A chunk whose document is not readable or whose
-    span no longer matches the body is masked on its own, as before."""
+    span no longer matches the body is masked on its own, as before. ``cache`` (document id ->
+    body, masked body) carries a document whose chunks run on into the next batch (chunks come
+    in id order, so one document's are consecutive): it is read and masked once, and the cache
+    keeps only this batch's documents."""
+    cache = {} if cache is None else cache
     ids = {c.document_id for c in batch if c.document_id is not None}
-    rows = session.execute(select(Document.id, Document.body).where(Document.id.in_(list(ids)))).all() \
-        if ids else []
-    bodies: dict[uuid.UUID, str] = {r.id: r.body for r in rows}
-    masked: dict[uuid.UUID, str] = {}
+    missing = [i for i in ids if i not in cache]
+    if missing:
+        for r in session.execute(select(Document.id, Document.body).where(Document.id.in_(missing))):
+            cache[r.id] = (r.body, mask_markup(r.body))
     out = []
     for c in batch:
-        body = bodies.get(c.document_id) if c.document_id is not None else None
+        body, masked = cache.get(c.document_id, (None, "")) if c.document_id is not None else (None, "")
         end = c.start + len(c.text)
-        if body is None or body[c.start:end] != c.text:
-            out.append(mask_markup(c.text))
-            continue
-        assert c.document_id is not None
-        if c.document_id not in masked:
-            masked[c.document_id] = mask_markup(body)
-        out.append(masked[c.document_id][c.start:end])
+        out.append(masked[c.start:end] if body is not None and body[c.start:end] == c.text
+                   else mask_markup(c.text))
+    for stale in set(cache) - ids:
+        del cache[stale]
     return out
 
 

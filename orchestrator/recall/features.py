@@ -10,11 +10,14 @@ list is refused, never fed misaligned columns):
    the best rank among the memory lanes and how many lanes found the item;
 2. the query vector against the candidate's embedding (cosine, its rank, its gap
    to the best) and the nearest better-fused candidate (duplicate similarity);
-3. the words: how many of the question's content terms the text holds (count and
-   share), how many entity seeds it names, whether its author is named in the
-   question or is the asker;
+3. the words: how many of the question's content terms the text holds (count,
+   share, and share weighted by each term's rarity in the pool), how many entity
+   seeds it names, whether its author is named in the question or is the asker;
+   what the question asks for (``question_type``) and what the text holds
+   (``mentions``: time words, numbers, names), so "when" can meet a date;
 4. time: distance to the best fused source candidate (the evidence a timeline
-   neighbour neighbours) and age against the newest candidate;
+   neighbour neighbours), age against the newest candidate, and context: how many
+   candidates happened within ``NEAR_SECONDS`` of it and the best of them;
 5. what the item is: kind, provenance class, pinned, confidence, length, how
    many candidates share its document, the personalized PageRank score
    (``recall.ppr``), and the cross-encoder's score where one ran.
@@ -327,9 +330,10 @@ def feature_matrix(candidates: Sequence[Candidate], ctx: RankContext) -> np.ndar
     seed_names = prepare_names({" ".join(n.lower().split()) for n in ctx.seeds})
     question_words = set(_WORD.findall(ctx.question.lower()))
     hits, seeds_named, author_named, author_asker = [], [], [], []
+    shared: list[frozenset[str]] = []  # the question's terms each text holds
     for c in candidates:
-        t_terms = terms(c.text)
-        h = len(q_terms & t_terms)
+        shared.append(q_terms & terms(c.text))
+        h = len(shared[-1])
         hits.append(float(h))
         seeds_named.append(float(len(names_in(c.text, seed_names))) if seed_names else 0.0)
         author = (c.author or "").strip().lower()
@@ -342,11 +346,10 @@ def feature_matrix(candidates: Sequence[Candidate], ctx: RankContext) -> np.ndar
     # The question's terms weighted by how rare they are in this pool: the term every candidate
     # holds (often the asker's subject) counts for less than the one only a few do.
     if q_terms:
-        cand_terms = [terms(c.text) & q_terms for c in candidates]
-        df = Counter(t for ts in cand_terms for t in ts)
+        df = Counter(t for ts in shared for t in ts)
         weight = {t: math.log((n + 1) / (df[t] + 0.5)) for t in q_terms}
         total = sum(weight.values()) or 1.0
-        put("term_weight_share", [sum(weight[t] for t in ts) / total for ts in cand_terms])
+        put("term_weight_share", [sum(weight[t] for t in ts) / total for ts in shared])
     else:
         put("term_weight_share", [0.0] * n)
     put("question_type", [question_type(ctx.question)] * n)
