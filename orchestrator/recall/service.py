@@ -315,7 +315,8 @@ class Recaller:
             apply_learned(pool, RankContext("Where did Ada meet Bob?", None, vector, ["Ada", "Bob"]),
                           model)
             assign_merit(pool, self.settings.recall_pin_boost)
-            diversify(order(pool), self.settings.recall_mmr_lambda, self.settings.recall_mmr_doc_cap)
+            diversify(order(pool), self.settings.recall_mmr_lambda, self.settings.recall_mmr_doc_cap,
+                      self.settings.recall_mmr_depth, self.settings.recall_mmr_cap_discount)
 
     @property
     def index_tier(self) -> str:
