@@ -16,6 +16,7 @@ unique organization id) rather than in a rolled-back transaction.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -37,6 +38,19 @@ REPO = Path(__file__).resolve().parents[1]
 TEST_DB = "engram_test"
 # Session fixtures shared by several modules (a fixture imported into two modules is two fixtures).
 pytest_plugins = ["tests.support.stack"]
+
+
+@pytest.fixture(autouse=True)
+def _engram_logger_restored() -> Iterator[None]:
+    """A command a test runs in-process (``CliRunner``: ``engram worker run``, ``up``) sets up
+    the ``engram`` logger for the whole process, as it does for a real one; put it back after
+    the test, so the next test's command output holds no log lines of an earlier command."""
+    logger = logging.getLogger("engram")
+    handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
+    yield
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
+    logger.propagate = propagate
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -78,3 +78,34 @@ def test_the_cli_asks_a_running_api_server_and_says_so(cli_env, tenant_factory, 
         assert bad.exit_code == 1 and "the question is empty" in bad.output
         forced = runner.invoke(app, ["recall", question, *who, "--local"], env=env)
         assert forced.exit_code == 0 and "answered in this process (--local" in forced.output
+
+
+def test_the_cli_prints_the_rendered_string_exactly(cli_env, tenant_factory, app_engine, embedder,
+                                                     settings):
+    """Square brackets are text, not Rich markup: code, links and ``[bold]`` in an excerpt and
+    in the question reach the terminal as the recall rendered them (``[p.gql(...)]`` used to
+    vanish from ``engram recall``'s output)."""
+    from orchestrator.recall.service import Recaller
+
+    t = tenant_factory("team")
+    body = ('Register the surface: register("graphql recallTrace", lambda p: [p.gql(q)]).\n'
+            "Then [bold]shout[/bold] and see [the docs](https://example.org) [red] or [/x].")
+    write_documents(app_engine, t.identity(write=("team",)), embedder,
+                    [doc("surfaces.md", "Surfaces", body)], settings)
+    question = "how do I register [p.gql] surfaces?"
+    runner = CliRunner()
+    who = ["--org", t.org_id, "--as", "alice", "--read", "team"]
+    printed = runner.invoke(app, ["recall", question, *who], env=cli_env)
+    assert printed.exit_code == 0, printed.output
+    assert "lambda p: [p.gql(q)])" in printed.stdout
+    assert "[bold]shout[/bold]" in printed.stdout and "[red] or [/x]" in printed.stdout
+    assert f"Relevant memory for: {question}" in printed.stdout
+    # Exactly the string recall renders for the same identity, nothing dropped or added.
+    rendered = Recaller(app_engine, settings, embedder=embedder).recall(
+        t.identity(read=("team",)), question).rendered
+    assert rendered.strip() in printed.stdout
+    traced = runner.invoke(app, ["trace", question, *who], env=cli_env)
+    assert traced.exit_code == 0 and "lambda p: [p.gql(q)])" in traced.stdout
+    # An error message quoting the input keeps its brackets too.
+    bad = runner.invoke(app, ["trace", question, *who, "--mode", "[bold]psychic"], env=cli_env)
+    assert bad.exit_code == 1 and "[bold]psychic" in bad.output, bad.output

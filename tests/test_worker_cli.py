@@ -45,3 +45,24 @@ def test_bad_arguments_get_clear_errors() -> None:
     assert result.exit_code == 2 and "--role must be embedding, reranker or all" in result.output
     result = runner.invoke(app, ["worker", "run", "--once", "--tenant", "not-a-uuid"])
     assert result.exit_code == 1 and "--tenant takes a tenant id" in result.output
+
+
+def test_logs_go_to_the_stderr_of_the_moment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ``engram`` log handler writes to ``sys.stderr`` as it is when a record is logged:
+    a stderr that was replaced and closed since logging was set up (a test's CliRunner, an
+    application that ran a command in-process) no longer turns each log line into a
+    "--- Logging error ---" traceback on the next stream."""
+    import io
+    import logging
+
+    from orchestrator.cli.logs import configure_logging
+    from orchestrator.config import Settings
+
+    first, second = io.StringIO(), io.StringIO()
+    monkeypatch.setattr("sys.stderr", first)
+    configure_logging(Settings())
+    first.close()
+    monkeypatch.setattr("sys.stderr", second)
+    logging.getLogger("engram.test").info("after the %s stream closed", "first")
+    assert "after the first stream closed" in second.getvalue()
+    assert "Logging error" not in second.getvalue()

@@ -17,21 +17,21 @@ from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
-from rich.console import Console
 from sqlalchemy import Connection, create_engine, pool, text
 
+from orchestrator.cli.output import console, styled
 from orchestrator.config import Settings
 from orchestrator.db.engine import Database
 from orchestrator.errors import BadInput, EngramError, NotFound
 
 audit_app = typer.Typer(help="Auditors: verify and anchor the provenance chain, export PROV-O, "
                              "check recall receipts, trace lineage.", no_args_is_help=True)
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = console()
+err = console(stderr=True)
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}")
+    err.print(styled("error:", "red", f" {message}"))
     raise typer.Exit(code)
 
 

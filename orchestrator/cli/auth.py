@@ -12,22 +12,22 @@ from __future__ import annotations
 from typing import Annotated, NoReturn
 
 import typer
-from rich.console import Console
 
 from orchestrator.auth import Identity
 from orchestrator.auth.devkey import create_dev_key, jwks_path, mint_token
 from orchestrator.auth.tokens import TokenVerifier
+from orchestrator.cli.output import console, styled
 from orchestrator.config import Settings
 from orchestrator.errors import EngramError
 
 auth_app = typer.Typer(help="Tokens: the local development key, minting and checking tokens.",
                        no_args_is_help=True)
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = console()
+err = console(stderr=True)
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}")
+    err.print(styled("error:", "red", f" {message}"))
     raise typer.Exit(code)
 
 

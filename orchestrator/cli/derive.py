@@ -18,10 +18,10 @@ from datetime import UTC, date, datetime
 from typing import Annotated, NoReturn, TypeVar
 
 import typer
-from rich.console import Console
 from sqlalchemy.orm import Session
 
 from orchestrator.cli.auth import cli_identity
+from orchestrator.cli.output import console, styled
 from orchestrator.cli.progress import progress_bar
 from orchestrator.config import Settings
 from orchestrator.derive import lifecycle
@@ -34,8 +34,8 @@ derive_app = typer.Typer(help="Run a derived-memory job now (the worker runs the
                          no_args_is_help=True)
 lifecycle_app = typer.Typer(help="Lifecycle policies: archive documents unused for N days.",
                             no_args_is_help=True)
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = console()
+err = console(stderr=True)
 
 Token = Annotated[str | None, typer.Option(envvar="ENGRAM_TOKEN", help="bearer token")]
 Tenant = Annotated[str | None, typer.Option(help="mint a dev-key token for this tenant")]
@@ -44,7 +44,7 @@ Scopes = Annotated[str | None, typer.Option(help="scopes of a minted token, e.g.
 
 
 def _fail(message: str, code: int) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}")
+    err.print(styled("error:", "red", f" {message}"))
     raise typer.Exit(code)
 
 
@@ -88,10 +88,10 @@ def _run(token: str | None, tenant: str | None, user: str, scopes: str | None,
 
 def _show_skipped(skipped: Sequence[Skipped]) -> None:
     for s in skipped:
-        err.print(f"[yellow]note:[/yellow] {s}")
+        err.print(styled("note:", "yellow", f" {s}"))
     if skipped:
-        err.print(f"[yellow]{len(skipped)} items skipped[/yellow]; the rest was written "
-                  "(kept in memory.job_runs)")
+        err.print(styled(f"{len(skipped)} items skipped", "yellow",
+                         "; the rest was written (kept in memory.job_runs)"))
 
 
 def _moment(value: str | None) -> datetime | None:
@@ -281,7 +281,7 @@ def extract_job(
     out.print(report.line())
     _show_skipped(report.skipped)
     if report.notice:
-        err.print(f"[yellow]note:[/yellow] {report.notice}")
+        err.print(styled("note:", "yellow", f" {report.notice}"))
 
 
 @derive_app.command("communities")
@@ -349,7 +349,7 @@ def _outcome(token: str | None, tenant: str | None, user: str, scopes: str | Non
     assert isinstance(result, Outcome)
     out.print(result.line)
     for note in result.notes:
-        err.print(f"[yellow]note:[/yellow] {note}")
+        err.print(styled("note:", "yellow", f" {note}"))
 
 
 @derive_app.command("conflicts")
@@ -413,9 +413,9 @@ def all_jobs(
             if r.ok:
                 out.print(r.line if r.line.startswith(f"{r.job}:") else f"{r.job}: {r.line}")
             else:
-                err.print(f"[red]{r.job}: failed:[/red] {r.line}")
+                err.print(styled(f"{r.job}: failed:", "red", f" {r.line}"))
             for note in r.notes:
-                err.print(f"[yellow]note:[/yellow] {r.job}: {note}")
+                err.print(styled("note:", "yellow", f" {r.job}: {note}"))
             done = names.index(r.job) + 1
             bar(done, len(names), names[done] if done < len(names) else "done")
 

@@ -49,12 +49,12 @@ from typing import Annotated, Any
 
 import typer
 import yaml
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import Engine, func, select
 
 from orchestrator.auth import Identity
 from orchestrator.cli.auth import cli_identity, parse_scopes
+from orchestrator.cli.output import console, styled
 from orchestrator.config import Settings
 from orchestrator.db.models import Chunk, Document
 from orchestrator.db.session import bound_session
@@ -65,8 +65,8 @@ SUFFIXES = (".md", ".markdown", ".txt")
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
 _KEY = re.compile(r"^([A-Za-z_][\w-]*)\s*:\s*(.*)$")
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = console()
+err = console(stderr=True)
 
 
 @dataclass(frozen=True)
@@ -329,7 +329,7 @@ def ingest(
         identity = cli_identity(settings, token=token, tenant=tenant, user=user, scopes=scopes)
         files, _ = discover(paths, collection)
     except EngramError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        err.print(styled("error:", "red", f" {exc}"))
         raise typer.Exit(2) from exc
     engine = make_app_engine(Database(settings).app_url(), pool_size=2)
     chosen = [s for v in scope for s in parse_scopes(v)] if scope else None
@@ -350,7 +350,7 @@ def ingest(
                   f"{summary.updated} updated, {summary.unchanged} unchanged, {summary.deleted} deleted, "
                   f"{len(summary.failed)} failed; {summary.chunks} chunks written")
         for where, why in summary.failed:
-            err.print(f"[red]failed:[/red] {where}: {why}")
+            err.print(styled("failed:", "red", f" {where}: {why}"))
         if extract:
             extracted = _extract(settings, engine, identity, summary.changed_ids)
         else:
@@ -358,7 +358,7 @@ def ingest(
             if not skip_extraction:
                 _handed_over(engine, identity, summary.changed_ids)
     except EngramError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        err.print(styled("error:", "red", f" {exc}"))
         raise typer.Exit(1) from exc
     finally:
         engine.dispose()
@@ -398,12 +398,12 @@ def _extract(settings: Settings, engine: Engine, identity: Identity, document_id
             report = extract_all(lambda: bound_session(engine, identity), settings,
                                  document_ids=document_ids, on_progress=update)
     except EngramError as exc:
-        err.print(f"[red]extraction failed:[/red] {exc}; the documents are stored and `engram worker "
-                  "run` (or `engram derive extract`) extracts them later")
+        err.print(styled("extraction failed:", "red", f" {exc}; the documents are stored and "
+                         "`engram worker run` (or `engram derive extract`) extracts them later"))
         return False
     out.print(f"extracted {report.line()}")
     if report.notice:
-        err.print(f"[yellow]note:[/yellow] {report.notice}")
+        err.print(styled("note:", "yellow", f" {report.notice}"))
     return True
 
 
@@ -430,7 +430,7 @@ def remember(
     try:
         identity = cli_identity(settings, token=token, tenant=tenant, user=user, scopes=scopes)
     except EngramError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        err.print(styled("error:", "red", f" {exc}"))
         raise typer.Exit(2) from exc
     chosen = [s for v in scope for s in parse_scopes(v)] if scope else sorted(identity.write_scopes)
     engine = make_app_engine(Database(settings).app_url(), pool_size=1)
@@ -439,7 +439,7 @@ def remember(
             item = add_working_memory(session, session_id, text, chosen, ttl=timedelta(seconds=ttl),
                                       kind="decision" if decision else "note", category=category)
     except EngramError as exc:
-        err.print(f"[red]error:[/red] {exc} ({exc.code})")
+        err.print(styled("error:", "red", f" {exc} ({exc.code})"))
         raise typer.Exit(1) from exc
     finally:
         engine.dispose()

@@ -15,11 +15,26 @@ from orchestrator.config import Settings
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to ``sys.stderr`` as it is when a record is logged, not as it was when logging
+    was configured: a command run inside another program (a test's ``CliRunner``, an
+    embedding application) may have had a stderr that is closed by now, and logging to it
+    printed "--- Logging error ---" tracebacks into whatever stderr came next."""
+
+    @property
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: object) -> None:
+        pass  # StreamHandler.__init__ sets it; the property always reads sys.stderr
+
+
 def configure_logging(settings: Settings) -> None:
     logger = logging.getLogger("engram")
     if any(getattr(h, "_engram", False) for h in logger.handlers):
         return
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr()
     handler.setFormatter(logging.Formatter(_FORMAT))
     handler._engram = True  # type: ignore[attr-defined]
     logger.addHandler(handler)

@@ -11,7 +11,6 @@ import sys
 from typing import Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
 from typer.core import TyperGroup
 
 from orchestrator.cli.audit import audit_app
@@ -19,6 +18,7 @@ from orchestrator.cli.auth import auth_app
 from orchestrator.cli.derive import derive_app, lifecycle_app
 from orchestrator.cli.ingest import ingest, remember
 from orchestrator.cli.models import models_app
+from orchestrator.cli.output import console, styled
 from orchestrator.cli.rank import rank_app
 from orchestrator.cli.recall import register as register_recall
 from orchestrator.cli.serve import mcp, serve
@@ -39,8 +39,7 @@ class _CheckedArguments(TyperGroup):
         for n, arg in enumerate(args, 1):
             problem = text_problem(arg)
             if problem:
-                Console(stderr=True).print(f"[red]error:[/red] argument {n} {problem}",
-                                           highlight=False)
+                console(stderr=True).print(styled("error:", "red", f" argument {n} {problem}"))
                 raise typer.Exit(2)
         return super().parse_args(ctx, args)
 
@@ -59,7 +58,7 @@ class _EngramTyper(typer.Typer):
         except Exception as exc:
             if not is_unavailable(exc):
                 raise
-            err.print(f"[red]error:[/red] {Unavailable.MESSAGE} ({Unavailable.code})", highlight=False)
+            err.print(styled("error:", "red", f" {Unavailable.MESSAGE} ({Unavailable.code})"))
             sys.exit(EXIT_UNAVAILABLE)
 
 
@@ -84,12 +83,12 @@ app.command("ingest")(ingest)
 app.command("remember")(remember)
 register_recall(app)
 
-out = Console()
-err = Console(stderr=True)
+out = console()
+err = console(stderr=True)
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    err.print(styled("error:", "red", f" {message}"))
     raise typer.Exit(code)
 
 
@@ -169,7 +168,7 @@ def db_url(
         url = db.psql_url(None if role == "admin" else role)
     except EngramError as exc:
         _fail(str(exc))
-    out.print(url, highlight=False, soft_wrap=True)
+    out.print(url)
 
 
 @db_app.command("psql", context_settings={"allow_extra_args": True,
@@ -222,11 +221,11 @@ def db_reindex(
             steps = indexes.plan(conn)
         out.print(f"index tier {tier}: {len(steps)} indexes")
         for step in steps:
-            out.print(f"  {step.index} ({step.method}): {step.reason}", highlight=False)
+            out.print(f"  {step.index} ({step.method}): {step.reason}")
         if dry_run:
             for step in steps:
                 for statement in step.statements:
-                    out.print(f"    {statement.splitlines()[0]}", highlight=False)
+                    out.print(f"    {statement.splitlines()[0]}")
             return
         with progress_bar(err, "reindex", transient=True) as update:
             def on_progress(index: str, done: int, total: int, phase: str) -> None:
@@ -241,7 +240,7 @@ def db_reindex(
     finally:
         engine.dispose()
     for index, seconds in timings:
-        out.print(f"rebuilt {index} in {seconds:.1f}s", highlight=False)
+        out.print(f"rebuilt {index} in {seconds:.1f}s")
 
 
 @db_app.command("reset")
@@ -305,7 +304,7 @@ def up(
         _fail(str(exc))
     out.print(f"database migrated to {rev}")
     out.print("connect as the application role:")
-    out.print(f"  {db.psql_url('engram_app')}", highlight=False, soft_wrap=True)
+    out.print(f"  {db.psql_url('engram_app')}")
     out.print("or open psql as the administrator: engram db psql")
     if serve_api:
         from orchestrator.cli.serve import serve_engram
@@ -317,7 +316,7 @@ def up(
                 # Interrupted or stopped: the database is a process of its own, which the CLI
                 # (ingest, recall, db psql) keeps using; say that it runs and how to stop it.
                 out.print("API and worker stopped; the embedded database keeps running "
-                          "(`engram db stop` stops it)", soft_wrap=True)
+                          "(`engram db stop` stops it)")
 
 
 def main() -> None:

@@ -27,17 +27,17 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from orchestrator.cli.output import console, styled
 from orchestrator.config import Settings
 from orchestrator.errors import EngramError
 from orchestrator.worker.registry import RegisteredModel
 
 models_app = typer.Typer(help="Embedding and reranker models: list, check, fetch; change the "
                               "embedding model (backfill, activate).", no_args_is_help=True)
-out = Console()
-err = Console(stderr=True)
+out = console()
+err = console(stderr=True)
 
 
 def _registry(settings: Settings) -> list[RegisteredModel] | str:
@@ -105,7 +105,7 @@ def list_models() -> None:
     out.print(table)
     registry = _registry(settings)
     if isinstance(registry, str):
-        out.print(registry, highlight=False)
+        out.print(registry)
         return
     reg = Table("registered embedding model", "dimension", "active", "generation")
     for m in registry:
@@ -129,33 +129,32 @@ def check(
         v = e.embed_query("check")
         out.print(f"embedding: {e.model_name} loads ({e.dimension}-d, {e.max_seq_length} tokens, "
                   f"{e.device.device}); a test query has norm {float((v * v).sum()) ** 0.5:.3f}; "
-                  f"one question at a time: {e.one_text_path or 'encode'}", highlight=False)
+                  f"one question at a time: {e.one_text_path or 'encode'}")
         if e.model_name != settings.embedding_model:
             out.print(f"embedding: {settings.embedding_model} is configured but absent; the "
-                      "packaged default is used instead", highlight=False)
+                      "packaged default is used instead")
             failed = failed or strict
     except Exception as exc:
-        err.print(f"[red]embedding: {exc}[/red]", highlight=False)
+        err.print(f"embedding: {exc}", style="red")
         failed = True
     r = Reranker.from_settings(settings)
     if r.available:
         scores = r.score("check", ["a passage"])
         out.print(f"reranker: {r.model_name} loads ({r.max_length}-token window); "
-                  f"a test pair scores {scores[0]:.3f}", highlight=False)
+                  f"a test pair scores {scores[0]:.3f}")
     else:
-        err.print(f"[yellow]reranker: {r.note}[/yellow]", highlight=False)
+        err.print(f"reranker: {r.note}", style="yellow")
         failed = failed or strict
     name, usable, note = _learned_ranker()
     if not usable:
-        err.print(f"[red]learned ranker: {note}; recall falls back to fused (RRF) order[/red]",
-                  highlight=False)
+        err.print(f"learned ranker: {note}; recall falls back to fused (RRF) order", style="red")
         failed = True
     elif r.available:
         out.print(f"ordering: the cross-encoder {r.model_name} orders evidence; the learned ranker "
-                  f"{name} stands by (a tenant's own trained model replaces it)", highlight=False)
+                  f"{name} stands by (a tenant's own trained model replaces it)")
     else:
         out.print(f"ordering: the learned ranker {name} orders evidence ({note}); a tenant's "
-                  "own model from `engram rank train` replaces it", highlight=False)
+                  "own model from `engram rank train` replaces it")
     failed = _check_extraction(settings, strict) or failed
     if failed:
         raise typer.Exit(1)
@@ -168,16 +167,15 @@ def _check_extraction(settings: Settings, strict: bool) -> bool:
     try:
         nlp = load_spacy(settings.extract_spacy_model)
     except Exception as exc:
-        err.print(f"[red]extraction: spaCy {settings.extract_spacy_model} does not load: {exc}[/red]",
-                  highlight=False)
+        err.print(f"extraction: spaCy {settings.extract_spacy_model} does not load: {exc}", style="red")
         return True
     choice = choose_backend(settings)
     doc = nlp("Ada Lovelace works at Acme in London.")
     found = choice.backend.mentions([doc.text], [doc])[0]
     out.print(f"extraction: parser {settings.extract_spacy_model} loads; entities by {choice.description} "
-              f"({len(found)} found in a test sentence)", highlight=False)
+              f"({len(found)} found in a test sentence)")
     if choice.notice:
-        err.print(f"[yellow]extraction: {choice.notice}[/yellow]", highlight=False)
+        err.print(f"extraction: {choice.notice}", style="yellow")
         return strict
     return False
 
@@ -188,7 +186,7 @@ def fetch(
 ) -> None:
     """Download the configured models into the Hugging Face cache (needs a network)."""
     if role not in ("embedding", "reranker", "all"):
-        err.print(f"[red]error:[/red] --role must be embedding, reranker or all, not {role!r}")
+        err.print(styled("error:", "red", f" --role must be embedding, reranker or all, not {role!r}"))
         raise typer.Exit(2)
     settings = Settings()
     names = []
@@ -212,11 +210,10 @@ def fetch(
         try:
             path = snapshot_download(name, etag_timeout=10)
         except Exception as exc:
-            err.print(f"[red]{what}: cannot download {name}: {type(exc).__name__}: {exc}[/red]",
-                      highlight=False)
+            err.print(f"{what}: cannot download {name}: {type(exc).__name__}: {exc}", style="red")
             failed = True
             continue
-        out.print(f"{what}: {name} is in {path}", highlight=False)
+        out.print(f"{what}: {name} is in {path}")
     if failed:
         raise typer.Exit(1)
 
@@ -282,7 +279,7 @@ def backfill(
             if discard:
                 dropped = change.discard_shadow()
                 out.print(f"dropped the candidate columns of {', '.join(dropped)}" if dropped
-                          else "no candidate columns to drop", highlight=False)
+                          else "no candidate columns to drop")
                 return
             with change.worker.connect() as conn:
                 known = read_model(conn, name)
@@ -305,28 +302,27 @@ def backfill(
                       + ("same dimension: vectors go to the cache, rows are untouched"
                          if candidate.dimension == active.dimension else
                          f"new dimension: new {candidate.dimension}-d columns, filled, then "
-                         "indexed concurrently"), highlight=False)
+                         "indexed concurrently"))
             with progress_bar(err, f"backfill {name}", unit="rows") as update:
                 report = change.backfill(embedder, batch=batch, on_progress=update)
             coverage = change.coverage(name)
     except EngramError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        err.print(styled("error:", "red", f" {exc}"))
         raise typer.Exit(1) from exc
     out.print(f"backfilled {report.rows} rows ({report.texts} texts embedded by {name})"
               + (f"; indexes built: {', '.join(report.indexes_built)}"
-                 if report.indexes_built else ""), highlight=False)
+                 if report.indexes_built else ""))
     out.print(_coverage_table(coverage, name))
     for failure in report.failed[:10]:
-        err.print(f"[yellow]not embedded:[/yellow] {failure}", highlight=False)
+        err.print(styled("not embedded:", "yellow", f" {failure}"))
     missing = sum(c.missing for c in coverage)
     if missing:
         err.print(f"{missing} ready rows still lack {name}'s vector"
                   + (f" ({len(report.failed)} texts failed)" if report.failed else
                      " (written since the backfill started)")
-                  + "; run the backfill again before activating", highlight=False)
+                  + "; run the backfill again before activating")
         raise typer.Exit(1)
-    out.print(f"complete: `engram models activate {name}` makes it the active model",
-              highlight=False)
+    out.print(f"complete: `engram models activate {name}` makes it the active model")
 
 
 @models_app.command("activate")
@@ -338,18 +334,18 @@ def activate(name: Name) -> None:
         with _change() as change:
             done = change.activate(name)
     except EngramError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        err.print(styled("error:", "red", f" {exc}"))
         raise typer.Exit(1) from exc
     if done.model == done.previous:
-        out.print(f"{done.model.describe()} is already active", highlight=False)
+        out.print(f"{done.model.describe()} is already active")
         return
     out.print(f"active: {done.model.describe()} (was {done.previous.describe()}); "
-              f"{sum(done.switched.values())} rows now serve its vectors", highlight=False)
+              f"{sum(done.switched.values())} rows now serve its vectors")
     for table, n in done.switched.items():
         if n:
-            out.print(f"  {table}: {n}", highlight=False)
+            out.print(f"  {table}: {n}")
     out.print("recallers switch at their next recall; workers started by `engram up` or "
-              "`engram worker run` load it at their next batch", highlight=False)
+              "`engram worker run` load it at their next batch")
 
 
 @models_app.command("status")
@@ -360,7 +356,7 @@ def status(name: Name) -> None:
             candidate, active = change.models(name)
             coverage = change.coverage(name)
     except EngramError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        err.print(styled("error:", "red", f" {exc}"))
         raise typer.Exit(1) from exc
-    out.print(f"candidate {candidate.describe()}; active {active.describe()}", highlight=False)
+    out.print(f"candidate {candidate.describe()}; active {active.describe()}")
     out.print(_coverage_table(coverage, name))

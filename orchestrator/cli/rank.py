@@ -18,9 +18,9 @@ from datetime import UTC, datetime
 from typing import Annotated, NoReturn
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from orchestrator.cli.output import console, styled
 from orchestrator.cli.progress import progress_bar
 from orchestrator.config import Settings
 from orchestrator.derive.service import ServiceTenant, service_session, service_tenants
@@ -28,14 +28,14 @@ from orchestrator.errors import BadInput, EngramError
 
 rank_app = typer.Typer(help="Learned ranking: train from usage, status, activate.",
                        no_args_is_help=True)
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = console()
+err = console(stderr=True)
 
 TenantOpt = Annotated[str | None, typer.Option("--tenant", help="organization id (default: every tenant)")]
 
 
 def _fail(message: str, code: int) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}")
+    err.print(styled("error:", "red", f" {message}"))
     raise typer.Exit(code)
 
 
@@ -96,7 +96,7 @@ def train_command(
                 except BadInput as exc:
                     _fail(str(exc), 2)
                 except EngramError as exc:
-                    err.print(f"[red]{t.org_id}: {exc}[/red]")
+                    err.print(f"{t.org_id}: {exc}", style="red")
                     failed += 1
                     continue
                 for line in report.lines():

@@ -21,13 +21,13 @@ from __future__ import annotations
 from typing import Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
 
+from orchestrator.cli.output import console, styled
 from orchestrator.config import Settings
 from orchestrator.errors import EngramError
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = console()
+err = console(stderr=True)
 
 Token = Annotated[str | None, typer.Option(envvar="ENGRAM_TOKEN", help="bearer token")]
 Org = Annotated[str | None, typer.Option("--org", "--tenant",
@@ -53,7 +53,7 @@ QUERIES = {
 
 
 def _fail(message: str) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}")
+    err.print(styled("error:", "red", f" {message}"))
     raise typer.Exit(1)
 
 
@@ -121,7 +121,7 @@ def _run(question: str, token: str | None, org: str | None, user: str, read: str
             err.print(f"answered by the API at {url} (its models and plans; nothing loaded here)")
             _show(what, answer.get("text"), answer["rendered"])
             return
-        err.print(f"[yellow]the API at {url} stopped answering; recalling in this process[/yellow]")
+        err.print(f"the API at {url} stopped answering; recalling in this process", style="yellow")
     _in_process(settings, question, token, org, user, " ".join(scopes), asker, budget, mode, what,
                 session, url, local)
 

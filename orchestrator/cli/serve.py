@@ -15,12 +15,12 @@ from collections.abc import Callable
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from orchestrator.cli.output import console, styled
 from orchestrator.config import Settings
 from orchestrator.health import Health
 
-out = Console(highlight=False, soft_wrap=True)
+out = console()
 log = logging.getLogger("engram.serve")
 
 
@@ -35,7 +35,7 @@ def production_gate(settings: Settings) -> None:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     for warning in warnings:
-        out.print(f"[yellow]warning:[/yellow] {warning}")
+        out.print(styled("warning:", "yellow", f" {warning}"))
     if settings.env == "production":
         off = [name for name, value in (("GraphiQL", settings.api_graphiql),
                                         ("introspection", settings.api_introspection)) if not value]
@@ -88,8 +88,8 @@ def serve_api(settings: Settings, host: str | None = None, port: int | None = No
     from orchestrator.console.routes import vendor_missing
 
     if vendor_missing():
-        out.print("[yellow]console assets are missing:[/yellow] run `make assets` (npm ci) "
-                  "to build them")
+        out.print(styled("console assets are missing:", "yellow",
+                         " run `make assets` (npm ci) to build them"))
 
     def said(w: Warmup) -> None:
         if w.state == "loaded":
@@ -97,8 +97,8 @@ def serve_api(settings: Settings, host: str | None = None, port: int | None = No
                      w.seconds or 0.0, w.detail)
             out.print(f"ready: models loaded in {w.seconds or 0.0:.1f}s; serving recalls at full speed")
         else:
-            out.print(f"[yellow]not ready:[/yellow] the models did not load ({w.detail}); "
-                      "recalls load them on first use")
+            out.print(styled("not ready:", "yellow", f" the models did not load ({w.detail}); "
+                             "recalls load them on first use"))
 
     warmup.start(recaller, verifier, on_done=said)
     restore = _exit_on_sigterm()
@@ -156,7 +156,7 @@ def start_worker(settings: Settings, health: Health) -> tuple[threading.Thread, 
                 raise
             # The API still answers without it; chunks wait in the queue until a worker runs.
             component.dead(exc)
-            out.print(f"[yellow]worker not started:[/yellow] {exc}")
+            out.print(styled("worker not started:", "yellow", f" {exc}"))
             return None
         # The database is not reachable yet: the worker's loop waits for it with back-off.
     stop = threading.Event()

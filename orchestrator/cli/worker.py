@@ -25,10 +25,11 @@ import uuid
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
+from rich.text import Text
 from sqlalchemy.exc import DBAPIError
 
 from orchestrator.cli.logs import configure_logging
+from orchestrator.cli.output import console, styled
 from orchestrator.config import Settings
 from orchestrator.errors import EngramError, describe_unavailable, is_unavailable
 from orchestrator.health import Component, Health
@@ -44,12 +45,12 @@ if TYPE_CHECKING:  # imported lazily at run time: `engram worker --help` stays f
 
 worker_app = typer.Typer(help="The Torch worker: embedding queue and embed/rerank service.",
                          no_args_is_help=True)
-out = Console()
-err = Console(stderr=True)
+out = console()
+err = console(stderr=True)
 
 
 def _fail(message: str) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    err.print(styled("error:", "red", f" {message}"))
     raise typer.Exit(1)
 
 
@@ -94,9 +95,9 @@ def run(
             raise
         # `run` waits for the database (with back-off) instead of exiting: a worker started
         # beside a server that is still starting, or restarting, simply begins a little later.
-        err.print(f"[yellow]worker:[/yellow] {describe_unavailable(exc)}; waiting for it", highlight=False)
+        err.print(styled("worker:", "yellow", f" {describe_unavailable(exc)}; waiting for it"))
     err.print(f"worker: {embedder.model_name} ({embedder.dimension}-d) on {embedder.device.device}"
-              f" ({embedder.device.reason})", highlight=False)
+              f" ({embedder.device.reason})")
     if derive and not once and settings.derive_interval_s <= 0:
         _fail("--derive needs ENGRAM_DERIVE_INTERVAL_S > 0 (the seconds between derive ticks)")
     wanted = derive if derive is not None else (not once and settings.derive_interval_s > 0)
@@ -114,8 +115,7 @@ def run(
             err.print("worker: draining, then listening for new rows (Ctrl-C stops); it reconnects "
                       "with back-off when the database goes away")
             run_worker(db, engine, worker, settings, stop, health, tenants=tenants, derive=wanted,
-                       extract=extract, say=lambda line: err.print(line, highlight=False,
-                                                                   soft_wrap=True))
+                       extract=extract, say=lambda line: err.print(line))
     except KeyboardInterrupt:
         stop.set()
     except EngramError as exc:
@@ -186,21 +186,20 @@ def _derive_scheduler(db: Database, worker_engine: Engine, settings: Settings,
     try:
         app_engine = make_app_engine(db.app_url(), pool_size=2)
     except EngramError as exc:
-        err.print(f"[yellow]worker: derive jobs off:[/yellow] {exc}", highlight=False, soft_wrap=True)
+        err.print(styled("worker: derive jobs off:", "yellow", f" {exc}"))
         return None
 
     def on_result(r: JobResult) -> None:
         if verbose or not r.ok:
-            state = "ok" if r.ok else "[red]failed[/red]"
-            err.print(f"derive {r.tenant}: {r.job}: {state}: {r.line}", highlight=False, soft_wrap=True)
+            state = ("ok", "") if r.ok else ("failed", "red")
+            err.print(Text.assemble(f"derive {r.tenant}: {r.job}: ", state, f": {r.line}"))
         for note in r.notes:
-            err.print(f"derive {r.tenant}: {r.job}: [yellow]note:[/yellow] {note}", highlight=False,
-                      soft_wrap=True)
+            err.print(Text.assemble(f"derive {r.tenant}: {r.job}: ", ("note:", "yellow"), f" {note}"))
 
     def on_tick(t: TickReport) -> None:
         (out if verbose else err).print(
             f"derived {t.tenants} tenants: {len(t.results)} jobs in {t.seconds:.1f}s, "
-            f"{len(t.failed)} failed", highlight=False, soft_wrap=True)
+            f"{len(t.failed)} failed")
 
     return DeriveScheduler(worker_engine, app_engine, settings, tenants=tenants, on_result=on_result,
                            on_tick=on_tick)
@@ -263,7 +262,7 @@ def _drain_once(worker: object, stop: threading.Event) -> None:
     out.print(
         f"embedded {report.rows} rows in {report.seconds:.1f}s ({report.rows_per_s:.0f} rows/s): "
         f"model texts {report.model_texts}, cache hits {report.cache_hits}, "
-        f"retries scheduled {report.retried}, failed {report.failed}", highlight=False)
+        f"retries scheduled {report.retried}, failed {report.failed}")
 
 
 @worker_app.command("serve")
