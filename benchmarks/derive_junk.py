@@ -8,9 +8,9 @@ derive job runs, with ``derive_quality_gates`` off in the first tenant and on in
 the second. Counted per tenant: entities, profiles, observations and facts, and
 among them the **junk** ones: an entity whose name is not a plausible name, a
 profile, an observation or a fact whose text (profile: the part after its title)
-is code, a URL, markup, numbers or a log line
-(``orchestrator.derive.quality.junk_reason``), and observations whose text another
-observation already says (served twice). Up to
+is code, a URL, markup, numbers or a log line once its inline code and links are
+masked as extraction masks them (``orchestrator.derive.quality.statement_junk``),
+and observations whose text another observation already says (served twice). Up to
 ``--examples`` junk items per kind are printed.
 
     .venv/bin/python benchmarks/derive_junk.py [--folder PATH] [--examples 5]
@@ -30,7 +30,7 @@ from orchestrator.auth import Identity
 from orchestrator.cli.ingest import ingest_paths
 from orchestrator.db.engine import make_app_engine
 from orchestrator.db.session import bound_session
-from orchestrator.derive.quality import junk_reason, plausible_entity
+from orchestrator.derive.quality import plausible_entity, statement_junk
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "markdown"
 
@@ -63,15 +63,15 @@ def count(app: object, org: str, examples: int) -> tuple[dict[str, int], list[st
     for p in profiles:
         title, _, body = p.partition(": ")
         tally("profiles", "profile", p,
-              junk_reason(body) if plausible_entity(title.split(",")[0]) else "name")
+              statement_junk(body) if plausible_entity(title.split(",")[0]) else "name")
     figures["recallable observations"] = len(observations)
     seen: Counter[str] = Counter(" ".join(o.split()).lower() for o in observations)
     for o in observations:
-        tally("observations", "observation", o, junk_reason(o))
+        tally("observations", "observation", o, statement_junk(o))
     figures["repeated observations"] = sum(n - 1 for n in seen.values() if n > 1)
     figures["facts (distinct sentences)"] = len(facts)
     for f in facts:
-        tally("facts", "fact", f, junk_reason(f))
+        tally("facts", "fact", f, statement_junk(f))
     return figures, shown
 
 

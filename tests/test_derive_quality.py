@@ -19,7 +19,14 @@ from orchestrator.db.session import bound_session
 from orchestrator.derive.consolidate import consolidate
 from orchestrator.derive.extract import extract
 from orchestrator.derive.profiles import refresh
-from orchestrator.derive.quality import junk_reason, mask_markup, plausible_entity, plausible_statement
+from orchestrator.derive.quality import (
+    junk_reason,
+    mask_markup,
+    plausible_entity,
+    plausible_statement,
+    sentence_as_written,
+    statement_junk,
+)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "markdown"
 
@@ -72,12 +79,59 @@ def test_ordinary_markdown_yields_no_junk_and_one_observation_per_sentence(
         observations = s.execute(text("select text from memory.observations")).scalars().all()
     assert [n for n in names if not plausible_entity(n)] == []
     assert {"Maren Okafor", "Priya Raman", "Lindqvist Labs"} <= set(names)
-    assert profiles and all(junk_reason(p.partition(": ")[2]) is None for p in profiles)
-    assert [o for o in observations if junk_reason(o)] == []
+    # Claims keep their inline code for the reader; the junk test masks it, as extraction did.
+    assert profiles and all(statement_junk(p.partition(": ")[2]) is None for p in profiles)
+    assert [o for o in observations if statement_junk(o)] == []
     # One sentence in five documents: a "maintains" claim and co-mentions of three entities,
     # so several groups of claims, which say the same thing: one observation.
     repeated = [o for o in observations if "Lindqvist Labs maintains Quillstream in Oslo" in o]
     assert len(repeated) == 1, observations
+
+
+def test_a_claim_keeps_the_inline_code_of_its_sentence():
+    """Extraction parses the masked text, but a claim's sentence reads as written: inline
+    code back in its place (also at the sentence's start and end), while a fenced block, a
+    URL and a table row stay out of it."""
+    original = ("Intro line.\n"
+                "The model is trained by `train_ranker.py` on LoCoMo dev, see https://x.org/a.\n"
+                "`engram up` starts Engram; stop it with `engram db stop`\n"
+                "```\nrun(`x`)\n```\n"
+                "| `a` | b |\n")
+    masked = mask_markup(original)
+    first = masked.index("The model")
+    sentence = sentence_as_written(original, masked, first, masked.index("dev,") + 4)
+    assert sentence.strip() == "The model is trained by `train_ranker.py` on LoCoMo dev,"
+    start = masked.index("starts")
+    line_end = original.index("\n```")
+    widened = " ".join(sentence_as_written(original, masked, start, line_end).split())
+    assert widened == "`engram up` starts Engram; stop it with `engram db stop`"
+    # The fenced block's and the table row's code spans stay masked.
+    block = sentence_as_written(original, masked, line_end + 1, len(original))
+    assert "`" not in block and not block.strip()
+    assert statement_junk("run `make test` before you push") is None
+    assert plausible_statement("Engram is started by `engram up` on a fresh machine.")
+
+
+def _extracted(folder: Path, settings, tenant_factory, app_engine) -> tuple[set[str], set[str]]:
+    """``folder`` ingested into a fresh tenant and extracted: (entity names, fact texts)."""
+    t = tenant_factory("code")
+    writer = t.identity("writer", write=("code",))
+    ingest_paths(settings, app_engine, writer, [folder], collection="readme", scopes=["code"])
+    with bound_session(app_engine, writer) as s:
+        extract(s, settings=settings)
+    with bound_session(app_engine, writer) as s:
+        names = set(s.execute(text("select canonical_name from knowledge.entities")).scalars())
+        texts = set(s.execute(text("select text from knowledge.fact_content")).scalars())
+    return names, texts
+
+
+def test_extracted_claims_read_as_written(tenant_factory, app_engine, settings, tmp_path):
+    (tmp_path / "ranker.md").write_text(
+        "# Ranking\n\nMaren Okafor trains the model with `train_ranker.py` in Oslo.\n\n"
+        "```sh\npython train_ranker.py --help  # Priya Raman wrote this\n```\n")
+    names, texts = _extracted(tmp_path, settings, tenant_factory, app_engine)
+    assert "Maren Okafor trains the model with `train_ranker.py` in Oslo." in texts, texts
+    assert "Priya Raman" not in names and not any("--help" in x for x in texts), texts
 
 
 CODE_ACROSS_CHUNKS = (
@@ -107,13 +161,7 @@ def test_a_code_block_cut_by_a_chunk_boundary_stays_code_and_the_prose_after_it_
     sentence = next(s.text for s in spans if "Priya Raman" in s.text)
     assert "```" not in comment and "```" in sentence and "```python" not in sentence, spans
     (tmp_path / "client.md").write_text(CODE_ACROSS_CHUNKS)
-    t = tenant_factory("code")
-    writer = t.identity("writer", write=("code",))
-    ingest_paths(small, app_engine, writer, [tmp_path], collection="readme", scopes=["code"])
-    with bound_session(app_engine, writer) as s:
-        extract(s, settings=small)
-    with bound_session(app_engine, writer) as s:
-        names = set(s.execute(text("select canonical_name from knowledge.entities")).scalars())
+    names, _ = _extracted(tmp_path, small, tenant_factory, app_engine)
     # The comment in the code names no one; the sentence after the block does.
     assert not names & {"Maren Okafor", "Lindqvist Labs", "Oslo"}, names
     assert {"Priya Raman", "Nordheat"} <= names, names

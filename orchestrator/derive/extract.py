@@ -254,7 +254,9 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
     def parse(batch: list[_Chunk], texts: list[str]) -> list[list[Sentence]]:
         docs = list(nlp.pipe(texts, batch_size=size))
         mentions = choice.backend.mentions(texts, docs)
-        return [read(d, m, c.anchor, gates=gates) for c, d, m in zip(batch, docs, mentions, strict=True)]
+        # Parsed masked, read back as written: a claim's sentence keeps its inline code.
+        return [read(d, m, c.anchor, gates=gates, original=c.text)
+                for c, d, m in zip(batch, docs, mentions, strict=True)]
 
     # The next batch is parsed while this one is written: the writes wait on the
     # database's own process, so parsing and writing use both cores. spaCy objects

@@ -39,6 +39,7 @@ every value the extractor writes there.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 from collections.abc import Sequence
@@ -48,7 +49,7 @@ from functools import lru_cache
 from typing import Any, Protocol
 
 from orchestrator.config import Settings
-from orchestrator.derive.quality import plausible_entity
+from orchestrator.derive.quality import plausible_entity, sentence_as_written
 
 log = logging.getLogger("engram.derive.extract")
 
@@ -60,7 +61,8 @@ ENTITY_TYPES = {
 }
 # Bumped whenever the rules below change what a chunk yields, so every chunk read under
 # older rules is read again (its stale claims retracted, the new ones written).
-RULES_VERSION = "rules-4"  # 4: markup masked over the whole document (stop 25)
+RULES_VERSION = "rules-5"  # 4: markup masked over the whole document (stop 25); 5: a claim's
+# sentence keeps its inline code, and a blank line ends a sentence (stop 26)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -282,17 +284,25 @@ def _relations(verb: Any, owner: dict[int, Entity]) -> list[Relation]:
 
 
 def read(doc: Any, mentions: Sequence[Mention], anchor: date | None = None, *,
-         gates: bool = True) -> list[Sentence]:
+         gates: bool = True, original: str | None = None) -> list[Sentence]:
     """The sentences of a parsed chunk that name at least one entity, with what they say.
-    ``gates`` off (``derive_quality_gates``) accepts any mention with a letter or digit."""
+    ``gates`` off (``derive_quality_gates``) accepts any mention with a letter or digit.
+
+    ``original`` is the chunk as written when ``doc`` parsed a masked copy of it (code, URLs
+    and markup as spaces of the same length): each sentence's text then gets its inline code
+    back (``quality.sentence_as_written``), so a claim reads "trained by `train_ranker.py` on
+    LoCoMo dev", not "trained by on LoCoMo dev". A blank line ends a sentence (``_paragraphs``)."""
+    written = original if original is not None and len(original) == len(doc.text) else None
     owner = _entity_spans(doc, mentions, gates)
     dates = [(e.start, normalise_date(e.text, anchor)) for e in doc.ents if e.label_ == "DATE"]
     out: list[Sentence] = []
-    for sent in doc.sents:
+    for sent in (piece for parsed in doc.sents for piece in _paragraphs(doc, parsed)):
         entities = list(dict.fromkeys(owner[t.i] for t in sent if t.i in owner))
         if not entities:
             continue
-        text = " ".join(sent.text.split())
+        span = (sentence_as_written(written, doc.text, sent.start_char, sent.end_char)
+                if written is not None else sent.text)
+        text = " ".join(span.split())
         when = list(dict.fromkeys(w for start, w in dates
                                   if w is not None and sent.start <= start < sent.end))
         relations: list[Relation] = []
@@ -300,8 +310,32 @@ def read(doc: Any, mentions: Sequence[Mention], anchor: date | None = None, *,
             for token in sent:
                 if token.pos_ in ("VERB", "AUX"):
                     relations += _relations(token, owner)
+        inside = set(entities)  # the parse may tie a heading's words to the sentence below it
+        relations = [r for r in relations
+                     if r.subject in inside and (r.object is None or r.object in inside)]
         out.append(Sentence(text, entities, when, list(dict.fromkeys(relations))))
     return out
+
+
+_BLANK_LINE = re.compile(r"\n[ \t]*\n")
+
+
+def _paragraphs(doc: Any, sent: Any) -> list[Any]:
+    """``sent`` cut at blank lines: the parser runs a heading, or a line before a masked
+    block, into the next paragraph's first sentence ("Ranking Maren Okafor trains ..."), but a
+    blank line always ends a sentence in Markdown and plain text."""
+    cuts = [sent.start]
+    last_end: int | None = None
+    for t in sent:
+        if t.is_space:
+            continue
+        if last_end is not None and _BLANK_LINE.search(doc.text, last_end, t.idx):
+            cuts.append(t.i)
+        last_end = t.idx + len(t.text)
+    if len(cuts) == 1:
+        return [sent]
+    cuts.append(sent.end)
+    return [doc[a:b] for a, b in itertools.pairwise(cuts)]
 
 
 # --- dates -------------------------------------------------------------------------------

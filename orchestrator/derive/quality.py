@@ -16,11 +16,15 @@ Order of work, where each gate sits:
    at most six words;
 3. ``plausible_statement`` (consolidation and profiles): a claim's sentence
    enters an observation or a profile only when it is prose: enough letters,
-   enough words, no code punctuation, no URL, not a log line.
+   enough words, no code punctuation, no URL, not a log line. A claim keeps its
+   sentence as written (inline code, links and emphasis included: the reader sees
+   "run `make test` first", not "run first"), so the test masks it as extraction
+   did (``statement_junk``).
 
 ``junk_reason`` says why a derived text would be junk by the same tests; the
-derive benchmark (``benchmarks/derive_junk.py``) counts with it, before and
-after the gates, over a folder of ordinary Markdown.
+derive benchmark (``benchmarks/derive_junk.py``) counts with it (and with
+``statement_junk`` for texts made of claims' sentences), before and after the
+gates, over a folder of ordinary Markdown.
 """
 
 from __future__ import annotations
@@ -109,6 +113,40 @@ def junk_reason(text: str) -> str | None:
     return None
 
 
+def sentence_as_written(original: str, masked: str, start: int, end: int) -> str:
+    """The sentence at ``masked[start:end]`` (``masked`` is ``original`` after ``mask_markup``,
+    same length) with its inline code put back: "trained by `train_ranker.py` on LoCoMo
+    dev", not "trained by  on LoCoMo dev". The span first widens over the blanks beside it on
+    its line (a sentence may open or close with code); code spans on a line that masking
+    blanked whole (a fenced block, a table row, a log line) and every other mask (URLs,
+    markup, blocks) stay blank."""
+    if len(original) != len(masked):
+        return masked[start:end]
+    while start > 0 and masked[start - 1] == " ":
+        start -= 1
+    while end < len(masked) and masked[end] == " ":
+        end += 1
+    out: list[str] = []
+    last = start
+    for m in _INLINE_CODE.finditer(original, start, end):
+        a, b = m.span()
+        line_start = masked.rfind("\n", 0, a) + 1
+        line_end = masked.find("\n", b)
+        line_end = len(masked) if line_end < 0 else line_end
+        if masked[a:b].strip() or not (masked[line_start:a] + masked[b:line_end]).strip():
+            continue  # not masked as inline code, or on a line that is no prose at all
+        out += [masked[last:a], m.group(0)]
+        last = b
+    out.append(masked[last:end])
+    return "".join(out)
+
+
+def statement_junk(text: str) -> str | None:
+    """``junk_reason`` of a claim's sentence as extraction read it: its inline code, links and
+    markup masked (the claim keeps them for its reader: "run `make test` first" is prose)."""
+    return junk_reason(mask_markup(text))
+
+
 def plausible_statement(text: str) -> bool:
     """Whether a claim's sentence is prose worth summarising (three words or more, no junk)."""
-    return len(re.findall(r"[A-Za-z]{2,}", text)) >= 3 and junk_reason(text) is None
+    return len(re.findall(r"[A-Za-z]{2,}", mask_markup(text))) >= 3 and statement_junk(text) is None
