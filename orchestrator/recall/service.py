@@ -257,9 +257,14 @@ class Recaller:
         """Load the models and run each stage of a recall once, so that the first recall
         after this costs what later ones do; returns milliseconds per stage.
 
-        The statement (each size class's text, prepared with its generic plan) runs in a
+        The statement's text is compiled (about 100 ms for SQLAlchemy) and run once in a
         transaction with no identity bound, where row level security shows it nothing: it
-        writes nothing and reads no row.
+        writes nothing and reads no row, and loads the catalog entries it needs. It is *not*
+        left prepared: the planner estimates a generic plan's rows with the tenant bound at
+        planning time, so a plan made here, for no tenant, expects one row where a large
+        tenant has thousands and chose nested loops that took 4-9 s a recall on a 3,000-chunk
+        tenant (every warmed connection, after ``engram serve`` started). Each size class's
+        plan is made by the first recall of a tenant of that class on each connection.
         The query model runs twice (its first call is much slower than the second)."""
         laps: dict[str, float] = {}
         clock = time.perf_counter()
@@ -277,20 +282,13 @@ class Recaller:
         if self.reranker.available:
             self.reranker.score("warm up", ["the cross-encoder"])
         lap("reranker")
-        # The texts recall sends (compiled once: every size class shares it), each prepared
-        # with its generic plan on this connection, which the first recalls check out.
+        # The texts recall sends (compiled once: every size class shares it); one of them
+        # run, unprepared and planned for this call only.
         params = {"question": "warm up", "query_embedding": vector_text(vector), "mode": None,
                   "session": None}
         texts = [self.sql(FULL_PLAN, klass) for klass in range(MAX_CLASS + 1)]
-        with self.engine.connect() as conn, conn.begin(), prepared_at_once(conn):
-            for klass, sql in enumerate(texts):
-                chunks = 0 if klass == 0 else 10 ** klass
-                for name, value in transaction_settings(chunks, self.settings).items():
-                    conn.exec_driver_sql("select set_config(%(n)s, %(v)s, true)",
-                                         {"n": name, "v": value})
-                conn.exec_driver_sql(sql, params).mappings().all()
-            # Committed (it wrote nothing): psycopg forgets every prepared statement of a
-            # connection on a ROLLBACK.
+        with self.engine.connect() as conn, conn.begin():
+            conn.exec_driver_sql(texts[0], params).mappings().all()
         lap("statement")
         candidates_from_rows([], catalog_rrf=0.0)
         render("warm up", [])
