@@ -105,6 +105,12 @@ def test_a_claim_keeps_the_inline_code_of_its_sentence():
     line_end = original.index("\n```")
     widened = " ".join(sentence_as_written(original, masked, start, line_end).split())
     assert widened == "`engram up` starts Engram; stop it with `engram db stop`"
+    # Code after a full stop opens the next sentence; it is not also the end of this one.
+    two = "Use `pip` here. `uv` is faster."
+    two_masked = mask_markup(two)
+    cut = two_masked.index(".") + 1
+    assert sentence_as_written(two, two_masked, 0, cut).strip() == "Use `pip` here."
+    assert " ".join(sentence_as_written(two, two_masked, cut + 1, len(two)).split()) == "`uv` is faster."
     # The fenced block's and the table row's code spans stay masked.
     block = sentence_as_written(original, masked, line_end + 1, len(original))
     assert "`" not in block and not block.strip()

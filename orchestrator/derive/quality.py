@@ -117,15 +117,16 @@ def sentence_as_written(original: str, masked: str, start: int, end: int) -> str
     """The sentence at ``masked[start:end]`` (``masked`` is ``original`` after ``mask_markup``,
     same length) with its inline code put back: "trained by `train_ranker.py` on LoCoMo
     dev", not "trained by  on LoCoMo dev". The span first widens over the blanks beside it on
-    its line (a sentence may open or close with code); code spans on a line that masking
-    blanked whole (a fenced block, a table row, a log line) and every other mask (URLs,
-    markup, blocks) stay blank."""
+    its line (a sentence may open with code, and one that does not end in ".", "!" or "?"
+    may close with it); code spans on a line that masking blanked whole (a fenced block, a
+    table row, a log line) and every other mask (URLs, markup, blocks) stay blank."""
     if len(original) != len(masked):
         return masked[start:end]
     while start > 0 and masked[start - 1] == " ":
         start -= 1
-    while end < len(masked) and masked[end] == " ":
-        end += 1
+    if not masked[start:end].rstrip().endswith((".", "!", "?")):
+        while end < len(masked) and masked[end] == " ":
+            end += 1
     out: list[str] = []
     last = start
     for m in _INLINE_CODE.finditer(original, start, end):
@@ -149,4 +150,5 @@ def statement_junk(text: str) -> str | None:
 
 def plausible_statement(text: str) -> bool:
     """Whether a claim's sentence is prose worth summarising (three words or more, no junk)."""
-    return len(re.findall(r"[A-Za-z]{2,}", mask_markup(text))) >= 3 and statement_junk(text) is None
+    masked = mask_markup(text)
+    return len(re.findall(r"[A-Za-z]{2,}", masked)) >= 3 and junk_reason(masked) is None
