@@ -334,8 +334,11 @@ def ingest(
     engine = make_app_engine(Database(settings).app_url(), pool_size=2)
     chosen = [s for v in scope for s in parse_scopes(v)] if scope else None
     try:
+        # A bar on a terminal only (as the other commands' bars): scripts and logs get the
+        # summary line, which carries the rate.
         with Progress(TextColumn("ingesting"), BarColumn(), MofNCompleteColumn(), _Rate(),
-                      TimeElapsedColumn(), console=err, transient=False) as progress:
+                      TimeElapsedColumn(), console=err, transient=False,
+                      disable=not err.is_terminal) as progress:
             task = progress.add_task("files", total=len(files), chunks=0)
             written = [0]
 
@@ -348,7 +351,9 @@ def ingest(
                                    on_file=on_file)
         out.print(f"{summary.files} files in {summary.seconds:.1f} s: {summary.created} created, "
                   f"{summary.updated} updated, {summary.unchanged} unchanged, {summary.deleted} deleted, "
-                  f"{len(summary.failed)} failed; {summary.chunks} chunks written")
+                  f"{len(summary.failed)} failed; {summary.chunks} chunks written"
+                  + (f" ({summary.chunks / summary.seconds:.0f} chunks/s)"
+                     if summary.chunks and summary.seconds > 0 else ""))
         for where, why in summary.failed:
             err.print(styled("failed:", "red", f" {where}: {why}"))
         if extract:
