@@ -322,7 +322,7 @@ def test_the_budget_cut_is_the_longest_fitting_prefix_whatever_its_first_guess()
     """budget_cut starts from a guess made from text lengths; the cut is still exact."""
     import random
 
-    from orchestrator.recall.render import render
+    from orchestrator.recall.render import render, render_prefixes
     from orchestrator.recall.tail import Candidate, budget_cut, token_cost
 
     rng = random.Random(3)
@@ -330,12 +330,43 @@ def test_the_budget_cut_is_the_longest_fitting_prefix_whatever_its_first_guess()
         cands = [Candidate(key=f"k{i}", kind="source", text="word " * rng.randint(1, 300), scopes=())
                  for i in range(rng.randint(0, 20))]
         budget = rng.randint(1, 2500)
-        kept, text, cost = budget_cut(cands, budget, 4.0, lambda ev: render("q?", ev))
+        kept, text, cost = budget_cut(cands, budget, 4.0, lambda ev: render_prefixes("q?", ev))
         evidence = [c.evidence() for c in cands]
         best = max(k for k in range(len(cands) + 1)
                    if token_cost(render("q?", evidence[:k]), 4.0) <= budget)
         assert kept == best
         assert text == render("q?", evidence[:kept]) and cost == token_cost(text, 4.0) <= budget
+
+
+def test_every_prefix_renders_as_the_template_renders_it() -> None:
+    """``render_prefixes`` (each item rendered once) gives, for every k, exactly what the
+    template renders for the first k items, over every kind of item the macro formats."""
+    from datetime import UTC, datetime
+
+    from orchestrator.recall.render import render, render_prefixes
+    from orchestrator.recall.result import Evidence, FactRef, Provenance, ScopeRef, SourceRef
+
+    day = datetime(2026, 3, 14, 9, 30, tzinfo=UTC)
+    team = (ScopeRef("team", "Everyone"), ScopeRef("exec", ""))
+    fact = FactRef("Ada", "works_at", "Lindqvist Labs", "world_fact", "world", "extractor",
+                   fact_key="employer", as_of=day)
+    belief = FactRef("Bob", "prefers", None, "belief", "user:bob", "user")
+    evidence = [
+        Evidence("The roof costs 4,200 euros.\n\nSecond paragraph.", Provenance.SOURCE_EXCERPT,
+                 team, SourceRef("notes", "roof.md", "Roof"), updated_at=day, author="alice"),
+        Evidence("Ada works at Lindqvist Labs.", Provenance.DERIVED_MEMORY, team[:1],
+                 kind="keyed fact", fact=fact, author="service:derive"),
+        Evidence("Bob prefers tea.", Provenance.DERIVED_MEMORY, (), kind="fact", fact=belief,
+                 author="bob", occurred_at=day, ended_at=day),
+        Evidence("Sprint review, {{ not a template }} {% neither %}",
+                 Provenance.RECENT_SESSION_MEMORY, team, kind="episode", occurred_at=day),
+        Evidence("", Provenance.SOURCE_EXCERPT, (), kind="catalog"),
+    ]
+    question = "what about [the roof] and {{ Ada }}?"
+    prefix = render_prefixes(question, evidence)
+    for k in (3, 0, 5, 1, 4, 2):  # any order: entries are rendered once, as they are needed
+        assert prefix(k) == render(question, evidence[:k]), k
+    assert prefix(0) == "" and prefix(5).startswith(f"Relevant memory for: {question}\n")
 
 
 def test_a_failing_task_never_holds_the_chain_back(tenant_factory: Any, app_engine: Engine,

@@ -7,7 +7,7 @@ output is plain text for a model, not HTML.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, Template
@@ -33,3 +33,26 @@ def _template() -> Template:
 
 def render(question: str, evidence: Sequence[Evidence]) -> str:
     return _template().render(question=question, evidence=list(evidence))
+
+
+def render_prefixes(question: str, evidence: Sequence[Evidence]) -> Callable[[int], str]:
+    """``k -> render(question, evidence[:k])``, with each item rendered at most once.
+
+    ``budget_cut`` renders several prefixes of one evidence list (the longest that fits);
+    rendering each whole prefix again cost a few milliseconds of Jinja per recall. The
+    template's body is its ``head`` macro followed by its ``entry`` macro for each item, so
+    the prefix of ``k`` items is the head and the first ``k`` entries joined; the macros are
+    the template's own, so the two cannot drift apart (a test compares them)."""
+    module = _template().make_module({"question": question, "evidence": []})
+    macro_head, macro_entry = getattr(module, "head"), getattr(module, "entry")  # noqa: B009
+    head = str(macro_head(question))
+    entries: list[str] = []
+
+    def prefix(k: int) -> str:
+        if k <= 0:
+            return ""  # no evidence renders nothing
+        while len(entries) < k:
+            entries.append(str(macro_entry(len(entries) + 1, evidence[len(entries)])))
+        return head + "".join(entries[:k])
+
+    return prefix

@@ -53,7 +53,7 @@ from orchestrator.recall.plans import (
 from orchestrator.recall.prepare import PreparedMemory, build_bundle
 from orchestrator.recall.query_cache import QueryEmbeddingCache, model_key
 from orchestrator.recall.ranker import RankModel, apply_learned, single_threaded_blas
-from orchestrator.recall.render import render
+from orchestrator.recall.render import render, render_prefixes
 from orchestrator.recall.result import RecallResult, Served, SourceRef
 from orchestrator.recall.statement import (
     MODEL_GENERATION,
@@ -419,7 +419,7 @@ class Recaller:
         """Recall's end: the longest prefix of the order whose rendering fits the budget."""
         kept, rendered, used = budget_cut(ordered, req.budget_tokens,
                                           self.settings.recall_chars_per_token,
-                                          lambda ev: render(req.question, ev))
+                                          lambda ev: render_prefixes(req.question, ev))
         trace.kept, trace.used_tokens = kept, used
         return RecallResult(req.question, req.asker, req.budget_tokens, used,
                             tuple(c.evidence() for c in ordered[:kept]), rendered)

@@ -427,9 +427,13 @@ def token_cost(text: str, chars_per_token: float) -> int:
 
 
 def budget_cut(ordered: Sequence[Candidate], budget_tokens: int, chars_per_token: float,
-               render: Callable[[Sequence[Evidence]], str]) -> tuple[int, str, int]:
-    """The longest prefix whose rendering fits: (items kept, rendered string, its cost)."""
+               prefixes: Callable[[Sequence[Evidence]], Callable[[int], str]]
+               ) -> tuple[int, str, int]:
+    """The longest prefix whose rendering fits: (items kept, rendered string, its cost).
+    ``prefixes(evidence)`` gives ``k -> the rendering of the first k items``
+    (``render.render_prefixes``: each item rendered once however many prefixes are tried)."""
     evidence = [c.evidence() for c in ordered]
+    render = prefixes(evidence)
     # A longer prefix never renders shorter, so the longest fitting prefix is found by a
     # search between [lo, hi]. Each render is the whole prefix, so the first guess comes
     # from the texts' lengths (each item renders as its text plus a header line): usually
@@ -438,7 +442,7 @@ def budget_cut(ordered: Sequence[Candidate], budget_tokens: int, chars_per_token
 
     def tried(k: int) -> bool:
         if k not in fits:
-            text = render(evidence[:k])
+            text = render(k)
             fits[k] = text if token_cost(text, chars_per_token) <= budget_tokens else None
         return fits[k] is not None
 
