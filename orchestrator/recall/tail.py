@@ -435,9 +435,10 @@ def budget_cut(ordered: Sequence[Candidate], budget_tokens: int, chars_per_token
     evidence = [c.evidence() for c in ordered]
     render = prefixes(evidence)
     # A longer prefix never renders shorter, so the longest fitting prefix is found by a
-    # search between [lo, hi]. Each render is the whole prefix, so the first guess comes
-    # from the texts' lengths (each item renders as its text plus a header line): usually
-    # the answer or its neighbour, two or three renders instead of a bisection's log n.
+    # search between [lo, hi]. Each try measures a whole prefix's string (its items are
+    # rendered once and joined), so the first guess comes from the texts' lengths (each item
+    # renders as its text plus a header line): usually the answer or its neighbour, two or
+    # three tries, and no item past the answer rendered, instead of a bisection's log n.
     fits: dict[int, str | None] = {}
 
     def tried(k: int) -> bool:
