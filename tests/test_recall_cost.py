@@ -239,7 +239,10 @@ def test_a_receipt_is_sealed_in_the_recall_and_chained_in_a_batch(
     assert any("waits in the queue" in p for p in waiting.problems())
     # A queued receipt is not a row without a chain event: the chain verifies meanwhile.
     assert _pending(auditor_engine, t.id) == []
-    assert recaller.settle() >= 1
+    # Chained by this settle, unless another background chainer of this test process (each
+    # flushes every tenant's queue every few seconds) took it in the moments since the recall:
+    # settle then finds nothing, and either way the receipt ends chained exactly once.
+    recaller.settle()
     with auditor_engine.connect() as conn:
         done = verify_receipt(conn, trace.receipt_id, rendered=result.rendered)
         events = conn.execute(text(
