@@ -292,7 +292,9 @@ def read(doc: Any, mentions: Sequence[Mention], anchor: date | None = None, *,
     and markup as spaces of the same length): each sentence's text then gets its inline code
     back (``quality.sentence_as_written``), so a claim reads "trained by `train_ranker.py` on
     LoCoMo dev", not "trained by on LoCoMo dev". A blank line ends a sentence (``_paragraphs``)."""
-    written = original if original is not None and len(original) == len(doc.text) else None
+    # Nothing masked (or not the same text): the parsed sentences are the text as written.
+    written = (original if original is not None and len(original) == len(doc.text)
+               and original != doc.text else None)
     owner = _entity_spans(doc, mentions, gates)
     dates = [(e.start, normalise_date(e.text, anchor)) for e in doc.ents if e.label_ == "DATE"]
     out: list[Sentence] = []

@@ -44,7 +44,6 @@ from orchestrator.recall.features import RankContext
 from orchestrator.recall.mmr import diversify
 from orchestrator.recall.plan import FULL_PLAN, PlanShape
 from orchestrator.recall.plans import (
-    MAX_CLASS,
     TenantSizes,
     size_class,
     transaction_settings,
@@ -282,13 +281,12 @@ class Recaller:
         if self.reranker.available:
             self.reranker.score("warm up", ["the cross-encoder"])
         lap("reranker")
-        # The texts recall sends (compiled once: every size class shares it); one of them
-        # run, unprepared and planned for this call only.
+        # The text recall sends (compiled once: every size class's text is it behind a
+        # comment), run unprepared and planned for this call only.
         params = {"question": "warm up", "query_embedding": vector_text(vector), "mode": None,
                   "session": None}
-        texts = [self.sql(FULL_PLAN, klass) for klass in range(MAX_CLASS + 1)]
         with self.engine.connect() as conn, conn.begin():
-            conn.exec_driver_sql(texts[0], params).mappings().all()
+            conn.exec_driver_sql(self.sql(FULL_PLAN, 0), params).mappings().all()
         lap("statement")
         candidates_from_rows([], catalog_rrf=0.0)
         render("warm up", [])
