@@ -115,6 +115,13 @@ def test_a_claim_keeps_the_inline_code_of_its_sentence():
     block = sentence_as_written(original, masked, line_end + 1, len(original))
     assert "`" not in block and not block.strip()
     assert statement_junk("run `make test` before you push") is None
+    # A code span that wraps over a line break is code too (not over a blank line).
+    wrapped = "Start it with `engram up\n--port 8000` on a machine.\n\nA `tick and\n\nmore` here."
+    wrapped_masked = mask_markup(wrapped)
+    assert "engram up" not in wrapped_masked and "--port" not in wrapped_masked
+    assert "tick and" in wrapped_masked and "more" in wrapped_masked
+    assert " ".join(sentence_as_written(wrapped, wrapped_masked, 0, wrapped.index("\n\n")).split()) \
+        == "Start it with `engram up --port 8000` on a machine."
     assert plausible_statement("Engram is started by `engram up` on a fresh machine.")
 
 

@@ -20,6 +20,7 @@ learned ranker that cannot load is a failure (recall would fall back to fused or
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -125,7 +126,8 @@ def check(
     settings = Settings()
     failed = False
     try:
-        e = Embedder.load(settings)
+        with _said_here():
+            e = Embedder.load(settings)
         v = e.embed_query("check")
         out.print(f"embedding: {e.model_name} loads ({e.dimension}-d, {e.max_seq_length} tokens, "
                   f"{e.device.device}); a test query has norm {float((v * v).sum()) ** 0.5:.3f}; "
@@ -137,7 +139,8 @@ def check(
     except Exception as exc:
         err.print(f"embedding: {exc}", style="red")
         failed = True
-    r = Reranker.from_settings(settings)
+    with _said_here():
+        r = Reranker.from_settings(settings)
     if r.available:
         scores = r.score("check", ["a passage"])
         out.print(f"reranker: {r.model_name} loads ({r.max_length}-token window); "
@@ -158,6 +161,20 @@ def check(
     failed = _check_extraction(settings, strict) or failed
     if failed:
         raise typer.Exit(1)
+
+
+@contextmanager
+def _said_here() -> Iterator[None]:
+    """Loads whose warnings (a model absent, the packaged one used instead) ``check`` prints
+    itself as its own line: without this the warning also reached stderr through logging's
+    last-resort handler, so the same sentence showed twice."""
+    logger = logging.getLogger("engram.worker")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _check_extraction(settings: Settings, strict: bool) -> bool:

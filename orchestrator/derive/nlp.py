@@ -61,8 +61,9 @@ ENTITY_TYPES = {
 }
 # Bumped whenever the rules below change what a chunk yields, so every chunk read under
 # older rules is read again (its stale claims retracted, the new ones written).
-RULES_VERSION = "rules-5"  # 4: markup masked over the whole document (stop 25); 5: a claim's
-# sentence keeps its inline code, and a blank line ends a sentence (stop 26)
+RULES_VERSION = "rules-6"  # 4: markup masked over the whole document (stop 25); 5: a claim's
+# sentence keeps its inline code, and a blank line ends a sentence (stop 26); 6: inline code
+# that wraps over a line break is code (stop 27)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 

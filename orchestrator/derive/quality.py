@@ -35,7 +35,8 @@ import re
 _FENCE = re.compile(r"(^|\n)[ \t]*(```|~~~)[^\n]*\n.*?(\n[ \t]*\2[^\n]*(?=\n|$)|$)", re.S)
 # Indented code: lines of 4+ spaces or a tab after a blank line, with the lines that follow.
 _INDENTED = re.compile(r"(?:(?<=\n\n)|^)((?:(?: {4}|\t)[^\n]*(?:\n|$))+)")
-_INLINE_CODE = re.compile(r"`[^`\n]*`")
+# A code span may wrap over a line break, as in CommonMark, but never over a blank line.
+_INLINE_CODE = re.compile(r"`(?:[^`\n]|\n(?![ \t]*\n))*`")
 _IMAGE = re.compile(r"!\[[^\]\n]*\]\([^)\n]*\)")
 _LINK_TARGET = re.compile(r"(?<=\])\([^)\n]*\)|(?<=\])\[[^\]\n]*\]")
 _REF_DEF = re.compile(r"^[ \t]*\[[^\]\n]+\]:[^\n]*$", re.M)
