@@ -41,6 +41,10 @@ def test_masking_keeps_offsets_and_prose_and_removes_code_urls_tables_and_logs()
                  "quillstream.convert", "2026-03-14 09:12:44 INFO", "Mark-sweep"):
         assert gone not in masked, gone
     assert "the user guide" in masked  # link text stays, its target goes
+    # MyST (Sphinx Markdown): a target line and a role are markup, the prose stays.
+    myst = mask_markup("(repeatability)=\n# Repeatable Installs\n\nSee {ref}`pip download` here.")
+    assert "repeatability" not in myst and "ref" not in myst and "pip" not in myst
+    assert "Repeatable Installs" in myst and "See" in myst and "here." in myst
 
 
 @pytest.mark.parametrize(("name", "ok"), [
@@ -123,6 +127,50 @@ def test_a_claim_keeps_the_inline_code_of_its_sentence():
     assert " ".join(sentence_as_written(wrapped, wrapped_masked, 0, wrapped.index("\n\n")).split()) \
         == "Start it with `engram up --port 8000` on a machine."
     assert plausible_statement("Engram is started by `engram up` on a fresh machine.")
+
+
+def test_a_name_never_runs_over_two_markdown_blocks():
+    """The parser reads a table of contents, or a heading and the line under it, as one run
+    of words; a name or a sentence found over such a line break is none ("Upgrading Upgrading
+    with", "License The MIT License", a contents list as one sentence), while a name a
+    wrapped paragraph carries to its next line is one."""
+    from orchestrator.derive.nlp import SpacyEntities, crosses_block, load_spacy, read
+
+    toc = "* [Upgrading](#upgrading)\n  * [Upgrading with Homebrew](#upgrading-with-homebrew)\n"
+    assert crosses_block(toc, toc.index("Upgrading"), toc.index(" with"))
+    assert crosses_block("### License\n\nThe MIT License", 4, 27)
+    assert crosses_block("## Ada\nLovelace wrote it.", 3, 15)
+    wrapped = "The engine was designed by Ada\nLovelace in 1843."
+    assert not crosses_block(wrapped, wrapped.index("Ada"), wrapped.index(" in"))
+
+    body = ("## Contents\n\n"
+            "* [Understanding Python version selection](#selection)\n"
+            "  * [Locating Quillstream-provided Python Installations](#locating)\n"
+            "* [Advanced Configuration](#advanced)\n\n"
+            "### Version History\n\nSee [CHANGELOG.md](CHANGELOG.md).\n\n\n"
+            "### License\n\n[The MIT License](LICENSE)\n\n"
+            "The engine was designed by Ada\nLovelace and Charles Babbage in London.\n")
+    masked = mask_markup(body)
+    doc = load_spacy()(masked)
+    sentences = read(doc, SpacyEntities("x").mentions([masked], [doc])[0], original=body)
+    names = {e.name for s in sentences for e in s.entities}
+    assert {"Ada Lovelace", "Charles Babbage", "London"} <= names, names
+    # The old reading named "License The MIT License" (a heading run into the next paragraph).
+    assert not [n for n in names if "License" in n or "History" in n], names
+
+    # A table of contents is one line per item, not one sentence naming every entity in it.
+    toc = ("## Table of Contents\n\n"
+           "* **[Installation](#installation)**\n  * [Getting Quillstream](#getting)\n"
+           "    * [Automatic Installer](#auto)\n    * [Basic GitHub Checkout](#checkout)\n"
+           "  * [Install Python build dependencies](#deps)\n"
+           "* **[Usage](#usage)**\n  * [Uninstall Python versions](#uninstall)\n"
+           "* [Upgrading](#upgrading)\n  * [Upgrading with Homebrew](#brew)\n"
+           "  * [Upgrading with Installer or Git checkout](#git)\n")
+    masked = mask_markup(toc)
+    doc = load_spacy()(masked)
+    texts = [s.text for s in read(doc, SpacyEntities("x").mentions([masked], [doc])[0],
+                                  original=toc)]
+    assert texts and all("\n" not in t and t in toc for t in texts), texts
 
 
 def _extracted(folder: Path, settings, tenant_factory, app_engine) -> tuple[set[str], set[str]]:

@@ -63,7 +63,8 @@ ENTITY_TYPES = {
 # older rules is read again (its stale claims retracted, the new ones written).
 RULES_VERSION = "rules-6"  # 4: markup masked over the whole document (stop 25); 5: a claim's
 # sentence keeps its inline code, and a blank line ends a sentence (stop 26); 6: inline code
-# that wraps over a line break is code (stop 27)
+# that wraps over a line break is code, MyST roles and targets are markup, no name or sentence
+# runs over two Markdown blocks (stop 27)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -174,8 +175,32 @@ _CONDITIONS = {"if", "unless", "whether"}
 _PREDICATE = re.compile(r"^[a-z][a-z0-9_]{0,99}$")
 
 
-def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True) -> dict[int, Entity]:
-    """token index -> entity, longest mention first where mentions overlap."""
+# A line that opens a block of its own in Markdown: a heading, a list item, a quote, a table row.
+_BLOCK_LINE = re.compile(r"[ \t]*(?:#{1,6}|[-*+]|\d+[.)]|>|\|)(?:[ \t]|$)")
+_HEADING_LINE = re.compile(r"[ \t]*#{1,6}(?:[ \t]|$)")
+
+
+def crosses_block(written: str, start: int, end: int) -> bool:
+    """Whether ``written[start:end]`` runs over a line break that is not a soft wrap inside a
+    paragraph: a blank line, a heading's end, or the start of a list item, quote or table row.
+    The parser reads such lines as one run ("* [Upgrading](#u)\\n  * [Upgrading with
+    Homebrew](#h)" masked gave the name "Upgrading Upgrading with"); a name that a wrapped
+    paragraph carries over to its next line is still one name."""
+    at = written.find("\n", start, end)
+    while at >= 0:
+        before = written[written.rfind("\n", 0, at) + 1:at]
+        after_end = written.find("\n", at + 1)
+        after = written[at + 1:len(written) if after_end < 0 else after_end]
+        if not after.strip() or _BLOCK_LINE.match(after) or _HEADING_LINE.match(before):
+            return True
+        at = written.find("\n", at + 1, end)
+    return False
+
+
+def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
+                  written: str | None = None) -> dict[int, Entity]:
+    """token index -> entity, longest mention first where mentions overlap. ``written`` is
+    the chunk as written (``doc`` may have parsed a masked copy of the same length)."""
     owner: dict[int, Entity] = {}
     for m in sorted(mentions, key=lambda m: (m.start - m.end, m.start)):
         span = doc.char_span(m.start, m.end, alignment_mode="expand")
@@ -183,12 +208,16 @@ def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True) -> 
             continue
         while len(span) > 1 and span[0].lower_ in _DETERMINERS:
             span = span[1:]
-        while len(span) > 1 and span[-1].tag_ == "POS":  # "Ada's" names Ada
+        while len(span) > 1 and (span[-1].tag_ == "POS"  # "Ada's" names Ada
+                                 or span[-1].is_punct or span[-1].is_space):
             span = span[:-1]
         name = " ".join(span.text.split())
-        # Code, URLs, numbers and markup are not names (orchestrator.derive.quality).
-        if (not plausible_entity(name) if gates else not any(ch.isalnum() for ch in name)) \
-                or any(t.i in owner for t in span):
+        # Code, URLs, numbers and markup are not names (orchestrator.derive.quality), nor is
+        # a run of words over two Markdown blocks.
+        if gates and (not plausible_entity(name)
+                      or crosses_block(written or doc.text, span.start_char, span.end_char)):
+            continue
+        if (not gates and not any(ch.isalnum() for ch in name)) or any(t.i in owner for t in span):
             continue
         entity = Entity(m.entity_type, name)
         for t in span:
@@ -296,10 +325,10 @@ def read(doc: Any, mentions: Sequence[Mention], anchor: date | None = None, *,
     # Nothing masked (or not the same text): the parsed sentences are the text as written.
     written = (original if original is not None and len(original) == len(doc.text)
                and original != doc.text else None)
-    owner = _entity_spans(doc, mentions, gates)
+    owner = _entity_spans(doc, mentions, gates, written)
     dates = [(e.start, normalise_date(e.text, anchor)) for e in doc.ents if e.label_ == "DATE"]
     out: list[Sentence] = []
-    for sent in (piece for parsed in doc.sents for piece in _paragraphs(doc, parsed)):
+    for sent in (piece for parsed in doc.sents for piece in _paragraphs(doc, parsed, written)):
         entities = list(dict.fromkeys(owner[t.i] for t in sent if t.i in owner))
         if not entities:
             continue
@@ -323,16 +352,20 @@ def read(doc: Any, mentions: Sequence[Mention], anchor: date | None = None, *,
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 
 
-def _paragraphs(doc: Any, sent: Any) -> list[Any]:
-    """``sent`` cut at blank lines: the parser runs a heading, or a line before a masked
-    block, into the next paragraph's first sentence ("Ranking Maren Okafor trains ..."), but a
-    blank line always ends a sentence in Markdown and plain text."""
+def _paragraphs(doc: Any, sent: Any, written: str | None = None) -> list[Any]:
+    """``sent`` cut at blank lines and at Markdown block starts (``crosses_block``: a heading's
+    end, a list item, a quote, a table row): the parser runs a heading, a table of contents,
+    or a line before a masked block into the next paragraph's first sentence ("Ranking Maren
+    Okafor trains ...", "Getting Pyenv Linux/UNIX Automatic Installer ..."), but a blank line
+    always ends a sentence in Markdown and plain text, and a list item starts one."""
+    text = written if written is not None and len(written) == len(doc.text) else doc.text
     cuts = [sent.start]
     last_end: int | None = None
     for t in sent:
         if t.is_space:
             continue
-        if last_end is not None and _BLANK_LINE.search(doc.text, last_end, t.idx):
+        if last_end is not None and (_BLANK_LINE.search(doc.text, last_end, t.idx)
+                                     or crosses_block(text, last_end, t.idx)):
             cuts.append(t.i)
         last_end = t.idx + len(t.text)
     if len(cuts) == 1:

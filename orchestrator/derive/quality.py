@@ -3,8 +3,9 @@
 Order of work, where each gate sits:
 
 1. ``mask_markup`` (extraction, before parsing): fenced and indented code blocks,
-   inline code and HTML ``code``/``pre`` elements, URLs and e-mail addresses, Markdown images and badges, link
-   targets, HTML tags, table rows, heading/emphasis/list markers and log lines
+   inline code and HTML ``code``/``pre`` elements, URLs and e-mail addresses, Markdown
+   images and badges, link targets, MyST roles and target lines (``{ref}`...```,
+   ``(label)=``), HTML tags, table rows, heading/emphasis/list markers and log lines
    are overwritten with spaces of the same length. The parser then never sees
    them, while every character offset of the remaining prose stays where it was
    (entity spans are offsets into the chunk). Extraction masks a chunk's whole
@@ -37,6 +38,9 @@ _FENCE = re.compile(r"(^|\n)[ \t]*(```|~~~)[^\n]*\n.*?(\n[ \t]*\2[^\n]*(?=\n|$)|
 _INDENTED = re.compile(r"(?:(?<=\n\n)|^)((?:(?: {4}|\t)[^\n]*(?:\n|$))+)")
 # A code span may wrap over a line break, as in CommonMark, but never over a blank line.
 _INLINE_CODE = re.compile(r"`(?:[^`\n]|\n(?![ \t]*\n))*`")
+# MyST (Sphinx's Markdown): a role before a code span ({ref}`pip download`) and a target
+# line ("(repeatability)=" above a heading).
+_MYST = re.compile(r"\{[a-z][\w.:-]*\}(?=`)|^[ \t]*\([\w.:-]+\)=[ \t]*$", re.M)
 _IMAGE = re.compile(r"!\[[^\]\n]*\]\([^)\n]*\)")
 _LINK_TARGET = re.compile(r"(?<=\])\([^)\n]*\)|(?<=\])\[[^\]\n]*\]")
 _REF_DEF = re.compile(r"^[ \t]*\[[^\]\n]+\]:[^\n]*$", re.M)
@@ -68,8 +72,8 @@ def mask_markup(text: str) -> str:
     """``text`` with code, URLs, markup and log lines overwritten by spaces (same length)."""
     out = _FENCE.sub(_blank, text)
     out = _INDENTED.sub(_blank, out)
-    for pattern in (_HTML_CODE, _INLINE_CODE, _IMAGE, _LINK_TARGET, _REF_DEF, _URL, _HTML, _TABLE, _LOG,
-                    _SHELL):
+    for pattern in (_HTML_CODE, _MYST, _INLINE_CODE, _IMAGE, _LINK_TARGET, _REF_DEF, _URL, _HTML,
+                    _TABLE, _LOG, _SHELL):
         out = pattern.sub(_blank, out)
     out = _MARKERS.sub(_blank, out)
     # Link text stays ("see [the guide](...)" reads "see the guide"), its brackets go.
