@@ -469,3 +469,14 @@ def test_kinds_the_model_never_saw_are_placed_by_their_fused_score():
     # fused above two of the three known candidates: two thirds up the model's scores
     assert scores[3] == pytest.approx(np.quantile([1.0, 2.0, 3.0], 2 / 3))
     assert place_unseen(scores, m, None) == 0
+
+
+def test_the_trace_names_a_seed_shared_by_two_entities_once():
+    """Two entities may share a name (a parser typed "Installs" both a place and an
+    organisation); the trace said "entity seeds: Installs, Installs"."""
+    from orchestrator.recall.trace import Trace
+
+    t = Trace("q", None, "full", None, 100, corpus={"seeds": ["Ada", "Installs", "Installs"]})
+    assert "entity seeds: Ada, Installs (2 entities)" in t.format()
+    assert "entity seeds: none" in Trace("q", None, "full", None, 100,
+                                         corpus={"seeds": []}).format()

@@ -10,6 +10,7 @@ identity could see and nothing else.
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,7 +99,12 @@ class Trace:
             lines.append("lexical terms, rarest first (df: chunks scored): " + ", ".join(
                 f"{lexeme} {df}: {'all' if took == df else took}" for lexeme, df, took in terms))
         if self.corpus.get("seeds") is not None:
-            lines.append("entity seeds: " + (", ".join(self.corpus["seeds"]) or "none"))
+            # Two entities may share a name (spaCy typed "Installs" a place and an
+            # organisation): one name, with how many entities carry it.
+            named = Counter(self.corpus["seeds"])
+            lines.append("entity seeds: " + (", ".join(
+                name if n == 1 else f"{name} ({n} entities)" for name, n in named.items())
+                or "none"))
         lines.append("1. candidate pools")
         for lane, items in self.pools.items():
             lines.append(f"   {lane}: {len(items)}")
