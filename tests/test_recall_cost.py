@@ -56,7 +56,10 @@ def test_a_reused_plan_returns_the_fresh_plans_rows_for_two_tenants_and_two_scop
     # across both tenants and both scope sets.
     engine = make_app_engine(test_db.database.app_url(), pool_size=1)
     try:
-        recaller = recaller_with(engine, settings, embedder, recall_receipts=False)
+        # No receipts and no usage rows: the background writer would take the one connection
+        # now and then, and the recalls would be prepared on a second.
+        recaller = recaller_with(engine, settings, embedder, recall_receipts=False,
+                                 rank_usage_rows=False)
         readers = [t.identity("reader", read=scopes) for t in (a, b)
                    for scopes in (("team",), ("team", "exec"))]
         question = "what about the river bridge budget?"
@@ -434,13 +437,13 @@ def test_disposing_an_engine_stops_its_recall_background(test_db: Any, settings:
     from orchestrator.recall.service import _BACKGROUND, _background
 
     engine = make_app_engine(test_db.database.app_url())
-    _, chainer = _background(engine, settings)
+    chainer = _background(engine, settings).chainer
     chainer.start()
     assert chainer._thread is not None and chainer._thread.is_alive()
     engine.dispose()
     assert engine not in _BACKGROUND
     assert not chainer._thread.is_alive()
-    again = _background(engine, settings)[1]
+    again = _background(engine, settings).chainer
     assert again is not chainer, "a later recall over the engine starts a new one"
     engine.dispose()
 

@@ -308,7 +308,9 @@ def test_usage_rows_are_written_per_recall_and_readable_by_their_user_only(
     write_documents(app_engine, alice, embedder, NOTES, settings)
     recaller = recaller_with(app_engine, settings, embedder)
     result, trace = recaller.trace(alice, "boiler service", channel="cli")
-    assert trace.usage_event is not None
+    assert trace.usage_rows == 1 + len(result.served_rows())
+    assert "usage row(s) queued" in trace.format()
+    recaller.settle()  # written by the background writer, moments after the recall
     with bound_session(app_engine, alice) as s:
         row = s.execute(text("select operation, channel, model, served_ranks, feature_count, "
                              "cardinality(features) as n, receipt_id from memory.rank_events")).one()
@@ -325,12 +327,68 @@ def test_usage_rows_are_written_per_recall_and_readable_by_their_user_only(
             assert s.execute(text("select count(*) from memory.rank_training_rows(null, "
                                   "interval '1 hour')")).scalar() == 0
     _prepared, _ = recaller.prepare(alice, "boiler service", channel="mcp")
+    recaller.settle()
     with bound_session(app_engine, alice) as s:
         assert s.execute(text("select operation from memory.rank_events where channel = 'mcp'")
                          ).scalar() == "prepare"
     with bound_session(app_engine, alice) as s, pytest.raises(BadInput, match="unknown channel"):
         record_usage(s, operation="recall", channel="fax", question="q", report=RankReport(),
                      served=[], pooled=[], model_id=None, receipt_id=None, pooled_limit=5)
+
+
+def test_usage_rows_are_written_per_reader_and_a_refused_event_never_holds_the_rest(
+        tenant_factory, app_engine, caplog):
+    """The background writer writes each reader's queued events in one transaction, each under
+    a savepoint: an event the database refuses (here a model id that names no stored model)
+    is skipped, counted and logged, and the reader's other events are written; a reader the
+    database no longer accepts is dropped and counted, not retried forever; a reader whose
+    flush fails for another reason keeps its events, in order, for the next flush."""
+    from types import SimpleNamespace
+
+    from orchestrator.auth import Identity
+    from orchestrator.recall.access import UsageRows
+    from orchestrator.recall.learning import usage_params
+
+    t = tenant_factory("team")
+    alice, bob = t.identity("alice", write=("team",)), t.identity("bob", read=("team",))
+    pooled = [SimpleNamespace(key="k0", item_table="sources.chunks", item_id=uuid.uuid4(),
+                              document_id=None)]
+    report = RankReport(model="test", keys=["k0"],
+                        features=np.zeros((1, len(FEATURES)), dtype=np.float32))
+    good = usage_params(operation="recall", channel="cli", question="q", report=report,
+                        served=[("sources.chunks", pooled[0].item_id)], pooled=pooled,
+                        model_id=None, receipt_id=None, pooled_limit=5)
+    assert good is not None
+    rows = UsageRows(app_engine)
+    rows.add(alice, good)
+    rows.add(alice, dict(good, model_id=uuid.uuid4()))  # no such stored model: refused
+    rows.add(alice, dict(good, ch="mcp"))
+    rows.add(bob, good)
+    ghost = Identity.of(str(uuid.uuid4()), "nobody", read=["team"])  # no such tenant
+    rows.add(ghost, good)
+    assert rows.waiting == 5
+    with caplog.at_level("WARNING", logger="engram.recall.access"):
+        assert rows.flush() == 3
+    assert (rows.written, rows.poisoned, rows.dropped, rows.waiting) == (3, 1, 1, 0)
+    assert any("refused and skipped" in r.getMessage() for r in caplog.records)
+    with bound_session(app_engine, alice) as s:
+        assert sorted(s.execute(text("select channel from memory.rank_events")).scalars()) == \
+            ["cli", "mcp"]
+        assert s.execute(text("select count(*) from memory.usage_ledger "
+                              "where operation = 'recall.served'")).scalar() == 2  # hers
+    with bound_session(app_engine, bob) as s:
+        assert s.execute(text("select count(*) from memory.rank_events")).scalar() == 1
+
+    # A failure that is not the reader's (the database unreachable) keeps everything queued.
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    gone = create_engine(make_url(app_engine.url).set(port=9))
+    stuck = UsageRows(gone)
+    stuck.add(alice, good)
+    stuck.add(alice, dict(good, ch="mcp"))
+    assert stuck.flush() == 0 and stuck.waiting == 2 and stuck.dropped == 0
+    gone.dispose()
 
 
 def test_candidates_carry_the_stored_embeddings_exactly(tenant_factory, app_engine, embedder,

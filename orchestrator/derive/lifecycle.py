@@ -248,9 +248,15 @@ def mark_evidence_used(session: Session, items: Sequence[tuple[str, uuid.UUID]] 
     also counts one access on its claim. Items the caller cannot read are not
     found, and nothing is recorded for any of them. Returns how many items were
     recorded.
+
+    The recalls this process made are in the ledger first (their usage rows are written in
+    the background, moments after each recall): feedback sent right after a recall finds its
+    event (``rank_training_rows`` labels from a few seconds before the event; migration 0083).
     """
+    from orchestrator.recall.service import flush_usage
     from orchestrator.recall.tail import CLAIMS, ITEM_KINDS
 
+    flush_usage(session.get_bind().engine)
     items = [*items, *((CLAIMS, c) for c in claim_ids)]
     if not items:
         raise BadInput("give the items (or claim ids) that were used")

@@ -112,11 +112,11 @@ class ModelChooser:
 # --- 2. usage rows -------------------------------------------------------------------------
 
 
-def record_usage(session: Session, *, operation: str, channel: str, question: str,
-                 report: RankReport, served: Sequence[tuple[str, uuid.UUID]],
-                 pooled: Sequence[Any], model_id: uuid.UUID | None, receipt_id: uuid.UUID | None,
-                 pooled_limit: int) -> uuid.UUID | None:
-    """One ``rank_events`` row and the ledger's served rows, in one statement.
+def usage_params(*, operation: str, channel: str, question: str, report: RankReport,
+                 served: Sequence[tuple[str, uuid.UUID]], pooled: Sequence[Any],
+                 model_id: uuid.UUID | None, receipt_id: uuid.UUID | None,
+                 pooled_limit: int) -> dict[str, Any] | None:
+    """What ``write_usage`` writes for one recall (None: nothing to write), checked now.
 
     ``served`` are the served rows in order; ``pooled`` the candidates in final order
     (served first), whose feature rows are in ``report``.
@@ -154,29 +154,46 @@ def record_usage(session: Session, *, operation: str, channel: str, question: st
     # would adapt a list of ~1,000 floats element by element, 1.7 ms against 0.5.
     flat = "{" + ",".join(map(repr, report.features[rows].reshape(-1).tolist())).replace(
         "nan", "NULL") + "}"
-    served_tables = [t for t, _ in served]
-    served_ids = [i for _, i in served]
-    event_id: uuid.UUID = session.execute(text(
-        "with event as ("
-        "  insert into memory.rank_events (operation, channel, model, model_id, feature_version,"
-        "      question_hash, receipt_id, item_tables, item_ids, document_ids, served_ranks,"
-        "      feature_count, features)"
-        "  values (:op, :ch, :model, :model_id, :fv, :qh, :receipt, cast(:tables as text[]),"
-        "      cast(:ids as uuid[]), cast(:docs as uuid[]), cast(:ranks as integer[]), :fc,"
-        "      cast(:features as real[]))"
-        "  returning id),"
-        "ledger as ("
-        "  insert into memory.usage_ledger (operation, channel, item_table, item_id)"
-        "  select :ledger_op, :ch, s.t, s.i"
-        "    from unnest(cast(:served_tables as text[]), cast(:served_ids as uuid[])) as s(t, i))"
-        "select id from event"),
-        {"op": operation, "ch": channel, "model": (report.model or f"fused order: {report.note}")[:500],
-         "model_id": model_id, "fv": FEATURE_VERSION,
-         "qh": hashlib.sha256(question.encode()).digest(), "receipt": receipt_id,
-         "tables": tables, "ids": ids, "docs": docs, "ranks": ranks, "fc": len(FEATURES),
-         "features": flat, "ledger_op": f"{operation}.served", "served_tables": served_tables,
-         "served_ids": served_ids}).scalar_one()
+    return {"op": operation, "ch": channel,
+            "model": (report.model or f"fused order: {report.note}")[:500],
+            "model_id": model_id, "fv": FEATURE_VERSION,
+            "qh": hashlib.sha256(question.encode()).digest(), "receipt": receipt_id,
+            "tables": tables, "ids": ids, "docs": docs, "ranks": ranks, "fc": len(FEATURES),
+            "features": flat, "ledger_op": f"{operation}.served",
+            "served_tables": [t for t, _ in served], "served_ids": [i for _, i in served]}
+
+
+_WRITE_USAGE = text(
+    "with event as ("
+    "  insert into memory.rank_events (operation, channel, model, model_id, feature_version,"
+    "      question_hash, receipt_id, item_tables, item_ids, document_ids, served_ranks,"
+    "      feature_count, features)"
+    "  values (:op, :ch, :model, :model_id, :fv, :qh, :receipt, cast(:tables as text[]),"
+    "      cast(:ids as uuid[]), cast(:docs as uuid[]), cast(:ranks as integer[]), :fc,"
+    "      cast(:features as real[]))"
+    "  returning id),"
+    "ledger as ("
+    "  insert into memory.usage_ledger (operation, channel, item_table, item_id)"
+    "  select :ledger_op, :ch, s.t, s.i"
+    "    from unnest(cast(:served_tables as text[]), cast(:served_ids as uuid[])) as s(t, i))"
+    "select id from event")
+
+
+def write_usage(session: Session, params: dict[str, Any]) -> uuid.UUID:
+    """One ``rank_events`` row and the ledger's served rows, in one statement."""
+    event_id: uuid.UUID = session.execute(_WRITE_USAGE, params).scalar_one()
     return event_id
+
+
+def record_usage(session: Session, *, operation: str, channel: str, question: str,
+                 report: RankReport, served: Sequence[tuple[str, uuid.UUID]],
+                 pooled: Sequence[Any], model_id: uuid.UUID | None, receipt_id: uuid.UUID | None,
+                 pooled_limit: int) -> uuid.UUID | None:
+    """``usage_params`` written now, in ``session``'s transaction; returns the event's id."""
+    params = usage_params(operation=operation, channel=channel, question=question, report=report,
+                          served=served, pooled=pooled, model_id=model_id, receipt_id=receipt_id,
+                          pooled_limit=pooled_limit)
+    return None if params is None else write_usage(session, params)
 
 
 # --- 3. training ---------------------------------------------------------------------------

@@ -39,7 +39,7 @@ from orchestrator.db.models import Installation
 from orchestrator.db.session import bound_session, prepared_at_once
 from orchestrator.errors import BadInput, EngramError
 from orchestrator.inputs import text_problem
-from orchestrator.recall.access import AccessCounts
+from orchestrator.recall.access import AccessCounts, UsageRows
 from orchestrator.recall.features import RankContext
 from orchestrator.recall.mmr import diversify
 from orchestrator.recall.plan import FULL_PLAN, PlanShape
@@ -201,23 +201,29 @@ class Recaller:
     @property
     def chainer(self) -> Any:
         """The background thread (one per engine in the process) that bumps the served
-        facts' access counters and appends the queued receipts to the chain, moments after
-        each recall. Looked up on each use: after the engine is disposed, the next recall
-        starts a new one."""
-        return self._background()[1]
+        facts' access counters, writes the usage rows and appends the queued receipts to the
+        chain, moments after each recall. Looked up on each use: after the engine is
+        disposed, the next recall starts a new one."""
+        return self._background().chainer
 
     @property
     def access(self) -> AccessCounts:
         """The served facts' access counts, applied by ``chainer``'s thread."""
-        return self._background()[0]
+        return self._background().access
 
-    def _background(self) -> tuple[AccessCounts, Any]:
+    @property
+    def usage(self) -> UsageRows:
+        """The usage rows of recalls and prepares, written by ``chainer``'s thread."""
+        return self._background().usage
+
+    def _background(self) -> _Background:
         if self.engine is None:
             raise BadInput("this recaller has no database: it only replays traces")
         return _background(self.engine, self.settings)
 
     def settle(self) -> int:
-        """Apply the pending access counts and chain every queued receipt now (an auditor
+        """Apply the pending access counts, write the queued usage rows and chain every
+        queued receipt now (an auditor
         about to verify a receipt this process just wrote, a test); returns how many
         receipts were chained."""
         return int(self.chainer.flush())
@@ -470,6 +476,7 @@ class Recaller:
                operation: str, detail: bool) -> R:
         s = self.settings
         chunks = self.sizes.get(identity.org_id)
+        usage: dict[str, Any] | None = None
         with bound_session(self.engine, identity,
                            settings=None if chunks is None else transaction_settings(chunks, s)
                            ) as session:
@@ -519,17 +526,20 @@ class Recaller:
             lap("budget_render")
             with count_statements(connection) as sent:
                 self._side_effects(session, identity, result, trace)
-                if s.rank_usage_rows:
-                    from orchestrator.recall.learning import record_usage
-
-                    trace.usage_event = record_usage(
-                        session, operation=operation, channel=channel, question=req.question,
-                        report=trace.ranking, served=result.served_rows(), pooled=ordered,
-                        model_id=trace.model_id, receipt_id=trace.receipt_id,
-                        pooled_limit=s.rank_usage_pooled)
             trace.side_effect_statements = len(sent)
-        if trace.receipt_id is not None or trace.touched_claims:
-            self.chainer.wake()  # committed: counts and chain event wait for the background
+            if s.rank_usage_rows:
+                from orchestrator.recall.learning import usage_params
+
+                usage = usage_params(
+                    operation=operation, channel=channel, question=req.question,
+                    report=trace.ranking, served=result.served_rows(), pooled=ordered,
+                    model_id=trace.model_id, receipt_id=trace.receipt_id,
+                    pooled_limit=s.rank_usage_pooled)
+        if usage is not None:
+            self.usage.add(identity, usage)  # committed: the receipt it names exists
+            trace.usage_rows = 1 + len(usage["served_ids"])
+        if trace.receipt_id is not None or trace.touched_claims or trace.usage_rows:
+            self.chainer.wake()  # committed: counts, usage and chain event wait for the background
         lap("side_effects")
         return result
 
@@ -656,23 +666,31 @@ def _loaded(row: Mapping[Any, Any]) -> dict[str, Any]:
     return out
 
 
-_BACKGROUND: weakref.WeakKeyDictionary[Engine, tuple[AccessCounts, Any]] = weakref.WeakKeyDictionary()
+@dataclass(frozen=True)
+class _Background:
+    access: AccessCounts
+    usage: UsageRows
+    chainer: Any
+
+
+_BACKGROUND: weakref.WeakKeyDictionary[Engine, _Background] = weakref.WeakKeyDictionary()
 _BACKGROUND_LOCK = threading.Lock()
 
 
-def _background(engine: Engine, settings: Settings) -> tuple[AccessCounts, Any]:
-    """The access counts and receipt chainer of ``engine``: one per engine in a process, so
-    every recaller over it shares one background thread (and ``settle`` settles them all)."""
+def _background(engine: Engine, settings: Settings) -> _Background:
+    """The access counts, usage rows and receipt chainer of ``engine``: one per engine in a
+    process, so every recaller over it shares one background thread (and ``settle`` settles
+    them all)."""
     from orchestrator.audit.chainer import ReceiptChainer
 
     with _BACKGROUND_LOCK:
         found = _BACKGROUND.get(engine)
         if found is None:
-            access = AccessCounts(engine)
+            access, usage = AccessCounts(engine), UsageRows(engine)
             chainer = ReceiptChainer(engine, delay_s=settings.recall_chain_delay_s,
                                      interval_s=settings.recall_chain_interval_s)
-            chainer.tasks.append(access.flush)
-            found = _BACKGROUND[engine] = (access, chainer)
+            chainer.tasks += [access.flush, usage.flush]
+            found = _BACKGROUND[engine] = _Background(access, usage, chainer)
             if not event.contains(engine, "engine_disposed", _forget_background):
                 event.listen(engine, "engine_disposed", _forget_background)
         return found
@@ -685,7 +703,7 @@ def _forget_background(engine: Engine) -> None:
     with _BACKGROUND_LOCK:
         found = _BACKGROUND.pop(engine, None)
     if found is not None:
-        found[1].close()
+        found.chainer.close()
         engine.pool.dispose()  # the last chaining may have opened a connection
 
 
@@ -694,8 +712,17 @@ def close_background() -> None:
     writes to goes away: the end of a test session, a server shutting down)."""
     with _BACKGROUND_LOCK:
         found = list(_BACKGROUND.values())
-    for _, chainer in found:
-        chainer.close()
+    for background in found:
+        background.chainer.close()
+
+
+def flush_usage(engine: Engine) -> None:
+    """Write the usage rows this process queued over ``engine`` now: feedback (``mark_used``)
+    sent right after a recall then finds the recall's event, whose time is its write."""
+    with _BACKGROUND_LOCK:
+        found = _BACKGROUND.get(engine)
+    if found is not None and found.usage.waiting:
+        found.usage.flush()
 
 
 class _ServiceReranker:

@@ -73,7 +73,7 @@ class Trace:
     receipt_id: uuid.UUID | None = None
     model_id: uuid.UUID | None = None  # the tenant's stored model that ranked, if one did
     replay: tuple[Any, Any, list[Candidate]] | None = None  # evaluation: see Recaller.replay
-    usage_event: uuid.UUID | None = None
+    usage_rows: int = 0  # queued for the background writer: the event and its served rows
     embedding_cached: bool = False
     plan_note: str = ""
     # The registered model and activation the question was embedded with (name@generation).
@@ -155,7 +155,8 @@ class Trace:
         lines.append(f"6. side effects: {self.touched_claims} fact access counter(s) to bump "
                      "(in the background); "
                      + (f"receipt {self.receipt_id}" if self.receipt_id else "no receipt")
-                     + (f"; usage row {self.usage_event}" if self.usage_event else "")
+                     + (f"; {self.usage_rows} usage row(s) queued (written in the background)"
+                        if self.usage_rows else "")
                      + f" ({self.side_effect_statements} statement(s))")
         lines.append("timings: " + ", ".join(f"{k} {v:.1f} ms" for k, v in self.timings_ms.items()))
         return "\n".join(lines)
