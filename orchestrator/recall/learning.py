@@ -116,7 +116,8 @@ def usage_params(*, operation: str, channel: str, question: str, report: RankRep
                  served: Sequence[tuple[str, uuid.UUID]], pooled: Sequence[Any],
                  model_id: uuid.UUID | None, receipt_id: uuid.UUID | None,
                  pooled_limit: int) -> dict[str, Any] | None:
-    """What ``write_usage`` writes for one recall (None: nothing to write), checked now.
+    """What ``write_usage`` writes for one recall (None: nothing to write), checked now; the
+    feature rows stay a matrix (copied out of the report) until the writer formats them.
 
     ``served`` are the served rows in order; ``pooled`` the candidates in final order
     (served first), whose feature rows are in ``report``.
@@ -150,16 +151,12 @@ def usage_params(*, operation: str, channel: str, question: str, report: RankRep
         rows.append(row_of[c.key])
     if not tables:
         return None
-    # The feature matrix as one real[] literal (a missing value, NaN, is NULL there): psycopg
-    # would adapt a list of ~1,000 floats element by element, 1.7 ms against 0.5.
-    flat = "{" + ",".join(map(repr, report.features[rows].reshape(-1).tolist())).replace(
-        "nan", "NULL") + "}"
     return {"op": operation, "ch": channel,
             "model": (report.model or f"fused order: {report.note}")[:500],
             "model_id": model_id, "fv": FEATURE_VERSION,
             "qh": hashlib.sha256(question.encode()).digest(), "receipt": receipt_id,
             "tables": tables, "ids": ids, "docs": docs, "ranks": ranks, "fc": len(FEATURES),
-            "features": flat, "ledger_op": f"{operation}.served",
+            "features": report.features[rows], "ledger_op": f"{operation}.served",
             "served_tables": [t for t, _ in served], "served_ids": [i for _, i in served]}
 
 
@@ -181,7 +178,11 @@ _WRITE_USAGE = text(
 
 def write_usage(session: Session, params: dict[str, Any]) -> uuid.UUID:
     """One ``rank_events`` row and the ledger's served rows, in one statement."""
-    event_id: uuid.UUID = session.execute(_WRITE_USAGE, params).scalar_one()
+    # The feature matrix as one real[] literal (a missing value, NaN, is NULL there): psycopg
+    # would adapt a list of ~1,000 floats element by element, 1.7 ms against 0.5.
+    flat = "{" + ",".join(map(repr, params["features"].reshape(-1).tolist())).replace(
+        "nan", "NULL") + "}"
+    event_id: uuid.UUID = session.execute(_WRITE_USAGE, {**params, "features": flat}).scalar_one()
     return event_id
 
 
