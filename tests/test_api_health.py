@@ -86,6 +86,15 @@ def test_readyz_waits_for_the_models_then_says_ready(health_settings: Settings,
         assert {"models", "statement", "tail", "ranker"} <= set(warmup.stages_ms)
         assert body["components"] == {}
         assert body["issuers"][health_settings.auth_dev_issuer]["state"] == "ok"
+        # The recall background's counters: shown, process totals, never a tenant.
+        assert set(body["bookkeeping"]) == {
+            "receipts_chained", "chain_failures", "access_counts_applied",
+            "access_counts_dropped", "usage_rows_written", "usage_rows_waiting",
+            "usage_rows_dropped", "usage_rows_poisoned"}
+        assert all(isinstance(v, int) and v >= 0 for v in body["bookkeeping"].values())
+        recaller.usage.poisoned += 2  # as two refused events would have counted
+        assert ready(url)[1]["bookkeeping"]["usage_rows_poisoned"] == \
+            body["bookkeeping"]["usage_rows_poisoned"] + 2
 
 
 def test_a_dead_or_reconnecting_component_makes_the_server_not_ready(

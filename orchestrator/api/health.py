@@ -14,7 +14,12 @@ recall at full speed, else 503, with the reason for each part:
    ``off``;
 4. ``issuers``: each trusted issuer's key set (``ok``, ``retrying`` while cached keys still
    answer, ``failing``). Shown, but it does not hold readiness back: tokens signed by keys
-   already cached keep verifying, and a token the server cannot check is a clear 401.
+   already cached keep verifying, and a token the server cannot check is a clear 401;
+5. ``bookkeeping``: what the recall background thread of the process did since it started
+   (``recall/access.py``, ``audit/chainer.py``): receipts chained and failed chaining
+   rounds, access counts applied and dropped, usage rows written, waiting, dropped (their
+   reader gone) and poisoned (refused by the database, skipped; the log says why). Process
+   totals, no tenant named; shown, never holding readiness back.
 """
 
 from __future__ import annotations
@@ -110,4 +115,14 @@ def readiness(engine: Engine, warmup: Warmup, recaller: Recaller, health: Health
     components_ok = all(c.healthy for c in (health.components() if health else []))
     issuers = {name: keys.status() for name, keys in verifier.issuers.items()}
     return {"ready": bool(database["ok"] and models_ok and components_ok), "database": database,
-            "models": models, "components": components, "issuers": issuers}
+            "models": models, "components": components, "issuers": issuers,
+            "bookkeeping": bookkeeping(recaller)}
+
+
+def bookkeeping(recaller: Recaller) -> dict[str, int]:
+    """The recall background's counters (see the module docstring, item 5)."""
+    chainer, access, usage = recaller.chainer, recaller.access, recaller.usage
+    return {"receipts_chained": int(chainer.chained), "chain_failures": int(chainer.failures),
+            "access_counts_applied": access.applied, "access_counts_dropped": access.dropped,
+            "usage_rows_written": usage.written, "usage_rows_waiting": usage.waiting,
+            "usage_rows_dropped": usage.dropped, "usage_rows_poisoned": usage.poisoned}
