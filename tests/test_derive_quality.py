@@ -158,6 +158,12 @@ def test_a_name_never_runs_over_two_markdown_blocks():
     # The old reading named "License The MIT License" (a heading run into the next paragraph).
     assert not [n for n in names if "License" in n or "History" in n], names
 
+    # An abbreviation that opens the sentence is not part of the name after it.
+    text = "Plugins may run more steps on uninstall. E.g. Pyenv-Virtualenv also removes them.\n"
+    doc = load_spacy()(text)
+    found = {e.name for s in read(doc, SpacyEntities("x").mentions([text], [doc])[0]) for e in s.entities}
+    assert "Pyenv-Virtualenv" in found and not [n for n in found if n.lower().startswith("e.g")]
+
     # A table of contents is one line per item, not one sentence naming every entity in it.
     toc = ("## Table of Contents\n\n"
            "* **[Installation](#installation)**\n  * [Getting Quillstream](#getting)\n"

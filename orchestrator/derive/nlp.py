@@ -64,7 +64,7 @@ ENTITY_TYPES = {
 RULES_VERSION = "rules-6"  # 4: markup masked over the whole document (stop 25); 5: a claim's
 # sentence keeps its inline code, and a blank line ends a sentence (stop 26); 6: inline code
 # that wraps over a line break is code, MyST roles and targets are markup, no name or sentence
-# runs over two Markdown blocks (stop 27)
+# runs over two Markdown blocks, names lose trailing punctuation and a leading "E.g." (stop 27)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -170,6 +170,8 @@ class Sentence:
 
 
 _DETERMINERS = {"the", "a", "an", "this", "that", "these", "those"}
+# Words a parser may take into a name that opens a sentence ("E.g. Pyenv-Virtualenv").
+_LEADING_ABBREVIATIONS = {"e.g.", "i.e.", "eg.", "ie.", "cf.", "viz.", "etc.", "vs."}
 _MODALS = {"may", "might", "could", "would", "should", "must", "can", "shall"}
 _CONDITIONS = {"if", "unless", "whether"}
 _PREDICATE = re.compile(r"^[a-z][a-z0-9_]{0,99}$")
@@ -206,7 +208,8 @@ def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
         span = doc.char_span(m.start, m.end, alignment_mode="expand")
         if span is None:
             continue
-        while len(span) > 1 and span[0].lower_ in _DETERMINERS:
+        while len(span) > 1 and (span[0].lower_ in _DETERMINERS
+                                 or span[0].lower_ in _LEADING_ABBREVIATIONS):
             span = span[1:]
         while len(span) > 1 and (span[-1].tag_ == "POS"  # "Ada's" names Ada
                                  or span[-1].is_punct or span[-1].is_space):
