@@ -36,6 +36,9 @@ from orchestrator.recall import Recaller
 from orchestrator.recall.ranker import default_model
 from tests.conftest import TenantFixture, TestDatabase
 from tests.support.api import api_settings, serve
+from tests.support.recall import doc, embedder, write_documents
+
+__all__ = ["embedder"]  # a fixture
 
 RECALL = 'query { recall(question: "where is the lighthouse?") { usedTokens } }'
 UPSERT = """mutation { upsertDocument(input: {collection: "n", path: "h.md", title: "h", body: "b",
@@ -64,7 +67,9 @@ def ready(url: str) -> tuple[int, dict[str, Any]]:
 
 
 def test_readyz_waits_for_the_models_then_says_ready(health_settings: Settings,
-                                                     app_engine: Engine) -> None:
+                                                     app_engine: Engine,
+                                                     tenant_factory: Any,
+                                                     embedder: Any) -> None:
     recaller = Recaller(app_engine, health_settings)
     warmup = Warmup()
     with serve(health_settings, app_engine, recaller=recaller, warmup=warmup) as server:
@@ -86,15 +91,30 @@ def test_readyz_waits_for_the_models_then_says_ready(health_settings: Settings,
         assert {"models", "statement", "tail", "ranker"} <= set(warmup.stages_ms)
         assert body["components"] == {}
         assert body["issuers"][health_settings.auth_dev_issuer]["state"] == "ok"
-        # The recall background's counters: shown, process totals, never a tenant.
+        # The recall background's failure counters: shown, process totals, never a tenant.
         assert set(body["bookkeeping"]) == {
-            "receipts_chained", "chain_failures", "access_counts_applied",
-            "access_counts_dropped", "usage_rows_written", "usage_rows_waiting",
-            "usage_rows_dropped", "usage_rows_poisoned"}
+            "chain_failures", "access_counts_dropped", "usage_rows_dropped",
+            "usage_rows_poisoned"}
         assert all(isinstance(v, int) and v >= 0 for v in body["bookkeeping"].values())
         recaller.usage.poisoned += 2  # as two refused events would have counted
         assert ready(url)[1]["bookkeeping"]["usage_rows_poisoned"] == \
             body["bookkeeping"]["usage_rows_poisoned"] + 2
+        # Anyone may ask /readyz: a tenant's recalls (a receipt, usage rows written) show
+        # nothing there, so the endpoint tells no one how much anybody recalls.
+
+        t = tenant_factory("team")
+        alice = t.identity("alice", write=("team",))
+        write_documents(app_engine, alice, embedder,
+                        [doc("l.md", "Lighthouse", "The lighthouse keeper logs the weather.")],
+                        health_settings)
+        before = ready(url)[1]["bookkeeping"]
+        result, trace = recaller.trace(alice, "who logs the weather?")
+        assert result.evidence and trace.receipt_id is not None and trace.usage_rows > 0
+        recaller.settle()
+        assert recaller.usage.written >= 1
+        after = ready(url)[1]
+        assert after["bookkeeping"] == before
+        assert t.org_id not in str(after) and str(t.id) not in str(after)
 
 
 def test_a_dead_or_reconnecting_component_makes_the_server_not_ready(

@@ -15,11 +15,13 @@ recall at full speed, else 503, with the reason for each part:
 4. ``issuers``: each trusted issuer's key set (``ok``, ``retrying`` while cached keys still
    answer, ``failing``). Shown, but it does not hold readiness back: tokens signed by keys
    already cached keep verifying, and a token the server cannot check is a clear 401;
-5. ``bookkeeping``: what the recall background thread of the process did since it started
-   (``recall/access.py``, ``audit/chainer.py``): receipts chained and failed chaining
-   rounds, access counts applied and dropped, usage rows written, waiting, dropped (their
-   reader gone) and poisoned (refused by the database, skipped; the log says why). Process
-   totals, no tenant named; shown, never holding readiness back.
+5. ``bookkeeping``: what went wrong in the recall background thread of the process since it
+   started (``recall/access.py``, ``audit/chainer.py``): failed chaining rounds, access
+   counts dropped (their reader gone), usage rows dropped (their reader gone) and poisoned
+   (refused by the database, skipped; the log says why). Failures only: this endpoint
+   answers anyone, so it shows no volume (how many receipts, counts or usage rows were
+   written would tell an unauthenticated caller how much every tenant recalls). Shown,
+   never holding readiness back.
 """
 
 from __future__ import annotations
@@ -120,9 +122,8 @@ def readiness(engine: Engine, warmup: Warmup, recaller: Recaller, health: Health
 
 
 def bookkeeping(recaller: Recaller) -> dict[str, int]:
-    """The recall background's counters (see the module docstring, item 5)."""
-    chainer, access, usage = recaller.chainer, recaller.access, recaller.usage
-    return {"receipts_chained": int(chainer.chained), "chain_failures": int(chainer.failures),
-            "access_counts_applied": access.applied, "access_counts_dropped": access.dropped,
-            "usage_rows_written": usage.written, "usage_rows_waiting": usage.waiting,
-            "usage_rows_dropped": usage.dropped, "usage_rows_poisoned": usage.poisoned}
+    """The recall background's failure counters (see the module docstring, item 5)."""
+    return {"chain_failures": int(recaller.chainer.failures),
+            "access_counts_dropped": recaller.access.dropped,
+            "usage_rows_dropped": recaller.usage.dropped,
+            "usage_rows_poisoned": recaller.usage.poisoned}

@@ -19,9 +19,11 @@ INSERT of 3.5-5 ms and 0.5 ms more at COMMIT, measured on the kept 10k benchmark
 ``UsageRows`` queues each recall's rows and writes them with the access counts: one
 transaction per reader for every recall that reader made since the last flush, each
 event under a savepoint, so one event the database refuses (counted in ``poisoned`` and
-logged) never holds up the others. An event's ``occurred_at`` is its write, moments after
-the recall; ``mark_used`` flushes the queue of its process first, so feedback sent right
-after a recall still finds its event in the label window (``rank_training_rows``).
+logged) never holds up the others; an outage, a deadlock or a serialization conflict is
+nobody's row and keeps the reader's events, in order, for the next flush. An event's
+``occurred_at`` is its write, moments after the recall; ``mark_used`` flushes the queue of
+its process first, so feedback sent right after a recall still finds its event in the label
+window (``rank_training_rows``).
 
 The trade-offs, accepted: a process killed before its next flush (at most
 ``recall_chain_delay_s`` after a recall, or at exit) loses those bumps and usage rows (the
@@ -46,7 +48,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.auth import Identity
 from orchestrator.db.session import bound_session, translate
-from orchestrator.errors import EngramError
+from orchestrator.errors import Conflict, EngramError, is_unavailable
 
 log = logging.getLogger("engram.recall.access")
 # What the database answers for an identity it no longer accepts: nothing later changes that.
@@ -159,9 +161,10 @@ class UsageRows:
                                 write_usage(session, params)
                             done += 1
                         except DBAPIError as exc:
-                            if exc.connection_invalidated:
-                                raise
-                            poisoned.append(str(translate(exc)))
+                            refused = translate(exc)
+                            if is_unavailable(exc) or isinstance(refused, Conflict):
+                                raise  # not the event's fault: keep them all for a retry
+                            poisoned.append(str(refused))
                     return done
 
                 done = _as_reader(self.engine, identity, "usage rows", write)
