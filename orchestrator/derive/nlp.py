@@ -216,9 +216,9 @@ def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
             span = span[:-1]
         name = " ".join(span.text.split())
         # Code, URLs, numbers and markup are not names (orchestrator.derive.quality), nor is
-        # a run of words over two Markdown blocks.
+        # a run of words over two blocks.
         if gates and (not plausible_entity(name)
-                      or crosses_block(written or doc.text, span.start_char, span.end_char)):
+                      or _breaks(doc, written, span.start_char, span.end_char)):
             continue
         if (not gates and not any(ch.isalnum() for ch in name)) or any(t.i in owner for t in span):
             continue
@@ -355,20 +355,27 @@ def read(doc: Any, mentions: Sequence[Mention], anchor: date | None = None, *,
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 
 
+def _breaks(doc: Any, written: str | None, start: int, end: int) -> bool:
+    """Whether ``[start, end)`` of the parsed text runs over a block boundary: a line that
+    masking left blank (a fenced block, a table row between two paragraphs) in ``doc``, or
+    a blank line or Markdown block start in the text as written (``crosses_block``; the
+    parsed text itself when nothing was masked). Names and sentences never do."""
+    return bool(_BLANK_LINE.search(doc.text, start, end)) or crosses_block(
+        written if written is not None else doc.text, start, end)
+
+
 def _paragraphs(doc: Any, sent: Any, written: str | None = None) -> list[Any]:
-    """``sent`` cut at blank lines and at Markdown block starts (``crosses_block``: a heading's
-    end, a list item, a quote, a table row): the parser runs a heading, a table of contents,
-    or a line before a masked block into the next paragraph's first sentence ("Ranking Maren
-    Okafor trains ...", "Getting Pyenv Linux/UNIX Automatic Installer ..."), but a blank line
-    always ends a sentence in Markdown and plain text, and a list item starts one."""
-    text = written if written is not None and len(written) == len(doc.text) else doc.text
+    """``sent`` cut wherever it runs over a block boundary (``_breaks``): the parser runs a
+    heading, a table of contents, or a line before a masked block into the next paragraph's
+    first sentence ("Ranking Maren Okafor trains ...", "Getting Pyenv Linux/UNIX Automatic
+    Installer ..."), but a blank line always ends a sentence in Markdown and plain text, and
+    a list item starts one. ``written`` is as in ``read``: None, or the same length."""
     cuts = [sent.start]
     last_end: int | None = None
     for t in sent:
         if t.is_space:
             continue
-        if last_end is not None and (_BLANK_LINE.search(doc.text, last_end, t.idx)
-                                     or crosses_block(text, last_end, t.idx)):
+        if last_end is not None and _breaks(doc, written, last_end, t.idx):
             cuts.append(t.i)
         last_end = t.idx + len(t.text)
     if len(cuts) == 1:

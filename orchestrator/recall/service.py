@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 from sqlalchemy import Connection, Engine, event, func, select
@@ -75,6 +75,9 @@ from orchestrator.recall.tail import (
     suppress_duplicates,
 )
 from orchestrator.recall.trace import Trace, item
+
+if TYPE_CHECKING:
+    from orchestrator.audit.chainer import ReceiptChainer
 from orchestrator.worker.registry import ActiveModel, ModelMismatch, read_active
 
 MAX_ASKER_CHARS = 200
@@ -199,7 +202,7 @@ class Recaller:
         self.warmed = False
 
     @property
-    def chainer(self) -> Any:
+    def chainer(self) -> ReceiptChainer:
         """The background thread (one per engine in the process) that bumps the served
         facts' access counters, writes the usage rows and appends the queued receipts to the
         chain, moments after each recall. Looked up on each use: after the engine is
@@ -223,9 +226,8 @@ class Recaller:
 
     def settle(self) -> int:
         """Apply the pending access counts, write the queued usage rows and chain every
-        queued receipt now (an auditor
-        about to verify a receipt this process just wrote, a test); returns how many
-        receipts were chained."""
+        queued receipt now (an auditor about to verify a receipt this process just wrote, a
+        test); returns how many receipts were chained."""
         return int(self.chainer.flush())
 
     @property
@@ -670,7 +672,7 @@ def _loaded(row: Mapping[Any, Any]) -> dict[str, Any]:
 class _Background:
     access: AccessCounts
     usage: UsageRows
-    chainer: Any
+    chainer: ReceiptChainer
 
 
 _BACKGROUND: weakref.WeakKeyDictionary[Engine, _Background] = weakref.WeakKeyDictionary()
