@@ -19,6 +19,15 @@ extraction on ingest):
 A component is healthy only in state ``ok``; ``starting`` and ``off`` are not
 failures but are not ready either, except that ``off`` (a part turned off by
 configuration) never holds readiness back.
+
+What ``/readyz`` shows (``to_json``) is not what the log says. ``/readyz`` answers
+anyone, so a component's public line names no volume and no row: ``ok`` shows no
+detail (the log says "the last drain embedded 40 rows"; how much a process embeds or
+derives tells how much its tenants write), an outage shows the host-free reason
+(``errors.describe_unavailable``), any other failure only the exception's type (its
+message may quote a row the database refused; the log has it), ``dead`` our own
+message for an ``EngramError`` and the type for anything else, ``off`` the setting
+that turned the part off.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from orchestrator.errors import describe_unavailable, is_unavailable
+from orchestrator.errors import EngramError, describe_unavailable, is_unavailable
 
 log = logging.getLogger("engram.health")
 
@@ -45,17 +54,18 @@ class Component:
 
     name: str
     state: str = STARTING
-    detail: str = ""
+    detail: str = ""  # what the log says
+    public: str = ""  # what /readyz shows (see the module docstring)
     since: datetime = field(default_factory=lambda: datetime.now(UTC))
     failures: int = 0
     last_ok_at: datetime | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def _set(self, state: str, detail: str) -> str | None:
+    def _set(self, state: str, detail: str, public: str = "") -> str | None:
         """Record the state; returns the previous one when it changed (else None)."""
         with self._lock:
             before = self.state
-            self.detail = detail
+            self.detail, self.public = detail, public
             if state == OK:
                 self.last_ok_at = datetime.now(UTC)
             if state == before:
@@ -81,8 +91,10 @@ class Component:
             self.failures += 1
         why = describe_unavailable(exc) if unavailable else f"{type(exc).__name__}: {exc}"
         why = why.split("\n")[0][:300]
+        shown = why if unavailable else f"{type(exc).__name__} (the process log says why)"
         state = RECONNECTING if unavailable else FAILING
-        before = self._set(state, f"{why}; next try in {retry_in:.1f} s")
+        before = self._set(state, f"{why}; next try in {retry_in:.1f} s",
+                           f"{shown}; next try in {retry_in:.1f} s")
         if before is not None:
             if unavailable:
                 log.warning("%s: %s; reconnecting with back-off (next try in %.1f s)", self.name,
@@ -93,11 +105,14 @@ class Component:
 
     def dead(self, exc: BaseException | str) -> None:
         why = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
-        self._set(DEAD, why.split("\n")[0][:300])
+        shown = (exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+                 if isinstance(exc, EngramError) else
+                 f"{type(exc).__name__} (the process log says why)")
+        self._set(DEAD, why.split("\n")[0][:300], shown.split("\n")[0][:300])
         log.error("%s stopped: %s", self.name, why)
 
     def off(self, detail: str) -> None:
-        self._set(OFF, detail)
+        self._set(OFF, detail, detail)
 
     @property
     def healthy(self) -> bool:
@@ -105,7 +120,7 @@ class Component:
 
     def to_json(self) -> dict[str, Any]:
         with self._lock:
-            return {"state": self.state, "detail": self.detail, "since": self.since.isoformat(),
+            return {"state": self.state, "detail": self.public, "since": self.since.isoformat(),
                     "failures": self.failures,
                     "last_ok_at": self.last_ok_at.isoformat() if self.last_ok_at else None}
 

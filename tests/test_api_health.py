@@ -34,6 +34,7 @@ from orchestrator.errors import Unavailable
 from orchestrator.health import Health
 from orchestrator.recall import Recaller
 from orchestrator.recall.ranker import default_model
+from orchestrator.worker.registry import ModelMismatch
 from tests.conftest import TenantFixture, TestDatabase
 from tests.support.api import api_settings, serve
 from tests.support.recall import doc, embedder, write_documents
@@ -140,12 +141,30 @@ def test_a_dead_or_reconnecting_component_makes_the_server_not_ready(
         assert shown["state"] == "reconnecting" and shown["failures"] == 1
         assert "the database is unavailable: the connection was refused" in shown["detail"]
 
+        # /readyz answers anyone: a failure shows its type, never its message (a row the
+        # database refused may be quoted there); the log keeps the message.
+        worker.retrying(ValueError('invalid input: "alice\'s salary is 91,000"'), 2.0)
+        status, body = ready(url)
+        shown = body["components"]["embedding worker"]
+        assert status == 503 and shown["state"] == "failing"
+        assert shown["detail"] == "ValueError (the process log says why); next try in 2.0 s"
+        assert "salary" in worker.detail and "salary" not in str(body)
+
         worker.dead(RuntimeError("the active embedding model changed"))
         status, body = ready(url)
         assert status == 503
         assert body["components"]["embedding worker"]["state"] == "dead"
-        assert "the active embedding model changed" in body["components"]["embedding worker"]["detail"]
+        assert body["components"]["embedding worker"]["detail"] == \
+            "RuntimeError (the process log says why)"
+        worker.dead(ModelMismatch("the active embedding model changed"))  # our own words
+        assert "the active embedding model changed" in \
+            ready(url)[1]["components"]["embedding worker"]["detail"]
         assert body["components"]["derive schedule"]["state"] == "off"
+
+        # Volumes stay in the log: how much a process embeds tells how much its tenants write.
+        worker.ok("listening; the last drain embedded 40 rows")
+        shown = ready(url)[1]["components"]["embedding worker"]
+        assert shown["state"] == "ok" and shown["detail"] == "" and "40" not in str(shown)
 
 
 def test_a_database_out_of_reach_is_unavailable_and_names_no_host(
