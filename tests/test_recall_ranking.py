@@ -35,7 +35,14 @@ from orchestrator.recall.ranker import (
     train,
 )
 from orchestrator.recall.result import FactRef, ScopeRef, SourceRef
-from orchestrator.recall.tail import CLAIMS, Candidate, order, suppress_duplicates, unit_rows
+from orchestrator.recall.tail import (
+    CLAIMS,
+    Candidate,
+    drop_redundant_derived,
+    order,
+    suppress_duplicates,
+    unit_rows,
+)
 from tests.support.recall import doc, embedder, recaller_with, write_documents
 
 __all__ = ["embedder"]
@@ -105,6 +112,27 @@ def test_a_duplicate_is_judged_against_kept_items_only():
     assert [(x.key, y.key) for x, y, _ in dropped] == [("b", "a"), ("d", "a")]
     assert dropped[0][2] == pytest.approx(np.cos(15 * deg), abs=1e-6) and dropped[1][2] == 1.0
     assert suppress_duplicates([], 0.95) == ([], [])
+
+
+def test_a_derived_item_an_excerpt_holds_is_served_by_the_excerpt_once():
+    src = SourceRef(collection="notes", path="d1.md", title="D1")
+    holder = cand("excerpt", "Melanie: We went camping. We love painting together lately.",
+                  source=src, merit=0.4)
+    fact = cand("fact", "We love  painting together lately.", kind="fact", merit=0.9)
+    other = cand("other", "Caroline: the adoption agency called.", source=src, merit=0.6)
+    observation = cand("obs", "melanie: we went camping.", kind="observation", merit=0.2)
+    profile = cand("profile", "We love painting together lately.", kind="profile", merit=0.1)
+    novel = cand("novel", "Melanie paints sunrises.", kind="fact", merit=0.05)
+    kept, dropped = drop_redundant_derived([fact, other, holder, observation, profile, novel])
+    # The fact ranked above the excerpt that holds it: the excerpt takes its place (and its
+    # merit) and is not served again further down; the observation below the excerpt is
+    # dropped; a profile is not a sentence of a source and stays, as does a fact no
+    # excerpt holds.
+    assert [c.key for c in kept] == ["excerpt", "other", "profile", "novel"]
+    assert holder.merit == 0.9
+    assert dropped == [("fact", "excerpt", True), ("obs", "excerpt", False)]
+    # Nothing held: the order is untouched.
+    assert drop_redundant_derived([novel, other])[0] == [novel, other]
 
 
 def test_unit_rows_mask_missing_zero_and_foreign_dimension_embeddings():

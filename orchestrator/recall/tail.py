@@ -20,8 +20,9 @@ Order of work, each step visible in the trace:
 5. ``suppress_duplicates``: a candidate too similar to one already kept (cosine
    of the chunk embeddings, or identical text) is dropped; then
    ``drop_redundant_derived``: a derived item (a fact, an observation) whose
-   text a source excerpt ranked above it already holds is dropped, so derived
-   memory is served only where it beats the sources it was derived from; MMR
+   text a source excerpt of the pool holds is served by that excerpt (dropped
+   below it; above it, the excerpt takes its place), so derived memory is served
+   only where it adds to the sources it was derived from; MMR
    (``recall.mmr``) then trades relevance against novelty;
 6. ``budget_cut``: the longest prefix whose rendered cost fits the budget. The
    cost is measured on the rendered string itself (characters / chars-per-token,
@@ -397,23 +398,35 @@ def suppress_duplicates(ordered: list[Candidate], threshold: float
 
 
 def drop_redundant_derived(ordered: list[Candidate]
-                           ) -> tuple[list[Candidate], list[tuple[str, str]]]:
-    """Drop each fact or observation whose text (whitespace-normalised, case-folded) is inside
-    a source excerpt ranked above it: its source already serves it, higher. Returns the kept
-    order and (dropped key, the excerpt's key) pairs."""
+                           ) -> tuple[list[Candidate], list[tuple[str, str, bool]]]:
+    """A fact or observation whose text (whitespace-normalised, case-folded) a source excerpt
+    of the pool holds is served by that excerpt, not on its own: the excerpt says the same in
+    the source's words, with its context and provenance. The excerpt ranked above it: the item
+    is dropped. The excerpt ranked below it: the excerpt takes the item's place and merit (it
+    is what ranked there, in the source's words) and the item is dropped, so the excerpt is not
+    served a second time further down. Where several excerpts hold the text, the highest one
+    serves it. Returns the kept order and (dropped key, the excerpt's key, raised) triples."""
+    sources = [c for c in ordered if c.source is not None]
     kept: list[Candidate] = []
-    sources: list[tuple[str, str]] = []  # (normalised text, key) of sources kept so far
-    dropped: list[tuple[str, str]] = []
+    placed: set[int] = set()  # excerpts already in ``kept`` (in their place or raised)
+    dropped: list[tuple[str, str, bool]] = []
     for c in ordered:
         if c.source is not None:
-            sources.append((c.flat_text, c.key))
-        elif c.kind in ("fact", "observation") and sources:
-            needle = c.flat_text
-            holder = next((key for text, key in sources if needle and needle in text), None)
-            if holder is not None:
-                dropped.append((c.key, holder))
-                continue
-        kept.append(c)
+            if id(c) not in placed:
+                placed.add(id(c))
+                kept.append(c)
+            continue
+        needle = c.flat_text if c.kind in ("fact", "observation") else ""
+        holder = next((s for s in sources if needle and needle in s.flat_text), None)
+        if holder is None:
+            kept.append(c)
+            continue
+        raised = id(holder) not in placed
+        if raised:
+            holder.merit = max(holder.merit, c.merit)
+            placed.add(id(holder))
+            kept.append(holder)
+        dropped.append((c.key, holder.key, raised))
     return kept, dropped
 
 

@@ -60,7 +60,7 @@ class Trace:
     ranker: str = ""
     ppr: str = ""
     ranking: RankReport = field(default_factory=RankReport)
-    redundant: list[tuple[str, str]] = field(default_factory=list)
+    redundant: list[tuple[str, str, bool]] = field(default_factory=list)
     diversity: str = ""
     ordered: list[TraceItem] = field(default_factory=list)
     suppressed: list[tuple[str, str, float]] = field(default_factory=list)
@@ -148,8 +148,9 @@ class Trace:
                          (" [direct]" if it.direct else ""))
         for dropped, twin, sim in self.suppressed:
             lines.append(f"     suppressed {dropped}: near-duplicate of {twin} ({sim:.3f})")
-        for key, holder in self.redundant:
-            lines.append(f"     dropped {key}: its text is in {holder}, ranked above it")
+        for key, holder, raised in self.redundant:
+            lines.append(f"     dropped {key}: its text is in {holder}, "
+                         + ("which takes its place" if raised else "ranked above it"))
         lines.append(f"5. budget: kept the first {self.kept} of {len(self.ordered)}, "
                      f"{self.used_tokens} of {self.budget_tokens} tokens")
         lines.append(f"6. side effects: {self.touched_claims} fact access counter(s) to bump "
