@@ -203,6 +203,29 @@ def test_a_yaml_front_matter_becomes_the_documents_fields(tmp_path: Path) -> Non
     assert doc.metadata == {"tags": ["a", "b"], "extract": False} and doc.body == "Body text.\n"
 
 
+def test_a_title_from_a_heading_is_its_text_as_a_reader_sees_it(tmp_path: Path) -> None:
+    # A README's first heading often carries badges: the title is the words, not 600
+    # characters of image links (which the write refused, so the whole file failed).
+    f = tmp_path / "rustfmt.md"
+    badge = "[![linux](https://github.com/o/r/actions/workflows/linux.yml/badge.svg?event=push)]" \
+            "(https://github.com/o/r/actions/workflows/linux.yml)"
+    f.write_text(f"```sh\n# not a heading\n```\n# rustfmt {badge * 6}\n\nA tool.\n")
+    assert to_document(SourceFile(f, "notes", "rustfmt.md"), ["team"]).title == "rustfmt"
+    f.write_text("## The `git` *guide* for [contributors](CONTRIBUTING.md) <br/>\nText.\n")
+    assert to_document(SourceFile(f, "notes", "g.md"), ["team"]).title == \
+        "The git guide for contributors"
+    # A heading longer than the limit is cut at a word, with an ellipsis.
+    f.write_text("# " + "tides " * 30 + "\nText.\n")
+    title = to_document(SourceFile(f, "notes", "t.md"), ["team"], max_title_chars=40).title
+    assert title == "tides tides tides tides tides tides\u2026" and len(title) <= 40
+    # Nothing but markup in the heading: the file's name.
+    f.write_text("# [![ci](https://ci.example/b.svg)](https://ci.example)\nText.\n")
+    assert to_document(SourceFile(f, "notes", "t.md"), ["team"]).title == "rustfmt"
+    # A title the author wrote in the front matter is taken as written.
+    f.write_text("---\ntitle: The *exact* title\n---\n# Heading\n")
+    assert to_document(SourceFile(f, "notes", "t.md"), ["team"]).title == "The *exact* title"
+
+
 def test_remember_cli(cli_env: dict[str, str], tenant_factory: Tenants, admin_engine: Engine) -> None:
     t = tenant_factory("team")
     code, output = run(cli_env, "remember", "User prefers tea.", "--session", "s9",

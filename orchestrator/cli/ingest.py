@@ -200,16 +200,31 @@ def _extract_flag(value: Any) -> bool:
     raise BadInput(f"front matter extract must be true or false, not {value!r}")
 
 
-def to_document(src: SourceFile, default_scopes: list[str], *, extract: bool | None = None
-                ) -> DocumentInput:
-    """The file as a document; ``extract=False`` marks it opted out unless its front matter says."""
+def heading_title(body: str, limit: int) -> str:
+    """The first heading (outside code blocks) as a reader sees it (``quality.inline_text``: badges, link
+    targets and markup gone), cut at a word to ``limit`` characters with an ellipsis: a title
+    the file's author never wrote as one must not refuse the file. Empty without a heading or
+    when nothing but markup is in it."""
+    from orchestrator.derive.quality import inline_text, mask_fences
+
+    heading = _HEADING.search(mask_fences(body))
+    title = inline_text(heading.group(1)) if heading else ""
+    if len(title) > limit:
+        title = title[:limit - 1].rsplit(" ", 1)[0].rstrip(" ,;:-") + "\u2026"
+    return title
+
+
+def to_document(src: SourceFile, default_scopes: list[str], *, extract: bool | None = None,
+                max_title_chars: int = 500) -> DocumentInput:
+    """The file as a document; ``extract=False`` marks it opted out unless its front matter says.
+    A title in the front matter is taken as written (the write refuses one over the limit);
+    without one, the first heading's text (``heading_title``), else the file's name."""
     try:
         text = src.file.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise BadInput(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     meta, body = parse_front_matter(text)
-    heading = _HEADING.search(body)
-    title = _text(meta.pop("title", None)) or (heading.group(1) if heading else src.file.stem)
+    title = _text(meta.pop("title", None)) or heading_title(body, max_title_chars) or src.file.stem
     scopes = _list(meta.pop("scopes", "")) or default_scopes
     if not scopes:
         raise BadInput("no scopes: give --scope or a 'scopes:' front matter line")
@@ -255,7 +270,8 @@ def ingest_paths(settings: Settings, engine: Engine, identity: Identity, paths: 
     for src in files:
         chunks = 0
         try:
-            doc = to_document(src, default_scopes, extract=False if skip_extraction else None)
+            doc = to_document(src, default_scopes, extract=False if skip_extraction else None,
+                              max_title_chars=settings.max_title_chars)
             with bound_session(engine, identity) as session:
                 result = put_document(session, doc, settings)
             chunks = result.chunks

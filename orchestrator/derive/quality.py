@@ -68,16 +68,35 @@ def _blank(match: re.Match[str]) -> str:
     return "".join("\n" if ch == "\n" else " " for ch in match.group(0))
 
 
+def mask_fences(text: str) -> str:
+    """``text`` with fenced code blocks overwritten by spaces (same length): a "# comment" in
+    a shell block is not a heading."""
+    return _FENCE.sub(_blank, text)
+
+
 def mask_markup(text: str) -> str:
     """``text`` with code, URLs, markup and log lines overwritten by spaces (same length)."""
-    out = _FENCE.sub(_blank, text)
-    out = _INDENTED.sub(_blank, out)
+    out = _INDENTED.sub(_blank, mask_fences(text))
     for pattern in (_HTML_CODE, _MYST, _INLINE_CODE, _IMAGE, _LINK_TARGET, _REF_DEF, _URL, _HTML,
                     _TABLE, _LOG, _SHELL):
         out = pattern.sub(_blank, out)
     out = _MARKERS.sub(_blank, out)
     # Link text stays ("see [the guide](...)" reads "see the guide"), its brackets go.
     return out.replace("[", " ").replace("]", " ")
+
+
+_EMPHASIS = re.compile(r"(?<![\w*_~])[*_~]{1,3}(?=\S)|(?<=\S)[*_~]{1,3}(?![\w*_~])")
+
+
+def inline_text(line: str) -> str:
+    """One line of Markdown as a reader sees it: images (badges) and HTML tags gone, a link's
+    text without its target, a code span's content without its backticks, no emphasis
+    markers, whitespace runs as one space ("rustfmt [![linux](...)](...)" reads "rustfmt")."""
+    out = _IMAGE.sub(" ", line)
+    out = _LINK_TARGET.sub("", out)
+    out = _HTML.sub(" ", out).replace("[", "").replace("]", "")
+    out = re.sub(r"`+([^`]*)`+", r"\1", out)
+    return " ".join(_EMPHASIS.sub("", out).split())
 
 
 def plausible_entity(name: str) -> bool:
