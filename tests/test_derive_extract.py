@@ -561,8 +561,8 @@ def test_ingest_hands_extraction_to_the_worker_or_extracts_when_told(
     # By default the worker extracts: the command says so, and how much waits.
     later = CliRunner().invoke(app, ["ingest", str(root / "later.md"), *who], env=cli_env)
     assert later.exit_code == 0 and "extracted" not in later.output
-    assert ("extraction handed to the worker: 1 chunks of 1 documents wait (1 of them for their "
-            "embedding first)") in " ".join(later.output.split())
+    assert ("extraction handed to the worker: 1 chunk of 1 document waits (for its embedding "
+            "first)") in " ".join(later.output.split())
     with bound_session(app_engine, tenant.identity(write=("team",))) as s:
         assert extract(s).chunks == 1  # left for the worker
     bad = root / "bad.md"

@@ -48,6 +48,37 @@ def test_title_containment_longest_keeps_direct_bit_and_peers_stay(
     assert not any(it.direct for it in st.ordered)
 
 
+def test_a_long_named_document_puts_its_best_chunks_first_and_the_rest_compete(
+        tenant_factory, app_engine, embedder, settings, recaller):
+    t = tenant_factory("team")
+    ident = t.identity(write=("team",))
+    places = ["harbour entrance", "north pier", "fuel dock", "slipway", "outer mole",
+              "fish quay", "lock gates", "sand bar", "lifeboat station", "ferry ramp"]
+    body = "\n\n".join(
+        f"## {p.title()}\n\n" + f"At the {p} the tide tables give the depth at low water "
+        f"and the hours of slack water; boats at the {p} wait for the flood tide. " * 6
+        for p in places)
+    write_documents(app_engine, ident, embedder, [
+        doc("tides.md", "Tide Tables", body),
+        doc("log.md", "Harbour log", "The harbour entrance silted up: at low water the "
+            "harbour entrance has one metre less depth than the tide tables say."),
+    ], settings)
+    result, trace = recaller.trace(ident, "what do the tide tables say about the harbour "
+                                          "entrance at low water?")
+    named = [it for it in trace.ordered if it.label.startswith("Tide Tables")]
+    assert len(named) > settings.recall_title_chunks, "the document must be long for this case"
+    # Only the title lane's chunks of the named document carry the direct-subject bit and
+    # come first; its other chunks that the dense and lexical lanes found compete on merit
+    # (before this stop every chunk of a named document was direct: a long one filled the
+    # whole budget ahead of any other evidence).
+    direct = [it for it in trace.ordered if it.direct]
+    assert 0 < len(direct) <= settings.recall_title_chunks
+    assert all(it.label.startswith("Tide Tables") for it in direct)
+    assert trace.ordered[:len(direct)] == direct
+    assert any(not it.direct for it in named)
+    assert {it.label for it in direct} <= {it.label for it in trace.pools["title"]}
+
+
 def test_project_catalog_lists_only_active_and_waiting_with_state_beside_area(
         tenant_factory, app_engine, embedder, settings, recaller):
     t = tenant_factory("team")

@@ -401,8 +401,11 @@ def _handed_over(engine: Engine, identity: Identity, document_ids: list[uuid.UUI
             .where(Chunk.document_id.in_(document_ids), wanted)).one()
     if not chunks:
         return
-    out.print(f"extraction handed to the worker: {chunks} chunks of {len(document_ids)} documents "
-              f"wait ({unembedded} of them for their embedding first); a running `engram worker "
+    docs = len(document_ids)
+    out.print(f"extraction handed to the worker: {chunks} chunk{'s' * (chunks != 1)} of {docs} "
+              f"document{'s' * (docs != 1)} {'waits' if chunks == 1 else 'wait'} ("
+              + ("for its embedding first" if chunks == 1 and unembedded else
+                 f"{unembedded} of them for their embedding first") + "); a running `engram worker "
               "run` or `engram up` extracts them right after embedding them (`engram ingest "
               "--extract` extracts now)")
 
