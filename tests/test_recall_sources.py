@@ -77,6 +77,7 @@ def test_a_long_named_document_puts_its_best_chunks_first_and_the_rest_compete(
     assert trace.ordered[:len(direct)] == direct
     assert any(not it.direct for it in named)
     assert {it.label for it in direct} <= {it.label for it in trace.pools["title"]}
+    assert [e.source.title for e in result.evidence[:len(direct)]] == ["Tide Tables"] * len(direct)
 
 
 def test_project_catalog_lists_only_active_and_waiting_with_state_beside_area(
