@@ -71,6 +71,7 @@ from orchestrator.recall.tail import (
     budget_cut,
     candidates_from_rows,
     drop_redundant_derived,
+    keep_direct_best,
     order,
     suppress_duplicates,
 )
@@ -575,6 +576,7 @@ class Recaller:
             if detail:
                 trace.fused = [item(c) for c in sorted(candidates, key=lambda c: (-c.rrf, c.key))]
             candidates, trace.precedence = apply_precedence(candidates)
+            trace.direct_lost = len(keep_direct_best(candidates, s.recall_title_chunks))
             ordered, dropped = suppress_duplicates(order(candidates), s.recall_duplicate_similarity)
             ordered, trace.redundant = drop_redundant_derived(ordered)
             if s.recall_diverse:

@@ -451,11 +451,8 @@ class _Builder:
                   .join(doc, and_(doc.c.tenant_id == tenant, doc.c.id == fused.c.document_id)))
         direct: ColumnElement[Any] = literal(False)
         if titled is not None:
-            # The direct-subject bit goes to the chunks the title lane chose (the named
-            # document's recall_title_chunks best), not to every chunk of it another lane
-            # found: the rest of a long named document competes on merit.
             joined = joined.outerjoin(titled, titled.c.document_id == fused.c.document_id)
-            direct = and_(func.coalesce(titled.c.direct, False), fused.c.title_rank.is_not(None))
+            direct = func.coalesce(titled.c.direct, False)
         beaten = self.contradiction(fused) if s.keyed else None
         if beaten is not None:
             joined = joined.outerjoin(beaten, beaten.c.chunk_id == fused.c.chunk_id)

@@ -298,6 +298,24 @@ def apply_precedence(candidates: list[Candidate]) -> tuple[list[Candidate], Prec
     return kept, report
 
 
+def keep_direct_best(candidates: list[Candidate], per_document: int) -> list[Candidate]:
+    """Keep the direct-subject bit on the ``per_document`` best chunks (by merit, then the
+    stable key) of each directly named document; its other chunks lose it and compete on
+    merit like any evidence. The statement marks every chunk of a named document that a
+    lane found (the ranker's ``direct`` feature), so without this a long named document
+    filled the whole budget before any other evidence. Returns the chunks that lost it."""
+    by_document: dict[uuid.UUID, list[Candidate]] = {}
+    for c in candidates:
+        if c.direct and c.source is not None and c.document_id is not None:
+            by_document.setdefault(c.document_id, []).append(c)
+    lost: list[Candidate] = []
+    for chunks in by_document.values():
+        for c in sorted(chunks, key=lambda c: (-c.merit, stable_key(c)))[per_document:]:
+            c.direct = False
+            lost.append(c)
+    return lost
+
+
 def assign_merit(candidates: list[Candidate], pin_boost: float) -> None:
     """Merit in [0, 1] (+ boost when pinned): the cross-encoder's score when present, else
     the learned ranker's, else RRF."""

@@ -61,6 +61,7 @@ class Trace:
     ppr: str = ""
     ranking: RankReport = field(default_factory=RankReport)
     redundant: list[tuple[str, str, bool]] = field(default_factory=list)
+    direct_lost: int = 0  # chunks of a named document past its best few: they compete on merit
     diversity: str = ""
     ordered: list[TraceItem] = field(default_factory=list)
     suppressed: list[tuple[str, str, float]] = field(default_factory=list)
@@ -140,7 +141,9 @@ class Trace:
         for c, w in p.contradicted:
             lines.append(f"     demoted {item(c).label}: contradicted by "
                          f"{item(w).label if w is not None else c.contradicted_by}")
-        lines.append("4. order (direct subjects first, then merit; diversity: "
+        lost = (f" (their best chunks; {self.direct_lost} more of their chunks compete on merit)"
+                if self.direct_lost else "")
+        lines.append(f"4. order (direct subjects first{lost}, then merit; diversity: "
                      f"{self.diversity or 'not run'})")
         for n, it in enumerate(self.ordered, 1):
             rr = "" if it.rerank is None else f", rerank {self._num(it.rerank)}"
