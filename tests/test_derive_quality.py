@@ -179,6 +179,38 @@ def test_a_name_never_runs_over_two_markdown_blocks():
     assert texts and all("\n" not in t and t in toc for t in texts), texts
 
 
+def test_an_ordinary_word_that_opens_a_sentence_is_not_a_name():
+    """API references open sentences with capitalised verbs and nouns, which the small NER
+    model types as people ("Listens", "Spawns", "Bugs", "Terminating", "Types": profiles
+    of them were served). A one-word name is kept where the tagger reads a proper noun and
+    the document never writes it in lower case, or capitalises it inside a sentence
+    ("developing Cargo itself", although it also says "use cargo"); acronyms and inner
+    capitals are kept."""
+    from orchestrator.derive.nlp import SpacyEntities, load_spacy, read
+
+    text = ("## emitter.once(eventName, listener)\n\n"
+            "Listens once to the abort event on the provided signal. Returns a disposable.\n\n"
+            "## child_process.exec(command)\n\n"
+            "Spawns a shell then executes the command within that shell, buffering any output. "
+            "The exec function spawns a shell by default.\n\n"
+            "Bugs should be reported to the GNOME issue tracker. Report bugs early.\n\n"
+            "Terminating is now a fully asynchronous operation; a worker keeps terminating.\n\n"
+            "To start developing Cargo itself, read the guide written by Ada Lovelace on GitHub. "
+            "Cargo builds with LLVM. Use cargo to build.\n\n"
+            "Types of streams are listed below; all types share one base class.\n")
+    doc = load_spacy()(text)
+    mentions = SpacyEntities("x").mentions([text], [doc])[0]
+    typed = {text[m.start:m.end] for m in mentions}
+    assert {"Listens", "Spawns", "Bugs", "Terminating", "Types"} <= typed  # what NER says
+    found = {e.name for s in read(doc, mentions, context=text) for e in s.entities}
+    assert found == {"Ada Lovelace", "Cargo", "GNOME", "GitHub", "LLVM"}, found
+    # Without the document (only the chunk), the chunk's own words decide.
+    assert "Listens" not in {e.name for s in read(doc, mentions) for e in s.entities}
+    # The gates off read every mention as before.
+    ungated = {e.name for s in read(doc, mentions, gates=False) for e in s.entities}
+    assert {"Listens", "Spawns", "Types"} <= ungated
+
+
 def _extracted(folder: Path, settings, tenant_factory, app_engine) -> tuple[set[str], set[str]]:
     """``folder`` ingested into a fresh tenant and extracted: (entity names, fact texts)."""
     t = tenant_factory("code")

@@ -251,12 +251,13 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
 
     gates = settings.derive_quality_gates
 
-    def parse(batch: list[_Chunk], texts: list[str]) -> list[list[Sentence]]:
+    def parse(batch: list[_Chunk], texts: list[str], contexts: list[str | None]
+              ) -> list[list[Sentence]]:
         docs = list(nlp.pipe(texts, batch_size=size))
         mentions = choice.backend.mentions(texts, docs)
         # Parsed masked, read back as written: a claim's sentence keeps its inline code.
-        return [read(d, m, c.anchor, gates=gates, original=c.text)
-                for c, d, m in zip(batch, docs, mentions, strict=True)]
+        return [read(d, m, c.anchor, gates=gates, original=c.text, context=x)
+                for c, d, m, x in zip(batch, docs, mentions, contexts, strict=True)]
 
     # The next batch is parsed while this one is written: the writes wait on the
     # database's own process, so parsing and writing use both cores. spaCy objects
@@ -267,15 +268,21 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
     # block does not know it is code (its first fence would open a block over the prose).
     documents: dict[uuid.UUID, tuple[str, str]] = {}
 
-    def texts_of(batch: list[_Chunk]) -> list[str]:
-        return masked_texts(session, batch, documents) if gates else [c.text for c in batch]
+    def texts_of(batch: list[_Chunk]) -> tuple[list[_Chunk], list[str], list[str | None]]:
+        """The batch, its texts to parse, and each chunk's whole document masked (None: the
+        chunk alone), read here: the parsing thread never touches the cache."""
+        if not gates:
+            return batch, [c.text for c in batch], [None] * len(batch)
+        texts = masked_texts(session, batch, documents)
+        return batch, texts, [documents[c.document_id][1] if c.document_id in documents else None
+                              for c in batch]
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="engram-extract-parse") as pool:
-        parsed = pool.submit(parse, batches[0], texts_of(batches[0])) if batches else None
+        parsed = pool.submit(parse, *texts_of(batches[0])) if batches else None
         for k, batch in enumerate(batches):
             assert parsed is not None
             sentences = [_fit_names(c, s, report) for c, s in zip(batch, parsed.result(), strict=True)]
-            parsed = (pool.submit(parse, batches[k + 1], texts_of(batches[k + 1]))
+            parsed = (pool.submit(parse, *texts_of(batches[k + 1]))
                       if k + 1 < len(batches) else None)
             if poison.careful():
                 writer.write_each(batch, sentences)

@@ -61,10 +61,11 @@ ENTITY_TYPES = {
 }
 # Bumped whenever the rules below change what a chunk yields, so every chunk read under
 # older rules is read again (its stale claims retracted, the new ones written).
-RULES_VERSION = "rules-6"  # 4: markup masked over the whole document (stop 25); 5: a claim's
+RULES_VERSION = "rules-7"  # 4: markup masked over the whole document (stop 25); 5: a claim's
 # sentence keeps its inline code, and a blank line ends a sentence (stop 26); 6: inline code
 # that wraps over a line break is code, MyST roles and targets are markup, no name or sentence
-# runs over two Markdown blocks, names lose trailing punctuation and a leading "E.g." (stop 27)
+# runs over two Markdown blocks, names lose trailing punctuation and a leading "E.g." (stop 27);
+# 7: a one-word name that is an ordinary word is not an entity (``_common_word``, stop 28)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -199,10 +200,52 @@ def crosses_block(written: str, start: int, end: int) -> bool:
     return False
 
 
+_WORD = re.compile(r"[^\W\d_]+")
+# A capitalised word inside a sentence: after a letter or digit (and a comma, semicolon,
+# colon or closing parenthesis), never after a full stop.
+_INSIDE = re.compile(r"[^\W_][,;:)]? +([A-Z][^\W\d_A-Z]+)(?![^\W\d_])")
+
+
+@lru_cache(maxsize=16)
+def _vocabulary(text: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(the words ``text`` writes in lower case, the words it capitalises inside a sentence);
+    cached per text (a document's, for each of its chunks)."""
+    return (frozenset(w for w in _WORD.findall(text) if w.islower()),
+            frozenset(_INSIDE.findall(text)))
+
+
+def _common_word(span: Any, entity_type: str, context: str | None = None) -> bool:
+    """Whether a one-word mention is an ordinary word, not a name: API references and
+    release notes open sentences with capitalised verbs and nouns ("Listens once to the
+    abort event", "Spawns a shell", "Terminating is now asynchronous", "Bugs should be
+    reported"), which the small NER model types as people. Such a word is capitalised
+    like a name, but the tagger does not read it as a proper noun, or ``context`` (the
+    whole document, masked as the chunk was; else the chunk) writes it in lower case and
+    never capitalises it inside a sentence (a name is capitalised wherever it stands:
+    "developing Cargo itself"). A person's name is never all lower case ("max"). Acronyms
+    (CPU, LLVM) and inner capitals (GitHub, IPv6) are shapes no ordinary word has, and are
+    kept."""
+    if len(span) != 1:
+        return False
+    token = span[0]
+    word = token.text
+    if not word.isalpha():
+        return False
+    if word.islower():
+        return entity_type == "person"
+    if not (word[0].isupper() and word[1:].islower()):
+        return False
+    if token.pos_ != "PROPN":
+        return True
+    lower, inside = _vocabulary(context if context is not None else token.doc.text)
+    return word.lower() in lower and word not in inside
+
+
 def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
-                  written: str | None = None) -> dict[int, Entity]:
+                  written: str | None = None, context: str | None = None) -> dict[int, Entity]:
     """token index -> entity, longest mention first where mentions overlap. ``written`` is
-    the chunk as written (``doc`` may have parsed a masked copy of the same length)."""
+    the chunk as written (``doc`` may have parsed a masked copy of the same length);
+    ``context`` the text whose words tell an ordinary word from a name (``_common_word``)."""
     owner: dict[int, Entity] = {}
     for m in sorted(mentions, key=lambda m: (m.start - m.end, m.start)):
         span = doc.char_span(m.start, m.end, alignment_mode="expand")
@@ -216,9 +259,10 @@ def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
             span = span[:-1]
         name = " ".join(span.text.split())
         # Code, URLs, numbers and markup are not names (orchestrator.derive.quality), nor is
-        # a run of words over two blocks.
+        # a run of words over two blocks, nor an ordinary word the model took for one.
         if gates and (not plausible_entity(name)
-                      or _breaks(doc, written, span.start_char, span.end_char)):
+                      or _breaks(doc, written, span.start_char, span.end_char)
+                      or _common_word(span, m.entity_type, context)):
             continue
         if (not gates and not any(ch.isalnum() for ch in name)) or any(t.i in owner for t in span):
             continue
@@ -317,18 +361,20 @@ def _relations(verb: Any, owner: dict[int, Entity]) -> list[Relation]:
 
 
 def read(doc: Any, mentions: Sequence[Mention], anchor: date | None = None, *,
-         gates: bool = True, original: str | None = None) -> list[Sentence]:
+         gates: bool = True, original: str | None = None,
+         context: str | None = None) -> list[Sentence]:
     """The sentences of a parsed chunk that name at least one entity, with what they say.
     ``gates`` off (``derive_quality_gates``) accepts any mention with a letter or digit.
 
     ``original`` is the chunk as written when ``doc`` parsed a masked copy of it (code, URLs
     and markup as spaces of the same length): each sentence's text then gets its inline code
     back (``quality.sentence_as_written``), so a claim reads "trained by `train_ranker.py` on
-    LoCoMo dev", not "trained by on LoCoMo dev". A blank line ends a sentence (``_paragraphs``)."""
+    LoCoMo dev", not "trained by on LoCoMo dev". A blank line ends a sentence (``_paragraphs``).
+    ``context`` is the chunk's whole document, masked as the chunk was (``_common_word``)."""
     # Nothing masked (or not the same text): the parsed sentences are the text as written.
     written = (original if original is not None and len(original) == len(doc.text)
                and original != doc.text else None)
-    owner = _entity_spans(doc, mentions, gates, written)
+    owner = _entity_spans(doc, mentions, gates, written, context)
     dates = [(e.start, normalise_date(e.text, anchor)) for e in doc.ents if e.label_ == "DATE"]
     out: list[Sentence] = []
     for sent in (piece for parsed in doc.sents for piece in _paragraphs(doc, parsed, written)):
