@@ -27,7 +27,8 @@ derives tells how much its tenants write), an outage shows the host-free reason
 (``errors.describe_unavailable``), any other failure only the exception's type (its
 message may quote a row the database refused; the log has it), ``dead`` our own
 message for an ``EngramError`` and the type for anything else, ``off`` the setting
-that turned the part off.
+that turned the part off. ``last_ok_at`` is shown only while a part is not ``ok`` (while
+it is, it moves with every drain: when some tenant wrote).
 """
 
 from __future__ import annotations
@@ -120,9 +121,12 @@ class Component:
 
     def to_json(self) -> dict[str, Any]:
         with self._lock:
+            # While ok, when it last said so is when it last drained or ticked: a write's
+            # time to anyone watching. Shown once it is not ok, when it tells something.
+            last_ok = self.last_ok_at if self.state != OK else None
             return {"state": self.state, "detail": self.public, "since": self.since.isoformat(),
                     "failures": self.failures,
-                    "last_ok_at": self.last_ok_at.isoformat() if self.last_ok_at else None}
+                    "last_ok_at": last_ok.isoformat() if last_ok else None}
 
 
 class Health:

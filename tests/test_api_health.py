@@ -165,6 +165,11 @@ def test_a_dead_or_reconnecting_component_makes_the_server_not_ready(
         worker.ok("listening; the last drain embedded 40 rows")
         shown = ready(url)[1]["components"]["embedding worker"]
         assert shown["state"] == "ok" and shown["detail"] == "" and "40" not in str(shown)
+        # Nor when it last drained (a write's time): last_ok_at only once it is not ok.
+        assert shown["last_ok_at"] is None and worker.last_ok_at is not None
+        worker.retrying(Unavailable(detail="connection refused"), 2.0)
+        assert ready(url)[1]["components"]["embedding worker"]["last_ok_at"] == \
+            worker.last_ok_at.isoformat()
 
 
 def test_a_database_out_of_reach_is_unavailable_and_names_no_host(
