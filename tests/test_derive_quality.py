@@ -182,14 +182,15 @@ def test_a_name_never_runs_over_two_markdown_blocks():
 def test_an_ordinary_word_that_opens_a_sentence_is_not_a_name():
     """API references open sentences with capitalised verbs and nouns, which the small NER
     model types as people ("Listens", "Spawns", "Bugs", "Terminating", "Types": profiles
-    of them were served). A one-word name is kept where the tagger reads a proper noun and
-    the document never writes it in lower case, or capitalises it inside a sentence
-    ("developing Cargo itself", although it also says "use cargo"); acronyms and inner
-    capitals are kept."""
+    of them were served). A one-word name is kept where the document never writes it in
+    lower case, or capitalises it inside a sentence ("developing Cargo itself", although
+    it also says "use cargo"); acronyms and inner capitals are kept, and so is a speaker's
+    name before a colon, which the tagger reads as a common noun."""
     from orchestrator.derive.nlp import SpacyEntities, load_spacy, read
 
     text = ("## emitter.once(eventName, listener)\n\n"
             "Listens once to the abort event on the provided signal. Returns a disposable.\n\n"
+            "An emitter listens for events until it is closed.\n\n"
             "## child_process.exec(command)\n\n"
             "Spawns a shell then executes the command within that shell, buffering any output. "
             "The exec function spawns a shell by default.\n\n"
@@ -206,7 +207,14 @@ def test_an_ordinary_word_that_opens_a_sentence_is_not_a_name():
     assert found == {"Ada Lovelace", "Cargo", "GNOME", "GitHub", "LLVM"}, found
     # Without the document (only the chunk), the chunk's own words decide.
     assert "Listens" not in {e.name for s in read(doc, mentions) for e in s.entities}
+    # A conversation turn: the speaker's name opens it and is never written in lower case.
+    turn = "Joanna: Woohoo, Nate! I finished my first screenplay and printed it last Friday."
+    doc = load_spacy()(turn)
+    named = {e.name for s in read(doc, SpacyEntities("x").mentions([turn], [doc])[0], context=turn)
+             for e in s.entities}
+    assert "Joanna" in named, named
     # The gates off read every mention as before.
+    doc = load_spacy()(text)
     ungated = {e.name for s in read(doc, mentions, gates=False) for e in s.entities}
     assert {"Listens", "Spawns", "Types"} <= ungated
 

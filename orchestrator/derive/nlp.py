@@ -219,12 +219,12 @@ def _common_word(span: Any, entity_type: str, context: str | None = None) -> boo
     release notes open sentences with capitalised verbs and nouns ("Listens once to the
     abort event", "Spawns a shell", "Terminating is now asynchronous", "Bugs should be
     reported"), which the small NER model types as people. Such a word is capitalised
-    like a name, but the tagger does not read it as a proper noun, or ``context`` (the
-    whole document, masked as the chunk was; else the chunk) writes it in lower case and
-    never capitalises it inside a sentence (a name is capitalised wherever it stands:
-    "developing Cargo itself"). A person's name is never all lower case ("max"). Acronyms
-    (CPU, LLVM) and inner capitals (GitHub, IPv6) are shapes no ordinary word has, and are
-    kept."""
+    like a name, but ``context`` (the whole document, masked as the chunk was; else the
+    chunk) writes it in lower case and never capitalises it inside a sentence (a name is
+    capitalised wherever it stands: "developing Cargo itself"). The tagger is no witness:
+    it reads a speaker's name before a colon ("Joanna: ...") as a common noun. A person's
+    name is never all lower case ("max"). Acronyms (CPU, LLVM) and inner capitals (GitHub,
+    IPv6) are shapes no ordinary word has, and are kept."""
     if len(span) != 1:
         return False
     token = span[0]
@@ -235,8 +235,6 @@ def _common_word(span: Any, entity_type: str, context: str | None = None) -> boo
         return entity_type == "person"
     if not (word[0].isupper() and word[1:].islower()):
         return False
-    if token.pos_ != "PROPN":
-        return True
     lower, inside = _vocabulary(context if context is not None else token.doc.text)
     return word.lower() in lower and word not in inside
 
