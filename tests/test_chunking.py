@@ -76,3 +76,43 @@ def test_a_chunk_ends_at_a_paragraph_break_before_a_sentence_end() -> None:
 def test_bad_sizes_are_refused(size: int, overlap: int, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         chunk_text("text", size, overlap)
+
+
+def test_neighbouring_excerpts_served_together_print_their_shared_text_once() -> None:
+    import uuid
+
+    from orchestrator.recall.result import Evidence, Provenance
+    from orchestrator.recall.tail import trim_overlaps
+
+    body = " ".join(f"Sentence {i} says something about the tides at the pier." for i in range(60))
+    doc, other = uuid.uuid4(), uuid.uuid4()
+    spans = chunk_text(body, 300, 120)
+    assert all(b.start < a.end for a, b in pairwise(spans[:4])), "the chunks must overlap here"
+
+    def excerpt(i: int, document: uuid.UUID = doc) -> Evidence:
+        c = spans[i]
+        return Evidence(text=c.text, provenance=Provenance.SOURCE_EXCERPT, scopes=(),
+                        document_id=document, char_start=c.start, char_end=c.end)
+
+    fact = Evidence(text=spans[1].text[:40], provenance=Provenance.DERIVED_MEMORY, scopes=(),
+                    kind="fact", document_id=doc, char_start=spans[1].start,
+                    char_end=spans[1].start + 40)
+    served = [excerpt(1), excerpt(2), excerpt(0), fact, excerpt(1, other)]
+    out = trim_overlaps(served)
+    assert out[0] == served[0]  # the first is whole
+    # The next starts where the first ends, the one before it ends where the first starts;
+    # each is still the body's text at its offsets, and no text is printed twice.
+    assert out[1].char_start >= spans[1].end and out[1].char_end == spans[2].end
+    assert out[2].char_start == spans[0].start and out[2].char_end <= spans[1].start
+    for e in out[:3]:
+        assert body[e.char_start:e.char_end] == e.text and e.text.strip() == e.text
+    ranges = sorted((e.char_start, e.char_end) for e in out[:3])
+    assert all(a[1] <= b[0] for a, b in pairwise(ranges))
+    # Nothing is lost: the three together still cover every character the chunks did.
+    covered = {i for s, t in ranges for i in range(s, t)}
+    assert all(i in covered for c in spans[:3] for i in range(c.start, c.end)
+               if not body[i].isspace())
+    # A fact and another document's excerpt are left as they are.
+    assert out[3] == fact and out[4] == served[4]
+    # Each item depends only on those before it: a prefix trims the same.
+    assert trim_overlaps(served[:2]) == out[:2]

@@ -336,7 +336,8 @@ def test_the_budget_cut_is_the_longest_fitting_prefix_whatever_its_first_guess()
         cands = [Candidate(key=f"k{i}", kind="source", text="word " * rng.randint(1, 300), scopes=())
                  for i in range(rng.randint(0, 20))]
         budget = rng.randint(1, 2500)
-        kept, text, cost = budget_cut(cands, budget, 4.0, lambda ev: render_prefixes("q?", ev))
+        kept, text, cost = budget_cut([c.evidence() for c in cands], budget, 4.0,
+                                      lambda ev: render_prefixes("q?", ev))
         evidence = [c.evidence() for c in cands]
         best = max(k for k in range(len(cands) + 1)
                    if token_cost(render("q?", evidence[:k]), 4.0) <= budget)

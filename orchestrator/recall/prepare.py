@@ -31,7 +31,7 @@ from jinja2 import Template
 
 from orchestrator.recall.render import environment
 from orchestrator.recall.result import Evidence, ScopeRef, served_rows
-from orchestrator.recall.tail import Candidate, token_cost
+from orchestrator.recall.tail import Candidate, token_cost, trim_overlaps
 from orchestrator.recall.trace import Trace
 
 KEYED, EVIDENCE, LESSONS, EPISODES, DOCUMENTS = range(5)
@@ -125,7 +125,9 @@ def build_bundle(question: str, asker: str | None, budget_tokens: int,
         out: list[list[Any]] = [[] for _ in HEADINGS]
         for i, x in admitted[:n]:
             out[i].append(x.evidence() if isinstance(x, Candidate) else x)
-        return out
+        # Neighbouring excerpts of one document print their shared paragraph once.
+        return [trim_overlaps(items) if all(isinstance(x, Evidence) for x in items) else items
+                for items in out]
 
     def cost(n: int) -> tuple[int, str]:
         text = render_bundle(question, grouped(n))

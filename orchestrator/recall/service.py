@@ -72,6 +72,7 @@ from orchestrator.recall.tail import (
     candidates_from_rows,
     drop_redundant_derived,
     keep_direct_best,
+    trim_overlaps,
     order,
     suppress_duplicates,
 )
@@ -424,12 +425,13 @@ class Recaller:
 
     def _cut(self, req: RecallRequest, ordered: list[Candidate], trace: Trace) -> RecallResult:
         """Recall's end: the longest prefix of the order whose rendering fits the budget."""
-        kept, rendered, used = budget_cut(ordered, req.budget_tokens,
+        evidence = trim_overlaps([c.evidence() for c in ordered])
+        kept, rendered, used = budget_cut(evidence, req.budget_tokens,
                                           self.settings.recall_chars_per_token,
                                           lambda ev: render_prefixes(req.question, ev))
         trace.kept, trace.used_tokens = kept, used
         return RecallResult(req.question, req.asker, req.budget_tokens, used,
-                            tuple(c.evidence() for c in ordered[:kept]), rendered)
+                            tuple(evidence[:kept]), rendered)
 
     def _run(self, identity: Identity, question: str, asker: str | None,
              budget_tokens: int | None, mode: str | None, shape: PlanShape,

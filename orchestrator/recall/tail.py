@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import cached_property
 from typing import Any
@@ -448,6 +448,38 @@ def drop_redundant_derived(ordered: list[Candidate]
     return kept, dropped
 
 
+def trim_overlaps(evidence: Sequence[Evidence]) -> list[Evidence]:
+    """``evidence`` in serving order, each excerpt without the text an excerpt of the same
+    document served before it already holds: consecutive chunks overlap (``chunk_overlap_chars``
+    of the one before, for retrieval), and two neighbours served together printed that
+    paragraph twice. The later excerpt starts where the earlier one ends (or ends where it
+    starts), its ``char_start``/``char_end`` moved with it, so ``body[char_start:char_end]``
+    is still its text. An excerpt inside an earlier one is left whole (duplicate suppression
+    is the judge of that). Depends only on what comes before, so a longer prefix never
+    renders a shorter text."""
+    out: list[Evidence] = []
+    served: dict[uuid.UUID, list[tuple[int, int]]] = {}
+    for e in evidence:
+        start, end = e.char_start, e.char_end
+        if e.kind != "excerpt" or e.document_id is None or start is None or end is None \
+                or end - start != len(e.text):
+            out.append(e)
+            continue
+        text = e.text
+        for s0, e0 in served.get(e.document_id, ()):
+            if s0 <= start < e0 < end:  # starts inside an earlier excerpt
+                cut = e0 - start
+                kept = text[cut:]
+                start, text = start + cut + (len(kept) - len(kept.lstrip())), kept.lstrip()
+            elif start < s0 < end <= e0:  # ends inside an earlier excerpt
+                kept = text[:s0 - start].rstrip()
+                end, text = start + len(kept), kept
+        served.setdefault(e.document_id, []).append((e.char_start or 0, e.char_end or 0))
+        out.append(e if text == e.text or not text.strip() else
+                   replace(e, text=text, char_start=start, char_end=end))
+    return out
+
+
 # About what the item macro adds to an evidence's text (its number, provenance, source and
 # scopes lines): only the first guess of budget_cut uses it, never the cut itself.
 ITEM_OVERHEAD_CHARS = 120
@@ -457,13 +489,13 @@ def token_cost(text: str, chars_per_token: float) -> int:
     return math.ceil(len(text) / chars_per_token) if text else 0
 
 
-def budget_cut(ordered: Sequence[Candidate], budget_tokens: int, chars_per_token: float,
+def budget_cut(evidence: Sequence[Evidence], budget_tokens: int, chars_per_token: float,
                prefixes: Callable[[Sequence[Evidence]], Callable[[int], str]]
                ) -> tuple[int, str, int]:
-    """The longest prefix whose rendering fits: (items kept, rendered string, its cost).
-    ``prefixes(evidence)`` gives ``k -> the rendering of the first k items``
-    (``render.render_prefixes``: each item rendered once however many prefixes are tried)."""
-    evidence = [c.evidence() for c in ordered]
+    """The longest prefix of ``evidence`` (in serving order, ``trim_overlaps`` applied) whose
+    rendering fits: (items kept, rendered string, its cost). ``prefixes(evidence)`` gives
+    ``k -> the rendering of the first k items`` (``render.render_prefixes``: each item
+    rendered once however many prefixes are tried)."""
     render = prefixes(evidence)
     # A longer prefix never renders shorter, so the longest fitting prefix is found by a
     # search between [lo, hi]. Each try measures a whole prefix's string (its items are
