@@ -72,9 +72,9 @@ from orchestrator.recall.tail import (
     candidates_from_rows,
     drop_redundant_derived,
     keep_direct_best,
-    trim_overlaps,
     order,
     suppress_duplicates,
+    trim_overlaps,
 )
 from orchestrator.recall.trace import Trace, item
 
