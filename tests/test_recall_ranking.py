@@ -133,6 +133,14 @@ def test_a_derived_item_an_excerpt_holds_is_served_by_the_excerpt_once():
     assert dropped == [("fact", "excerpt", True), ("obs", "excerpt", False)]
     # Nothing held: the order is untouched.
     assert drop_redundant_derived([novel, other])[0] == [novel, other]
+    # The same words with Markdown around them in the excerpt (a link reference, a code
+    # span): the fact is still the excerpt's sentence.
+    marked = cand("marked", "The runner can be invoked by passing the\n[`--test`][] flag:\n\n"
+                  "```bash\nnode --test\n```", source=src, merit=0.7)
+    flag = cand("flag", "The runner can be invoked by passing the `--test` flag:", kind="fact",
+                merit=0.3)
+    kept, dropped = drop_redundant_derived([marked, flag])
+    assert [c.key for c in kept] == ["marked"] and dropped == [("flag", "marked", False)]
 
 
 def test_unit_rows_mask_missing_zero_and_foreign_dimension_embeddings():

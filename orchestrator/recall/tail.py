@@ -113,6 +113,16 @@ class Candidate:
         """The text with whitespace runs as one space, case-folded: what "the same text" means."""
         return " ".join(self.text.split()).lower()
 
+    @cached_property
+    def read_text(self) -> str:
+        """``flat_text`` as a reader sees it: Markdown link targets, images, HTML tags,
+        backticks and emphasis markers gone (``quality.inline_text``), so "the [`--test`][]
+        flag" and a fact's "the `--test` flag" read the same."""
+        from orchestrator.derive.quality import inline_text
+
+        return inline_text(self.text).lower() if any(ch in self.text for ch in _MARKUP) \
+            else self.flat_text
+
     def evidence(self) -> Evidence:
         return Evidence(
             text=self.text, provenance=self.provenance, scopes=self.scopes, source=self.source,
@@ -415,10 +425,15 @@ def suppress_duplicates(ordered: list[Candidate], threshold: float
     return kept, dropped
 
 
+# Characters of Markdown or HTML inline markup: a text without any reads as it is written.
+_MARKUP = frozenset("[]`*_<>!~")
+
+
 def drop_redundant_derived(ordered: list[Candidate]
                            ) -> tuple[list[Candidate], list[tuple[str, str, bool]]]:
-    """A fact or observation whose text (whitespace-normalised, case-folded) a source excerpt
-    of the pool holds is served by that excerpt, not on its own: the excerpt says the same in
+    """A fact or observation whose text (whitespace-normalised, case-folded; Markdown markup
+    aside, ``Candidate.read_text``) a source excerpt of the pool holds is served by that
+    excerpt, not on its own: the excerpt says the same in
     the source's words, with its context and provenance. The excerpt ranked above it: the item
     is dropped. The excerpt ranked below it: the excerpt takes the item's place and merit (it
     is what ranked there, in the source's words) and the item is dropped, so the excerpt is not
@@ -436,6 +451,10 @@ def drop_redundant_derived(ordered: list[Candidate]
             continue
         needle = c.flat_text if c.kind in ("fact", "observation") else ""
         holder = next((s for s in sources if needle and needle in s.flat_text), None)
+        if holder is None and needle:  # the same words, one side with Markdown around them
+            read = c.read_text
+            holder = next((s for s in sources if any(ch in s.text for ch in _MARKUP)
+                           and read in s.read_text), None)
         if holder is None:
             kept.append(c)
             continue
