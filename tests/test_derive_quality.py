@@ -213,6 +213,13 @@ def test_an_ordinary_word_that_opens_a_sentence_is_not_a_name():
     named = {e.name for s in read(doc, SpacyEntities("x").mentions([turn], [doc])[0], context=turn)
              for e in s.entities}
     assert "Joanna" in named, named
+    # A person is never written all in lower case.
+    notes = "Don't try to recover keyword as non-keyword identifier, fixing an ICE. Ask max."
+    doc = load_spacy()(notes)
+    mentioned = SpacyEntities("x").mentions([notes], [doc])[0]
+    assert {notes[m.start:m.end] for m in mentioned if m.entity_type == "person"} == \
+        {"non-keyword", "max"}
+    assert not {e.name for s in read(doc, mentioned, context=notes) for e in s.entities}
     # The gates off read every mention as before.
     doc = load_spacy()(text)
     ungated = {e.name for s in read(doc, mentions, gates=False) for e in s.entities}

@@ -223,16 +223,16 @@ def _common_word(span: Any, entity_type: str, context: str | None = None) -> boo
     chunk) writes it in lower case and never capitalises it inside a sentence (a name is
     capitalised wherever it stands: "developing Cargo itself"). The tagger is no witness:
     it reads a speaker's name before a colon ("Joanna: ...") as a common noun. A person's
-    name is never all lower case ("max"). Acronyms (CPU, LLVM) and inner capitals (GitHub,
+    name is never all lower case ("max", "non-keyword"). Acronyms (CPU, LLVM) and inner capitals (GitHub,
     IPv6) are shapes no ordinary word has, and are kept."""
+    if span.text.islower() and span.text.replace("-", "").isalpha():
+        return entity_type == "person"  # "max", "non-keyword"
     if len(span) != 1:
         return False
     token = span[0]
     word = token.text
     if not word.isalpha():
         return False
-    if word.islower():
-        return entity_type == "person"
     if not (word[0].isupper() and word[1:].islower()):
         return False
     lower, inside = _vocabulary(context if context is not None else token.doc.text)
