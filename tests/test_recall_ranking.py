@@ -141,6 +141,16 @@ def test_a_derived_item_an_excerpt_holds_is_served_by_the_excerpt_once():
                 merit=0.3)
     kept, dropped = drop_redundant_derived([marked, flag])
     assert [c.key for c in kept] == ["marked"] and dropped == [("flag", "marked", False)]
+    # A profile of one sentence the excerpt holds says nothing more (its title aside); one
+    # that summarises more than the excerpt says stays.
+    single = cand("single", "Listens: Listens once to the `abort` event.", kind="profile",
+                  merit=0.8)
+    wider = cand("wider", "Listens: Listens once to the `abort` event. It returns a handle.",
+                 kind="profile", merit=0.7)
+    source = cand("api", "## once\n\nListens once to the `abort` event. Returns a disposable.",
+                  source=src, merit=0.5)
+    kept, dropped = drop_redundant_derived([single, wider, source])
+    assert [c.key for c in kept] == ["api", "wider"] and dropped == [("single", "api", True)]
 
 
 def test_unit_rows_mask_missing_zero_and_foreign_dimension_embeddings():

@@ -429,11 +429,23 @@ def suppress_duplicates(ordered: list[Candidate], threshold: float
 _MARKUP = frozenset("[]`*_<>!~")
 
 
+def _statement(c: Candidate) -> tuple[str, str]:
+    """What a derived item says, as ``flat_text`` and as ``read_text`` ("" for an item that
+    is not a statement): a fact's or an observation's text; a profile's without its title
+    ("Ada Lovelace: " before the sentences it summarises)."""
+    if c.kind in ("fact", "observation"):
+        return c.flat_text, c.read_text
+    if c.kind == "profile":
+        return c.flat_text.partition(": ")[2], c.read_text.partition(": ")[2]
+    return "", ""
+
+
 def drop_redundant_derived(ordered: list[Candidate]
                            ) -> tuple[list[Candidate], list[tuple[str, str, bool]]]:
-    """A fact or observation whose text (whitespace-normalised, case-folded; Markdown markup
-    aside, ``Candidate.read_text``) a source excerpt of the pool holds is served by that
-    excerpt, not on its own: the excerpt says the same in
+    """A fact, an observation or a profile whose statement (``_statement``: whitespace-
+    normalised, case-folded; Markdown markup aside, ``Candidate.read_text``) a source excerpt
+    of the pool holds is served by that excerpt, not on its own (a profile of one sentence
+    says nothing its excerpt does not): the excerpt says the same in
     the source's words, with its context and provenance. The excerpt ranked above it: the item
     is dropped. The excerpt ranked below it: the excerpt takes the item's place and merit (it
     is what ranked there, in the source's words) and the item is dropped, so the excerpt is not
@@ -449,10 +461,9 @@ def drop_redundant_derived(ordered: list[Candidate]
                 placed.add(id(c))
                 kept.append(c)
             continue
-        needle = c.flat_text if c.kind in ("fact", "observation") else ""
+        needle, read = _statement(c)
         holder = next((s for s in sources if needle and needle in s.flat_text), None)
-        if holder is None and needle:  # the same words, one side with Markdown around them
-            read = c.read_text
+        if holder is None and read:  # the same words, one side with Markdown around them
             holder = next((s for s in sources if any(ch in s.text for ch in _MARKUP)
                            and read in s.read_text), None)
         if holder is None:
