@@ -126,8 +126,8 @@ def build_bundle(question: str, asker: str | None, budget_tokens: int,
         for i, x in admitted[:n]:
             out[i].append(x.evidence() if isinstance(x, Candidate) else x)
         # Neighbouring excerpts of one document print their shared paragraph once.
-        return [trim_overlaps(items) if all(isinstance(x, Evidence) for x in items) else items
-                for items in out]
+        out[EVIDENCE] = trim_overlaps(out[EVIDENCE])
+        return out
 
     def cost(n: int) -> tuple[int, str]:
         text = render_bundle(question, grouped(n))
