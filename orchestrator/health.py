@@ -106,9 +106,9 @@ class Component:
 
     def dead(self, exc: BaseException | str) -> None:
         why = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
-        shown = (exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
-                 if isinstance(exc, EngramError) else
-                 f"{type(exc).__name__} (the process log says why)")
+        # Our own words are shown; anything else only by its type (see the module docstring).
+        shown = why if isinstance(exc, str | EngramError) else \
+            f"{type(exc).__name__} (the process log says why)"
         self._set(DEAD, why.split("\n")[0][:300], shown.split("\n")[0][:300])
         log.error("%s stopped: %s", self.name, why)
 

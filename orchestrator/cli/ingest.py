@@ -58,6 +58,7 @@ from orchestrator.cli.output import console, styled
 from orchestrator.config import Settings
 from orchestrator.db.models import Chunk, Document
 from orchestrator.db.session import bound_session
+from orchestrator.derive.quality import inline_text, mask_fences
 from orchestrator.errors import BadInput, EngramError
 from orchestrator.ingest.documents import DocumentInput, delete_document, put_document
 
@@ -205,8 +206,6 @@ def heading_title(body: str, limit: int) -> str:
     targets and markup gone), cut at a word to ``limit`` characters with an ellipsis: a title
     the file's author never wrote as one must not refuse the file. Empty without a heading or
     when nothing but markup is in it."""
-    from orchestrator.derive.quality import inline_text, mask_fences
-
     heading = _HEADING.search(mask_fences(body))
     title = inline_text(heading.group(1)) if heading else ""
     if len(title) > limit:
@@ -402,12 +401,12 @@ def _handed_over(engine: Engine, identity: Identity, document_ids: list[uuid.UUI
     if not chunks:
         return
     docs = len(document_ids)
+    first = ("" if not unembedded else " (for its embedding first)" if chunks == 1 else
+             f" ({unembedded} of them for their embedding first)")
     out.print(f"extraction handed to the worker: {chunks} chunk{'s' * (chunks != 1)} of {docs} "
-              f"document{'s' * (docs != 1)} {'waits' if chunks == 1 else 'wait'} ("
-              + ("for its embedding first" if chunks == 1 and unembedded else
-                 f"{unembedded} of them for their embedding first") + "); a running `engram worker "
-              "run` or `engram up` extracts them right after embedding them (`engram ingest "
-              "--extract` extracts now)")
+              f"document{'s' * (docs != 1)} {'waits' if chunks == 1 else 'wait'}{first}; a "
+              "running `engram worker run` or `engram up` extracts them right after embedding "
+              "them (`engram ingest --extract` extracts now)")
 
 
 def _extract(settings: Settings, engine: Engine, identity: Identity, document_ids: list[uuid.UUID]) -> bool:

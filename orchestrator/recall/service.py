@@ -77,10 +77,10 @@ from orchestrator.recall.tail import (
     trim_overlaps,
 )
 from orchestrator.recall.trace import Trace, item
+from orchestrator.worker.registry import ActiveModel, ModelMismatch, read_active
 
 if TYPE_CHECKING:
     from orchestrator.audit.chainer import ReceiptChainer
-from orchestrator.worker.registry import ActiveModel, ModelMismatch, read_active
 
 MAX_ASKER_CHARS = 200
 # memory.working_memory.session_id's length check (0005).
