@@ -165,6 +165,17 @@ def is_unavailable(exc: BaseException) -> bool:
     return isinstance(orig, psycopg.OperationalError | psycopg.InterfaceError)
 
 
+# Refusals that say nothing about the request itself: another transaction was in the way.
+RETRY_LATER = frozenset({"40001", "40P01", "55P03"})  # serialization, deadlock, lock busy
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether ``exc`` is worth the same work again later, unchanged: the database out of reach
+    (``is_unavailable``) or a concurrent transaction in the way (``RETRY_LATER``). A unique
+    violation, a check or a policy refusal is the work's own and fails the same way again."""
+    return is_unavailable(exc) or getattr(_driver_error(exc), "sqlstate", None) in RETRY_LATER
+
+
 def describe_unavailable(exc: BaseException) -> str:
     """A short reason for an unavailable database, safe to show anyone (no host, no port)."""
     orig = _driver_error(exc)

@@ -437,6 +437,57 @@ def test_usage_rows_are_written_per_reader_and_a_refused_event_never_holds_the_r
     gone.dispose()
 
 
+def test_a_usage_event_that_fails_the_same_way_every_time_is_skipped_not_retried_forever(
+        tenant_factory, app_engine, monkeypatch):
+    """One bad event never stops the rest: a unique violation and parameters that cannot be
+    written at all fail the same way on every flush, so they are skipped and counted (they
+    used to keep the whole reader's queue, retried on every flush, forever); a deadlock is
+    another transaction's doing and keeps the queue, in order, for the next flush."""
+    from types import SimpleNamespace
+
+    import psycopg
+    from sqlalchemy.exc import DBAPIError
+
+    import orchestrator.recall.learning as learning
+    from orchestrator.recall.access import UsageRows
+    from orchestrator.recall.learning import usage_params
+
+    t = tenant_factory("team")
+    alice = t.identity("alice", write=("team",))
+    pooled = [SimpleNamespace(key="k0", item_table="sources.chunks", item_id=uuid.uuid4(),
+                              document_id=None)]
+    report = RankReport(model="test", keys=["k0"],
+                        features=np.zeros((1, len(FEATURES)), dtype=np.float32))
+    good = usage_params(operation="recall", channel="cli", question="q", report=report,
+                        served=[("sources.chunks", pooled[0].item_id)], pooled=pooled,
+                        model_id=None, receipt_id=None, pooled_limit=5)
+    assert good is not None
+    write = learning.write_usage
+    refusals = {"duplicate": psycopg.errors.UniqueViolation, "deadlock": psycopg.errors.DeadlockDetected}
+
+    def failing(session, params):
+        if params["model"] in refusals:
+            raise DBAPIError("insert", {}, refusals[params["model"]]("refused"))
+        return write(session, params)
+
+    monkeypatch.setattr(learning, "write_usage", failing)
+    rows = UsageRows(app_engine)
+    rows.add(alice, dict(good, model="duplicate"))
+    rows.add(alice, dict(good, features="not a feature matrix"))
+    rows.add(alice, dict(good, ch="mcp"))
+    assert rows.flush() == 1
+    assert (rows.written, rows.poisoned, rows.waiting) == (1, 2, 0)
+
+    rows.add(alice, dict(good, ch="graphql", model="deadlock"))
+    rows.add(alice, dict(good, ch="rest"))
+    assert rows.flush() == 0 and rows.waiting == 2 and rows.poisoned == 2
+    monkeypatch.setattr(learning, "write_usage", write)  # the other transaction is gone
+    assert rows.flush() == 2 and rows.waiting == 0
+    with bound_session(app_engine, alice) as s:
+        assert sorted(s.execute(text("select channel from memory.rank_events")).scalars()) == \
+            ["graphql", "mcp", "rest"]
+
+
 def test_candidates_carry_the_stored_embeddings_exactly(tenant_factory, app_engine, embedder,
                                                         settings):
     """The statement sends embeddings in pgvector's binary form (``VectorBytes``): each

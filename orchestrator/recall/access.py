@@ -19,8 +19,10 @@ INSERT of 3.5-5 ms and 0.5 ms more at COMMIT, measured on the kept 10k benchmark
 ``UsageRows`` queues each recall's rows and writes them with the access counts: one
 transaction per reader for every recall that reader made since the last flush, each
 event under a savepoint, so one event the database refuses (counted in ``poisoned`` and
-logged) never holds up the others; an outage, a deadlock or a serialization conflict is
-nobody's row and keeps the reader's events, in order, for the next flush. An event's
+logged) never holds up the others, nor does one whose parameters cannot be written at all;
+an outage, a deadlock, a serialization conflict or a busy lock (``errors.is_retryable``) is
+nobody's row and keeps the reader's events, in order, for the next flush. A unique violation
+is the event's own (it fails the same way every time) and is skipped like any refusal. An event's
 ``occurred_at`` is its write, moments after the recall; ``mark_used`` flushes the queue of
 its process first, so feedback sent right after a recall still finds its event in the label
 window (``rank_training_rows``).
@@ -48,7 +50,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.auth import Identity
 from orchestrator.db.session import bound_session, translate
-from orchestrator.errors import Conflict, EngramError, is_unavailable
+from orchestrator.errors import EngramError, is_retryable
 
 log = logging.getLogger("engram.recall.access")
 # What the database answers for an identity it no longer accepts: nothing later changes that.
@@ -161,10 +163,11 @@ class UsageRows:
                                 write_usage(session, params)
                             done += 1
                         except DBAPIError as exc:
-                            refused = translate(exc)
-                            if is_unavailable(exc) or isinstance(refused, Conflict):
+                            if is_retryable(exc):
                                 raise  # not the event's fault: keep them all for a retry
-                            poisoned.append(str(refused))
+                            poisoned.append(str(translate(exc)))
+                        except Exception as exc:  # its parameters cannot be written at all
+                            poisoned.append(f"{type(exc).__name__}: {exc}")
                     return done
 
                 done = _as_reader(self.engine, identity, "usage rows", write)
