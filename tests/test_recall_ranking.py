@@ -382,6 +382,23 @@ def test_usage_rows_are_written_per_recall_and_readable_by_their_user_only(
                      served=[], pooled=[], model_id=None, receipt_id=None, pooled_limit=5)
 
 
+def _usage_event() -> dict:
+    """What one recall of one served chunk queues for the usage writer."""
+    from types import SimpleNamespace
+
+    from orchestrator.recall.learning import usage_params
+
+    pooled = [SimpleNamespace(key="k0", item_table="sources.chunks", item_id=uuid.uuid4(),
+                              document_id=None)]
+    report = RankReport(model="test", keys=["k0"],
+                        features=np.zeros((1, len(FEATURES)), dtype=np.float32))
+    event = usage_params(operation="recall", channel="cli", question="q", report=report,
+                         served=[("sources.chunks", pooled[0].item_id)], pooled=pooled,
+                         model_id=None, receipt_id=None, pooled_limit=5)
+    assert event is not None
+    return event
+
+
 def test_usage_rows_are_written_per_reader_and_a_refused_event_never_holds_the_rest(
         tenant_factory, app_engine, caplog):
     """The background writer writes each reader's queued events in one transaction, each under
@@ -389,22 +406,13 @@ def test_usage_rows_are_written_per_reader_and_a_refused_event_never_holds_the_r
     is skipped, counted and logged, and the reader's other events are written; a reader the
     database no longer accepts is dropped and counted, not retried forever; a reader whose
     flush fails for another reason keeps its events, in order, for the next flush."""
-    from types import SimpleNamespace
 
     from orchestrator.auth import Identity
     from orchestrator.recall.access import UsageRows
-    from orchestrator.recall.learning import usage_params
 
     t = tenant_factory("team")
     alice, bob = t.identity("alice", write=("team",)), t.identity("bob", read=("team",))
-    pooled = [SimpleNamespace(key="k0", item_table="sources.chunks", item_id=uuid.uuid4(),
-                              document_id=None)]
-    report = RankReport(model="test", keys=["k0"],
-                        features=np.zeros((1, len(FEATURES)), dtype=np.float32))
-    good = usage_params(operation="recall", channel="cli", question="q", report=report,
-                        served=[("sources.chunks", pooled[0].item_id)], pooled=pooled,
-                        model_id=None, receipt_id=None, pooled_limit=5)
-    assert good is not None
+    good = _usage_event()
     rows = UsageRows(app_engine)
     rows.add(alice, good)
     rows.add(alice, dict(good, model_id=uuid.uuid4()))  # no such stored model: refused
@@ -443,25 +451,16 @@ def test_a_usage_event_that_fails_the_same_way_every_time_is_skipped_not_retried
     written at all fail the same way on every flush, so they are skipped and counted (they
     used to keep the whole reader's queue, retried on every flush, forever); a deadlock is
     another transaction's doing and keeps the queue, in order, for the next flush."""
-    from types import SimpleNamespace
 
     import psycopg
     from sqlalchemy.exc import DBAPIError
 
     import orchestrator.recall.learning as learning
     from orchestrator.recall.access import UsageRows
-    from orchestrator.recall.learning import usage_params
 
     t = tenant_factory("team")
     alice = t.identity("alice", write=("team",))
-    pooled = [SimpleNamespace(key="k0", item_table="sources.chunks", item_id=uuid.uuid4(),
-                              document_id=None)]
-    report = RankReport(model="test", keys=["k0"],
-                        features=np.zeros((1, len(FEATURES)), dtype=np.float32))
-    good = usage_params(operation="recall", channel="cli", question="q", report=report,
-                        served=[("sources.chunks", pooled[0].item_id)], pooled=pooled,
-                        model_id=None, receipt_id=None, pooled_limit=5)
-    assert good is not None
+    good = _usage_event()
     write = learning.write_usage
     refusals = {"duplicate": psycopg.errors.UniqueViolation, "deadlock": psycopg.errors.DeadlockDetected}
 
