@@ -15,6 +15,9 @@ anything is written:
 * **structure** is at most ``MAX_NESTING`` levels of lists and objects deep: a
   request nested 100,000 deep costs recursion everywhere it is read, and no
   Engram input needs more than a few levels.
+* **named values** (a status, a strategy, a kind) are one of the values their rows
+  can hold (``one_of``): a filter on an unknown one is refused, not answered with
+  an empty list.
 
 ``check_value`` walks a parsed value (variables, tool arguments, JSON metadata)
 and raises ``BadInput`` naming every problem by its path (``input.title``);
@@ -92,6 +95,13 @@ def problems(value: Any, path: str, *, check_ints: bool = False) -> Iterator[str
                 label = (f"{where}[{key}]" if not isinstance(key, str)
                          else f"{where}.{key}" if where else key)
                 stack.append((item, label, depth + 1))
+
+
+def one_of(value: str | None, known: tuple[str, ...], what: str = "status") -> None:
+    """A list filter names a value its rows can hold: an unknown one is refused (it would
+    match nothing, or reach the database as a type error), not answered with nothing."""
+    if value is not None and value not in known:
+        raise BadInput(f"{what} {value!r} is not one of {', '.join(known)}")
 
 
 def check_value(value: Any, path: str, *, check_ints: bool = False) -> None:

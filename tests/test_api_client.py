@@ -94,6 +94,15 @@ def test_client_knowledge_memory_and_audit(api_server: ApiServer, app_engine: En
     assert [f.object_value for f in alice.facts(ann)] == ["Braga"]
     with pytest.raises(BadInput, match="first must be between 1 and 100"):
         alice.facts(ann, first=0)
+    # A filter value no row can hold is refused by name, not answered with an empty list (or,
+    # for the conflicts' enum, with the database's type error).
+    with pytest.raises(BadInput, match="status 'weird' is not one of open, resolved, disputed"):
+        bruno.conflicts(status="weird")
+    with pytest.raises(BadInput, match="status 'gone' is not one of held, released, discarded"):
+        alice.quarantine(status="gone")
+    with pytest.raises(BadInput, match="state 'bogus' is not one of Active, Waiting, Done"):
+        alice.documents(state="bogus")
+    assert alice.quarantine(status="released") == [] and alice.documents(state="Done").items == []
 
     note = alice.remember("s1", "User prefers tea.", ["team"], ttl_seconds=600)
     assert alice.working_memory("s1") == ["User prefers tea."] and bruno.working_memory("s1") == []

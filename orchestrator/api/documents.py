@@ -31,13 +31,14 @@ from orchestrator.db.models import Chunk, Document, Scope
 from orchestrator.derive import lifecycle
 from orchestrator.errors import BadInput, Forbidden, NotFound
 from orchestrator.ingest.documents import (
+    KNOWN_STATES,
     DocumentInput,
     PutResult,
     at_path,
     delete_document,
     put_document,
 )
-from orchestrator.inputs import text_problem
+from orchestrator.inputs import one_of, text_problem
 
 
 @dataclass(frozen=True)
@@ -221,6 +222,7 @@ def list_documents(session: Session, identity: Identity, settings: Settings, *, 
     if kind is not None:
         stmt = stmt.where(Document.kind == kind)
     if state is not None:
+        one_of(state, KNOWN_STATES, "state")
         stmt = stmt.where(Document.state == state)
     if not include_hidden:
         stmt = stmt.where(_visible_now())

@@ -38,9 +38,9 @@ import anyio
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError as SdkToolError
-from pydantic import AnyHttpUrl
+from pydantic import AnyHttpUrl, ValidationError
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
@@ -86,6 +86,26 @@ def coded(fn: F) -> F:
             raise tool_error(translate(exc)) from exc
 
     return run  # type: ignore[return-value]
+
+
+class EngramServer(MCPServer[Any]):
+    """The SDK's server, with one change: arguments that do not match a tool's input schema
+    (a string where a number belongs, a required argument missing) are refused like every
+    other bad input, ``BAD_USER_INPUT`` naming each argument and what it must be, instead of
+    the SDK's pydantic report (its error type, the rejected value, a documentation link)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any],
+                        context: Context[Any, Any] | None = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except SdkToolError as exc:
+            if not isinstance(exc.__cause__, ValidationError):
+                raise
+            problems = sorted({f"argument {'.'.join(str(p) for p in e['loc']) or name}: "
+                               f"{e['msg'][:1].lower()}{e['msg'][1:]}"
+                               for e in exc.__cause__.errors(include_url=False)})
+            raise ToolError(f"Error executing tool {name}: BAD_USER_INPUT: "
+                            + "; ".join(problems)) from exc.__cause__
 
 
 class BearerVerifier:
@@ -193,7 +213,7 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
                  token_verifier: BearerVerifier | None = None) -> MCPServer[Any]:
     """Every operation an agent or operator needs, each one call of the Python client (the
     service functions GraphQL calls) under the caller's identity."""
-    server: MCPServer[Any] = MCPServer(
+    server: MCPServer[Any] = EngramServer(
         name="engram", instructions="Engram memory: recall and prepare evidence, remember notes "
         "and decisions, write documents, record and resolve facts, give feedback, audit.",
         auth=auth, token_verifier=token_verifier)

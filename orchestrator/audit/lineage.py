@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.db.session import translate
 from orchestrator.errors import BadInput
+from orchestrator.inputs import one_of
 
 Executor = Connection | Session
 RowRef = tuple[str, dict[str, Any]]
@@ -42,8 +43,7 @@ def _exec(conn: Executor, sql: str, params: dict[str, Any]) -> Any:
 
 def ensure_agent(session: Session, kind: str, name: str, version: str = "") -> uuid.UUID:
     """The id of the tenant's agent ``(kind, name, version)``, created if new."""
-    if kind not in AGENT_KINDS:
-        raise BadInput(f"agent kind {kind!r} is not one of {', '.join(AGENT_KINDS)}")
+    one_of(kind, AGENT_KINDS, "agent kind")
     if not name:
         raise BadInput("an agent needs a name")
     params = {"k": kind, "n": name, "v": version}
@@ -95,8 +95,7 @@ def record_derivations(session: Session, edges: list[tuple[RowRef, RowRef]], *,
     """``derived wasDerivedFrom source`` for many ``(derived, source)`` pairs, one statement per
     ``batch`` edges (a job that writes thousands of edges must not pay a statement, or two
     version lookups, each). Returns the count."""
-    if relation not in RELATIONS:
-        raise BadInput(f"relation {relation!r} is not one of {', '.join(RELATIONS)}")
+    one_of(relation, RELATIONS, "relation")
     for start in range(0, len(edges), batch):
         part = edges[start:start + batch]
         params = {"r": relation, "n": len(part),
@@ -114,8 +113,7 @@ def record_derivation(session: Session, derived: RowRef, sources: list[RowRef] |
                       relation: str = "wasDerivedFrom") -> int:
     """Record that ``derived`` was derived from each source row (and/or from ``agent``);
     returns how many edges were written."""
-    if relation not in RELATIONS:
-        raise BadInput(f"relation {relation!r} is not one of {', '.join(RELATIONS)}")
+    one_of(relation, RELATIONS, "relation")
     sources = sources or []
     if not sources and agent is None:
         raise BadInput("a derivation needs at least one source row or a source agent")

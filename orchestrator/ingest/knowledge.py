@@ -41,6 +41,7 @@ from orchestrator.db.session import translate
 from orchestrator.errors import BadInput, Conflict, NotFound
 from orchestrator.ingest.documents import resolve_scopes
 from orchestrator.ingest.values import timestamp
+from orchestrator.inputs import one_of
 
 EpistemicKind = Literal["world_fact", "experience", "observation", "opinion", "preference"]
 Strategy = Literal["newest_wins", "highest_authority_wins", "keep_both", "manual"]
@@ -49,6 +50,8 @@ Literal_ = str | bool | int | float | date | datetime
 EPISTEMIC_KINDS = ("world_fact", "experience", "observation", "opinion", "preference")
 STRATEGIES = ("newest_wins", "highest_authority_wins", "keep_both", "manual")
 DATATYPES = ("string", "number", "integer", "boolean", "date", "datetime", "uri")
+CONFLICT_STATUSES = ("open", "resolved", "disputed")  # knowledge.conflict_status (0004)
+QUARANTINE_STATUSES = ("held", "released", "discarded")  # ck_quarantine_status_known (0004)
 _PREDICATE = re.compile(r"^[a-z][a-z0-9_:.-]{0,99}$")
 
 
@@ -151,8 +154,7 @@ def savepoint(session: Session) -> Iterator[None]:
 
 def literal_value(value: Literal_, datatype: str | None) -> tuple[str, str]:
     """A Python value as the (text, datatype) pair a claim stores."""
-    if datatype is not None and datatype not in DATATYPES:
-        raise BadInput(f"datatype {datatype!r} is not one of {', '.join(DATATYPES)}")
+    one_of(datatype, DATATYPES, "datatype")
     if isinstance(value, bool):
         inferred, textual = "boolean", "true" if value else "false"
     elif isinstance(value, int):
@@ -466,6 +468,7 @@ def conflicts(session: Session, *, status: str | None = None, limit: int | None 
               ) -> list[ConflictRow]:
     """Conflicts the caller can read, oldest first; at most ``limit``."""
     stmt = select(FactConflict).order_by(FactConflict.detected_at, FactConflict.id).limit(limit)
+    one_of(status, CONFLICT_STATUSES)
     if status is not None:
         stmt = stmt.where(FactConflict.status == status)
     return [ConflictRow(r.id, r.kind, r.claim_a, r.claim_b, r.subject_id, r.predicate,
@@ -483,8 +486,7 @@ def detect_conflicts(session: Session) -> int:
 def resolve_conflict(session: Session, conflict_id: uuid.UUID, strategy: Strategy,
                      winner: uuid.UUID | None = None) -> uuid.UUID | None:
     """Resolve with a strategy; returns the winning claim (None for keep_both)."""
-    if strategy not in STRATEGIES:
-        raise BadInput(f"strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
+    one_of(strategy, STRATEGIES, "strategy")
     if strategy == "manual" and winner is None:
         raise BadInput("a manual resolution names the winning claim")
     # An unreadable conflict is the database's NotFound (P0002); an unreadable winner is too.
@@ -500,6 +502,7 @@ def quarantine(session: Session, *, status: str | None = "held", limit: int | No
                ) -> list[QuarantineRow]:
     """Quarantined claims the caller wrote or can read, oldest first; at most ``limit``."""
     stmt = select(Quarantine).order_by(Quarantine.created_at, Quarantine.id).limit(limit)
+    one_of(status, QUARANTINE_STATUSES)
     if status is not None:
         stmt = stmt.where(Quarantine.status == status)
     rows = list(session.execute(stmt).scalars())

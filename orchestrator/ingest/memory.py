@@ -22,6 +22,7 @@ from orchestrator.db.knowledge_models import Decision, DecisionLink, Episode, Wo
 from orchestrator.errors import BadInput
 from orchestrator.ingest.documents import resolve_scopes
 from orchestrator.ingest.knowledge import require_visible, savepoint
+from orchestrator.inputs import one_of
 
 CausalKind = Literal["caused", "influenced", "precedent_for"]
 CAUSAL_KINDS = ("caused", "influenced", "precedent_for")
@@ -75,8 +76,7 @@ def record_decision(session: Session, decision: DecisionInput) -> uuid.UUID:
 def link_decisions(session: Session, source: uuid.UUID, target: uuid.UUID, kind: CausalKind,
                    scopes: Sequence[str]) -> uuid.UUID:
     """``source`` caused / influenced / is a precedent for ``target``."""
-    if kind not in CAUSAL_KINDS:
-        raise BadInput(f"kind {kind!r} is not one of {', '.join(CAUSAL_KINDS)}")
+    one_of(kind, CAUSAL_KINDS, "kind")
     if source == target:
         raise BadInput("a decision cannot be linked to itself")
     require_visible(session, Decision, [source, target], "decision")
@@ -135,8 +135,7 @@ def add_working_memory(session: Session, session_id: str, text: str, scopes: Seq
     _text("text", text)
     if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
         raise BadInput("ttl must be a positive duration")
-    if kind not in ITEM_KINDS:
-        raise BadInput(f"kind {kind!r} is not one of {', '.join(ITEM_KINDS)}")
+    one_of(kind, ITEM_KINDS, "kind")
     if category is not None:
         if kind != "decision":
             raise BadInput("only an item marked as a decision has a category")
