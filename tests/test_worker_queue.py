@@ -25,7 +25,7 @@ from sqlalchemy import Engine, text
 from orchestrator.config import Settings
 from orchestrator.db.engine import make_app_engine
 from orchestrator.worker.embedder import Embedder
-from orchestrator.worker.queue import ModelMismatch, QueueWorker
+from orchestrator.worker.queue import EMBEDDABLE, ModelMismatch, QueueWorker
 from tests.conftest import TestDatabase
 from tests.support.worker import WorkerDatabase, worker_db
 
@@ -161,6 +161,28 @@ def test_poisoned_row_is_marked_failed_and_the_rest_complete(
         left = conn.execute(text("select count(*) from worker.embed_retries where tenant_id = :t"),
                             {"t": tenant}).scalar_one()
     assert left == 0, "a row that failed for good leaves no retry behind"
+
+
+def test_a_bulk_write_does_not_hold_back_other_tenants_or_documents(
+        worker_db: WorkerDatabase, worker_engine: Engine, embedder: Embedder) -> None:
+    """One batch serves every tenant with pending rows, and within a tenant every document's
+    first chunks before any document's later ones: a note written after a bulk write (of
+    its own tenant or another's) waits one batch, not the whole backlog."""
+    bulk, other = worker_db.make_tenant(), worker_db.make_tenant()
+    worker_db.add_chunks(bulk, [f"bulk chunk {i} of a very long upload" for i in range(120)])
+    worker_db.add_chunks(bulk, ["the deploy freeze starts on December 20"])
+    worker_db.add_chunks(other, ["another tenant's note about the boiler"])
+    rec = Recording(embedder)
+    worker = QueueWorker(worker_engine, rec, _settings(worker_batch_rows=16),
+                         tenants=[bulk, other])
+    first = worker.process_batch(EMBEDDABLE[0])
+    assert "another tenant's note about the boiler" in rec.texts
+    assert "the deploy freeze starts on December 20" in rec.texts
+    assert first.claimed <= 16 + 1, "each tenant's share, rounded up"
+    assert sum("bulk chunk" in t for t in rec.texts) == first.claimed - 2
+    worker.drain()
+    assert {s[1] for s in worker_db.states(bulk) + worker_db.states(other)} == {"ready"}
+    assert sorted(rec.texts) == sorted(set(rec.texts)), "no row embedded twice"
 
 
 def test_backoff_defers_a_failed_row(worker_db: WorkerDatabase, worker_engine: Engine,

@@ -95,7 +95,7 @@ def _ann_indexes(table: str) -> tuple[Index, Index]:
         Index(f"ix_{table}_embedding_hnsw", "embedding", postgresql_using="hnsw",
               postgresql_with={"m": 16, "ef_construction": 64},
               postgresql_ops={"embedding": "vector_cosine_ops"}),
-        Index(f"ix_{table}_embed_queue", "created_at",
+        Index(f"ix_{table}_embed_queue", "tenant_id", "created_at",
               postgresql_where=sql_text("embed_state = 'pending'")),
     )
 

@@ -181,7 +181,7 @@ class Chunk(Base):
         CheckConstraint("(embed_state = 'ready') = (embedding is not null)",
                         name="ck_chunks_embedding_matches_state"),
         Index("ix_chunks_tenant_id_content_hash", "tenant_id", "content_hash"),
-        Index("ix_chunks_embed_queue", "created_at",
+        Index("ix_chunks_embed_queue", "tenant_id", "ordinal", "created_at",
               postgresql_where=sql_text("embed_state = 'pending'")),
         {"schema": "sources"},
     )

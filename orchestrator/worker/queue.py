@@ -9,7 +9,9 @@ One batch is one transaction, as ``engram_worker``:
 
 1. claim up to N pending rows with ``FOR UPDATE SKIP LOCKED`` (rows whose last
    failure is still backing off are skipped), so parallel workers never take
-   the same row;
+   the same row; N is shared among the tenants with pending rows, and a tenant's
+   chunks are taken by their place in their document first (``_claim``, 0084), so
+   neither one tenant's bulk write nor one large document holds the rest back;
 2. take a transaction-scoped advisory lock per (tenant, content hash) not yet
    cached; a hash another worker is embedding right now is left for later, so
    two workers never compute the same text at once;
@@ -64,12 +66,13 @@ class EmbeddableTable:
     # Column holding sha256 of the text; None: computed in the claim from the text.
     hash_column: str | None = "content_hash"
     key_columns: tuple[str, ...] = ("id",)  # the primary key after tenant_id
-    order_column: str = "created_at"
+    # A tenant's rows are taken in this order: its queue index (0084) after tenant_id.
+    order_columns: tuple[str, ...] = ("created_at",)
 
 
 # One line per embeddable table (see worker.make_embeddable in 0007_embedding_models).
 EMBEDDABLE: tuple[EmbeddableTable, ...] = (
-    EmbeddableTable("sources.chunks"),
+    EmbeddableTable("sources.chunks", order_columns=("ordinal", "created_at")),
     EmbeddableTable("knowledge.fact_content"),
     EmbeddableTable("memory.working_memory", hash_column=None),
     EmbeddableTable("memory.profiles", text_column="summary", hash_column=None),
@@ -195,6 +198,7 @@ class QueueWorker:
         self.max_attempts = settings.worker_max_attempts
         self.backoff_s = settings.worker_backoff_s
         self._model: str | None = None
+        self._turn = 0  # which waiting tenant the next batch starts with
         self.table_errors: dict[str, str] = {}
 
     # -- model --------------------------------------------------------------
@@ -230,20 +234,51 @@ class QueueWorker:
     def _tenant_filter(self) -> str:
         return " and t.tenant_id = any(cast(:tenants as uuid[]))" if self.tenants else ""
 
+    def _waiting_sql(self, table: EmbeddableTable) -> str:
+        """The tenants with pending rows, in id order: one probe of the queue index per
+        tenant (a loose index scan), however many rows each has waiting."""
+        pending = f"t.embed_state = 'pending'{self._tenant_filter()}"
+        return (
+            "with recursive w(tenant_id) as ("
+            f"(select t.tenant_id from {_q(table.name)} t where {pending} "
+            "order by t.tenant_id limit 1) "
+            f"union all select (select t.tenant_id from {_q(table.name)} t where {pending} "
+            "and t.tenant_id > w.tenant_id order by t.tenant_id limit 1) "
+            "from w where w.tenant_id is not null) "
+            "select tenant_id from w where tenant_id is not null")
+
     def _claim_sql(self, table: EmbeddableTable) -> str:
+        """Up to ``:n`` rows of each tenant in ``:ts``, each tenant's in its queue order."""
         keys = ", ".join(f"t.{_q(k)} as k{i}" for i, k in enumerate(table.key_columns))
         key_text = " || ',' || ".join(f"t.{_q(k)}::text" for k in table.key_columns)
+        order = ", ".join(f"t.{_q(c)}" for c in table.order_columns)
         return (
+            "select x.* from unnest(cast(:ts as uuid[])) as w(tenant_id) cross join lateral ("
             f"select t.tenant_id, {keys}, {key_text} as row_key, t.{_q(table.text_column)} as body, "
             f"{hash_expr(table)} as hash, t.embed_attempts as attempts "
             f"from {_q(table.name)} t "
-            "where t.embed_state = 'pending'" + self._tenant_filter() + " "
+            "where t.tenant_id = w.tenant_id and t.embed_state = 'pending' "
             "and not exists (select 1 from worker.embed_retries r where r.tenant_id = t.tenant_id "
             f"and r.relation = :rel and r.row_key = {key_text} and r.retry_at > now()) "
             # NO KEY UPDATE: the worker changes embedding columns only, so it must not
             # wait for (or skip) rows the extractor holds FOR KEY SHARE while reading them.
-            f"order by t.{_q(table.order_column)} limit :n for no key update of t skip locked"
+            f"order by {order} limit :n for no key update of t skip locked) x"
         )
+
+    def _claim(self, conn: Connection, table: EmbeddableTable) -> list[Any]:
+        """A batch shared among the tenants with pending rows: each gets an equal part of
+        ``batch_rows`` (at least one row; with more tenants than rows, the batches take
+        turns through them), so one tenant's bulk write, or one large document, no longer
+        holds every row written after it (0084)."""
+        waiting = [r[0] for r in conn.execute(text(self._waiting_sql(table)),
+                                              {"tenants": self.tenants})]
+        if not waiting:
+            return []
+        start = self._turn % len(waiting)
+        self._turn += 1
+        chosen = (waiting[start:] + waiting[:start])[:self.batch_rows]
+        return list(conn.execute(text(self._claim_sql(table)), {
+            "rel": table.name, "ts": chosen, "n": -(-self.batch_rows // len(chosen))}).all())
 
     def _where_key(self, table: EmbeddableTable) -> str:
         return "tenant_id = :tenant_id and " + " and ".join(
@@ -282,8 +317,7 @@ class QueueWorker:
                 self._model = None
                 raise ModelMismatch(f"the active embedding model changed to {now_active}; "
                                     f"this worker embeds with {model} and stops")
-            rows = conn.execute(text(self._claim_sql(table)), {
-                "rel": table.name, "n": self.batch_rows, "tenants": self.tenants}).all()
+            rows = self._claim(conn, table)
             report.claimed = len(rows)
             if not rows:
                 return report
