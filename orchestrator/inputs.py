@@ -40,6 +40,9 @@ from sqlalchemy import Engine, event
 from orchestrator.errors import BadInput
 
 MAX_NESTING = 64
+# Control characters that are not layout (C0 but tab, newline and carriage return; DEL; C1):
+# storable, but no prose, and able to drive a terminal that prints them.
+CONTROL_CHARACTERS = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]"
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 # Problems listed in one refusal; the rest are counted.
 MAX_LISTED = 5

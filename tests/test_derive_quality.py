@@ -341,3 +341,13 @@ def test_a_document_spanning_two_batches_is_read_and_masked_once():
     assert second == ["   \nMore prose.", "Other prose."]
     masked_texts(Session(), [chunk(other, 0, 12)], cache)
     assert set(cache) == {other} and len(reads) == 2
+
+
+def test_control_characters_are_masked_like_markup():
+    """A pasted terminal log's escape sequences and a form feed are no prose: masked (same
+    length) so a sentence read past them holds only what a reader sees."""
+    body = "\x1b[31mAlice met Bob in Paris.\x1b[0m\x0c\nTabs\tand lines\r\nstay."
+    masked = mask_markup(body)
+    assert len(masked) == len(body)
+    assert not any(c in masked for c in "\x1b\x0c")
+    assert "Alice met Bob in Paris." in masked and "Tabs\tand lines\r\nstay." in masked

@@ -109,3 +109,33 @@ def test_the_cli_prints_the_rendered_string_exactly(cli_env, tenant_factory, app
     # An error message quoting the input keeps its brackets too.
     bad = runner.invoke(app, ["trace", question, *who, "--mode", "[bold]psychic"], env=cli_env)
     assert bad.exit_code == 1 and "[bold]psychic" in bad.output, bad.output
+
+
+def test_text_printed_to_a_terminal_cannot_drive_it_and_a_pipe_gets_every_byte():
+    """An excerpt holding ESC [2J (clear the screen) or ESC ]0;...BEL (retitle the window):
+    on a terminal the CLI shows each control character as its picture, same length, and
+    styled labels keep their style; into a pipe the bytes are written as recall rendered
+    them (a program reading the output gets the prompt-ready string exactly)."""
+    import io
+
+    from rich.text import Text
+
+    from orchestrator.cli.output import VerbatimConsole, printable, styled
+
+    hostile = "Cargo\x1b[2J notes\x1b]0;pwned\x07 \x9b1m done\r\n ok\roverwritten\ttab"
+    assert printable(hostile) == ("Cargo\u241b[2J notes\u241b]0;pwned\u2407 \ufffd1m done\r\n"
+                                  " ok\u240doverwritten\ttab")
+    for terminal in (True, False):
+        out = io.StringIO()
+        con = VerbatimConsole(file=out, force_terminal=terminal, color_system=None,
+                              markup=False, highlight=False, soft_wrap=True)
+        con.print(hostile)
+        label = styled("error: ", "bold red", hostile)
+        con.print(label)
+        printed = out.getvalue()
+        if terminal:
+            assert not any(c in printed for c in "\x1b\x07\x9b\r"), repr(printed)
+            assert printed.count("Cargo\u241b[2J notes\u241b]0;pwned") == 2
+        else:
+            assert printed.count("Cargo\x1b[2J notes\x1b]0;pwned") == 2, repr(printed)
+        assert isinstance(label, Text) and "\x1b" in label.plain, "the caller's Text is untouched"

@@ -1,21 +1,68 @@
-"""The CLI's consoles: what a command prints is printed as it is.
+"""The CLI's consoles: what a command prints is printed as it is, and nothing it prints can
+drive the terminal.
 
 Rich reads ``[word ...]`` in a printed string as markup and drops it, so an excerpt
 holding ``register("x", lambda p: [p.gql(...)])`` or ``[bold]`` printed changed: the
 prompt-ready string ``engram recall`` printed was not the one recall rendered. Every
 console of the CLI has markup (and highlighting) off; a coloured label is a ``Text``
 made by ``styled``, and the rest of the line is never parsed.
+
+Printed text is other people's text too (an excerpt, a fact, a title): a document holding
+``ESC [2J`` or ``ESC ]0;...BEL`` would clear the reader's screen or retitle the window when
+``engram recall`` printed it. On a terminal, control characters other than tab and line
+breaks are shown as their pictures (ESC as ``U+241B``); into a pipe or a file the bytes are written as
+they are, so a program reading the output gets exactly what recall rendered.
 """
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from rich.console import Console
 from rich.text import Text
+
+from orchestrator.inputs import CONTROL_CHARACTERS
+
+# C0 controls but tab and newline (a carriage return only before a newline), DEL and C1.
+_CONTROL = re.compile(r"\r(?!\n)|" + CONTROL_CHARACTERS)
+
+
+def _picture(match: re.Match[str]) -> str:
+    """The control character's Unicode picture (U+241B for ESC), one character for one: the
+    styled spans of a ``Text`` keep their places."""
+    code = ord(match.group(0))
+    return chr(0x2400 + code) if code < 0x20 else "\u2421" if code == 0x7F else "\ufffd"
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character that could act on a terminal shown as its
+    picture (ESC as U+241B), same length."""
+    return _CONTROL.sub(_picture, text)
+
+
+class VerbatimConsole(Console):
+    """Rich's console, printing strings verbatim; on a terminal, their control characters as
+    pictures (``printable``)."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        if self.is_terminal:
+            objects = tuple(printable(o) if isinstance(o, str) else _printable_text(o)
+                            if isinstance(o, Text) else o for o in objects)
+        super().print(*objects, **kwargs)
+
+
+def _printable_text(text: Text) -> Text:
+    if not _CONTROL.search(text.plain):
+        return text
+    out = text.copy()
+    out.plain = printable(text.plain)
+    return out
 
 
 def console(*, stderr: bool = False) -> Console:
     """A console that prints strings verbatim (no markup, no highlighting, no wrapping)."""
-    return Console(stderr=stderr, markup=False, highlight=False, soft_wrap=True)
+    return VerbatimConsole(stderr=stderr, markup=False, highlight=False, soft_wrap=True)
 
 
 def styled(label: str, style: str, rest: str = "") -> Text:

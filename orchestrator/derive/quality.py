@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import re
 
+from orchestrator.inputs import CONTROL_CHARACTERS
+
 # Fenced blocks (``` or ~~~, to the closing fence or the end of the text).
 _FENCE = re.compile(r"(^|\n)[ \t]*(```|~~~)[^\n]*\n.*?(\n[ \t]*\2[^\n]*(?=\n|$)|$)", re.S)
 # Indented code: lines of 4+ spaces or a tab after a blank line, with the lines that follow.
@@ -59,6 +61,7 @@ _LOG = re.compile(r"^[^\n]*(?:\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}|\b\d{2}:\d{2}:\
                   r"|\[(?:INFO|WARN|WARNING|ERROR|DEBUG|TRACE|FATAL)\]"
                   r"|^[ \t]*(?:INFO|WARN|WARNING|ERROR|DEBUG|TRACE|FATAL)\b[:\s])[^\n]*$", re.M)
 _SHELL = re.compile(r"^[ \t]*(?:\$|>|#!|C:\\)[ \t]+[^\n]*$", re.M)
+_CONTROL = re.compile(CONTROL_CHARACTERS)
 _MARKERS = re.compile(r"^[ \t]*(?:#{1,6}|[-*+]|\d+[.)]|>)[ \t]+|[*_~]{1,3}(?=\S)|(?<=\S)[*_~]{1,3}", re.M)
 
 _CODE_CHARS = set("{}[]()<>=;`$|\\^~#@*")
@@ -113,6 +116,9 @@ def mask_markup(text: str) -> str:
                     _TABLE, _LOG, _SHELL):
         out = pattern.sub(_blank, out)
     out = _MARKERS.sub(_blank, out)
+    # Control characters (an escape sequence of a pasted log, a form feed) are no prose: a
+    # sentence read past them would become a claim of invisible characters.
+    out = _CONTROL.sub(" ", out)
     # Link text stays ("see [the guide](...)" reads "see the guide"), its brackets go.
     return out.replace("[", " ").replace("]", " ")
 
