@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -277,3 +279,25 @@ def test_the_progress_bar_is_drawn_on_a_terminal(cli_env: dict[str, str], tmp_pa
     drawn = screen.getvalue()
     assert "ingesting" in drawn and "12/12" in drawn
     assert re.search(r"\d+\.\d files/s  \d+\.\d chunks/s", drawn), drawn[-500:]
+
+
+@pytest.mark.parametrize(("body", "title"), [
+    ("# Title", "Title"), ("# Title ##", "Title"), ("## Title #hash", "Title #hash"),
+    ("   ### Deep  ", "Deep"), ("# ###\n# Next", "Next"), ("#\nnot a heading\n# Real", "Real"),
+    ("#NoSpace\n# Yes", "Yes"), ("    # indented code\n# H", "H"), ("no heading at all", ""),
+])
+def test_the_first_heading_is_read_as_commonmark_writes_it(body: str, title: str) -> None:
+    from orchestrator.cli.ingest import heading_title
+
+    assert heading_title(body, 500) == title
+
+
+def test_a_heading_with_a_long_run_of_spaces_does_not_hang_ingest() -> None:
+    """The old heading pattern tried every split of a run of spaces between three whitespace
+    parts: "# a", 5,000 spaces, "b" took 118 s, 8,000 about eight minutes. In a process of its
+    own, so a hang fails the test instead of holding the run."""
+    script = ("from orchestrator.cli.ingest import heading_title\n"
+              "print(heading_title('# a' + ' ' * 8000 + 'b\\n' + 'x' * 10, 500))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, cwd=Path(__file__).parent.parent)
+    assert done.returncode == 0 and done.stdout.strip() == "a b", done.stderr

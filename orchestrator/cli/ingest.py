@@ -63,7 +63,11 @@ from orchestrator.errors import BadInput, EngramError
 from orchestrator.ingest.documents import DocumentInput, delete_document, put_document
 
 SUFFIXES = (".md", ".markdown", ".txt")
-_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
+# An ATX heading line; its text is trimmed in Python (``_heading_text``): the pattern it
+# replaced, ``#{1,6}\s+(.+?)\s*#*\s*$``, tried every split of a run of spaces between its
+# three whitespace parts (a heading "# a", 5,000 spaces, "b" took 118 s), and its ``\s``
+# read the next line as the text of an empty heading.
+_HEADING = re.compile(r"^[ \t]{0,3}#{1,6}(?:[ \t]+([^\n]*))?$", re.MULTILINE)
 _KEY = re.compile(r"^([A-Za-z_][\w-]*)\s*:\s*(.*)$")
 
 out = console()
@@ -201,13 +205,23 @@ def _extract_flag(value: Any) -> bool:
     raise BadInput(f"front matter extract must be true or false, not {value!r}")
 
 
+def _heading_text(raw: str) -> str:
+    """A heading line's text without its closing sequence of ``#`` (CommonMark: one preceded
+    by a space or tab, or the whole text)."""
+    text = raw.strip(" \t")
+    bare = text.rstrip("#")
+    if bare != text and (not bare or bare[-1] in " \t"):
+        text = bare.rstrip(" \t")
+    return text
+
+
 def heading_title(body: str, limit: int) -> str:
     """The first heading (outside code blocks) as a reader sees it (``quality.inline_text``: badges, link
     targets and markup gone), cut at a word to ``limit`` characters with an ellipsis: a title
     the file's author never wrote as one must not refuse the file. Empty without a heading or
     when nothing but markup is in it."""
-    heading = _HEADING.search(mask_fences(body))
-    title = inline_text(heading.group(1)) if heading else ""
+    texts = (_heading_text(h.group(1) or "") for h in _HEADING.finditer(mask_fences(body)))
+    title = inline_text(next((t for t in texts if t), ""))
     if len(title) > limit:
         title = title[:limit - 1].rsplit(" ", 1)[0].rstrip(" ,;:-") + "\u2026"
     return title
