@@ -373,7 +373,9 @@ class _Builder:
             words = select(
                 func.regexp_split_to_array(func.recall.title_key(self.question), " ",
                                            type_=ARRAY(Text())).label("w")
-            ).cte("question_words")
+            # MATERIALIZED: referenced once, the CTE would be inlined and the question split
+            # (and keyed) again for every n-gram: a 4,000-character question took 57 s.
+            ).cte("question_words").prefix_with("MATERIALIZED")
             n_words = func.cardinality(words.c.w)
             first = func.generate_series(1, n_words).table_valued("i").render_derived(name="first_word")
             last = func.generate_series(
@@ -617,7 +619,7 @@ class _Builder:
         words = select(
             func.regexp_split_to_array(func.coalesce(func.knowledge.normalize_name(self.question), ""),
                                        " ", type_=ARRAY(Text())).label("w")
-        ).cte("seed_words")
+        ).cte("seed_words").prefix_with("MATERIALIZED")  # split once (see question_words)
         n_words = func.cardinality(words.c.w)
         first = func.generate_series(1, n_words).table_valued("i").render_derived(name="seed_first")
         last = func.generate_series(
