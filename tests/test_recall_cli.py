@@ -125,6 +125,7 @@ def test_text_printed_to_a_terminal_cannot_drive_it_and_a_pipe_gets_every_byte()
     hostile = "Cargo\x1b[2J notes\x1b]0;pwned\x07 \x9b1m done\r\n ok\roverwritten\ttab"
     assert printable(hostile) == ("Cargo\u241b[2J notes\u241b]0;pwned\u2407 \ufffd1m done\r\n"
                                   " ok\u240doverwritten\ttab")
+    assert printable("\u202eevil.md\u2066x\u2069") == "\ufffdevil.md\ufffdx\ufffd"  # bidi
     for terminal in (True, False):
         out = io.StringIO()
         con = VerbatimConsole(file=out, force_terminal=terminal, color_system=None,

@@ -25,14 +25,16 @@ from rich.text import Text
 from orchestrator.inputs import CONTROL_CHARACTERS
 
 # C0 controls but tab and newline (a carriage return only before a newline), DEL and C1.
-_CONTROL = re.compile(r"\r(?!\n)|" + CONTROL_CHARACTERS)
+# ... and the bidirectional overrides and isolates, which reorder what a terminal shows
+# ("Trojan Source": a title that displays as another).
+_CONTROL = re.compile(r"\r(?!\n)|[\u202a-\u202e\u2066-\u2069]|" + CONTROL_CHARACTERS)
 
 
 def _picture(match: re.Match[str]) -> str:
     """The control character's Unicode picture (U+241B for ESC), one character for one: the
     styled spans of a ``Text`` keep their places."""
     code = ord(match.group(0))
-    return chr(0x2400 + code) if code < 0x20 else "\u2421" if code == 0x7F else "\ufffd"
+    return chr(0x2400 + code) if code < 0x20 else "\u2421" if code == 0x7F else "\ufffd"  # C1, bidi
 
 
 def printable(text: str) -> str:
