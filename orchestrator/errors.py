@@ -70,6 +70,13 @@ class Unavailable(EngramError):
         self.detail = detail
 
 
+class TimedOut(EngramError):
+    """A statement ran past its time limit (``recall_statement_timeout_ms`` for a recall) or
+    an operator cancelled it: stopped, its transaction rolled back, nothing written."""
+
+    code = "TIMEOUT"
+
+
 class ServerError(EngramError):
     """The database server could not be started, stopped or reached."""
 
@@ -100,6 +107,7 @@ _SQLSTATE_MAP: dict[str, type[EngramError]] = {
     "57P01": Unavailable,  # admin_shutdown: the server is stopping
     "57P02": Unavailable,  # crash_shutdown
     "57P03": Unavailable,  # cannot_connect_now: the server is starting or recovering
+    "57014": TimedOut,  # query_canceled: statement_timeout, or pg_cancel_backend
 }
 
 # Why a connection-class failure happened, in words that name no host or port.
@@ -209,6 +217,8 @@ _BUILTIN_WORDING: dict[str, str] = {
     "40001": "the write conflicted with a concurrent one; retry it",
     "40P01": "the write conflicted with a concurrent one; retry it",
     "55P03": "a row is locked by another write; retry it",
+    "57014": "the request ran past its time limit in the database and was stopped; nothing was "
+             "written",
 }
 
 

@@ -119,6 +119,37 @@ def test_a_long_question_is_split_once_not_once_per_n_gram(
     assert result.evidence[0].source.path == "gamma-3.md"
 
 
+def test_a_recall_past_its_time_limit_is_stopped_and_answered_timeout(
+        tenant_factory: Any, app_engine: Engine, embedder: Any, settings: Any,
+        admin_engine: Engine) -> None:
+    """recall_statement_timeout_ms bounds every statement of the recall's transaction: past it
+    the statement is stopped, the answer is TIMEOUT (the database's wording names no SQL), the
+    receipt is not written, and the next recall under the default limit is served."""
+    from orchestrator.errors import TimedOut
+    from orchestrator.recall.plans import transaction_settings
+
+    assert transaction_settings(10, settings)["statement_timeout"] == "30000"
+    assert "statement_timeout" not in transaction_settings(
+        10, settings.model_copy(update={"recall_statement_timeout_ms": 0}))
+    t = _corpus(tenant_factory, app_engine, embedder, settings, "delta")
+    reader = t.identity("reader", read=("team",))
+
+    def receipts() -> int:
+        with admin_engine.connect() as conn:
+            return int(conn.execute(text("select count(*) from provenance.receipts "
+                                         "where tenant_id = :t"), {"t": t.id}).scalar_one())
+
+    before = receipts()
+    hasty = recaller_with(app_engine, settings, embedder, recall_statement_timeout_ms=1)
+    hasty.sizes.put(t.org_id, 7)  # the tenant's size known: the limit holds from the statement on
+    with pytest.raises(TimedOut) as refused:
+        hasty.recall(reader, "what about the river bridge budget?")
+    assert refused.value.code == "TIMEOUT" and "time limit" in refused.value.message
+    assert receipts() == before
+    served = recaller_with(app_engine, settings, embedder).recall(reader, "the river bridge")
+    assert served.evidence and receipts() == before + 1
+
+
 def test_every_size_class_text_is_the_one_compiled_statement_behind_its_comment(
         app_engine: Engine, settings: Any, embedder: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Compiling the statement takes about 100 ms: once per shape, never once per size class

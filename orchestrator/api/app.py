@@ -52,7 +52,7 @@ from orchestrator.inputs import parse_json
 from orchestrator.recall import Recaller
 
 STATUS_BY_CODE = {"UNAUTHENTICATED": 401, "FORBIDDEN": 403, "BAD_USER_INPUT": 400,
-                  "CONFLICT": 409, "NOT_FOUND": 404, "UNAVAILABLE": 503}
+                  "CONFLICT": 409, "NOT_FOUND": 404, "UNAVAILABLE": 503, "TIMEOUT": 504}
 # Seconds a client should wait before retrying an UNAVAILABLE answer.
 RETRY_AFTER_S = 2
 

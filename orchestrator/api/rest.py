@@ -252,7 +252,10 @@ def openapi_document() -> dict[str, Any]:
                 "413": _error("The body is over ENGRAM_API_MAX_BODY_BYTES"),
                 "415": _error("The body is not application/json"),
                 "500": _error("An unexpected error (only a reference is returned)"),
-                "503": _error("This server cannot embed with the active embedding model"),
+                "503": _error("This server cannot embed with the active embedding model, or the "
+                              "database is unavailable (retry after Retry-After seconds)"),
+                "504": _error("The recall ran past ENGRAM_RECALL_STATEMENT_TIMEOUT_MS in the "
+                              "database and was stopped (TIMEOUT)"),
             },
         }}},
         "components": {

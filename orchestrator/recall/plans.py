@@ -89,8 +89,11 @@ class TenantSizes:
 
 
 def transaction_settings(chunks: int, settings: Settings) -> dict[str, str]:
-    """What the recall transaction sets for itself: plan reuse and the dense lane's list size."""
+    """What the recall transaction sets for itself: plan reuse, the dense lane's list size and
+    how long a statement may run (``recall_statement_timeout_ms``)."""
     out = {"hnsw.ef_search": str(ef_search_for(chunks, settings.recall_ef_search_by_chunks))}
     if settings.recall_plan_reuse:
         out["plan_cache_mode"] = "force_generic_plan"
+    if settings.recall_statement_timeout_ms:
+        out["statement_timeout"] = str(settings.recall_statement_timeout_ms)
     return out
