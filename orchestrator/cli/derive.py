@@ -21,7 +21,7 @@ import typer
 from sqlalchemy.orm import Session
 
 from orchestrator.cli.auth import cli_identity
-from orchestrator.cli.output import console, styled
+from orchestrator.cli.output import console, echo_plain, styled
 from orchestrator.cli.progress import progress_bar
 from orchestrator.config import Settings
 from orchestrator.derive import lifecycle
@@ -117,7 +117,7 @@ def sweep(
     verb = "archived" if report.applied else "would archive"
     # Plain tab-separated lines (rich would expand the tabs) so scripts can cut columns.
     for it in report.items:
-        typer.echo(f"{verb}\t{it.collection}\t{it.path}\t{it.document_id}\t"
+        echo_plain(f"{verb}\t{it.collection}\t{it.path}\t{it.document_id}\t"
                    f"last used {it.last_used_at.isoformat()}\tpolicy {it.archive_after_days} days\t"
                    f"{it.uses} uses on {it.days_used} days")
     note = "" if report.applied else " (dry run; --apply to archive)"

@@ -17,8 +17,10 @@ they are, so a program reading the output gets exactly what recall rendered.
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any
 
+import typer
 from rich.console import Console
 from rich.text import Text
 
@@ -60,6 +62,12 @@ def _printable_text(text: Text) -> Text:
     out = text.copy()
     out.plain = printable(text.plain)
     return out
+
+
+def echo_plain(line: str) -> None:
+    """``line`` as is, tabs kept (for scripts that cut columns); on a terminal through
+    ``printable``."""
+    typer.echo(printable(line) if sys.stdout.isatty() else line)
 
 
 def console(*, stderr: bool = False) -> Console:
