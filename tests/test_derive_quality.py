@@ -351,3 +351,14 @@ def test_control_characters_are_masked_like_markup():
     assert len(masked) == len(body)
     assert not any(c in masked for c in "\x1b\x0c")
     assert "Alice met Bob in Paris." in masked and "Tabs\tand lines\r\nstay." in masked
+
+
+def test_a_chunk_without_words_is_not_parsed():
+    """Masked punctuation, digits and table rows can yield no name and no three-word sentence:
+    the parser gets blanks of the same length (offsets hold) instead of 1,200 tokens."""
+    from orchestrator.derive.quality import blank_without_words
+
+    for junk in ("](" * 600, "1." * 600, mask_markup("|1|2|3|\n" * 150), "!!! ??? ... 42"):
+        assert blank_without_words(junk) == " " * len(junk)
+    for prose in ("Alice met Bob.", "Ok", "東京", "<code>" * 3, "x1 y2 zz"):
+        assert blank_without_words(prose) == prose

@@ -78,7 +78,7 @@ from orchestrator.derive.nlp import (
     load_spacy,
     read,
 )
-from orchestrator.derive.quality import mask_markup
+from orchestrator.derive.quality import blank_without_words, mask_markup
 from orchestrator.derive.service import ServiceTenant, job_lock, service_session, service_tenants
 from orchestrator.errors import BadInput, is_unavailable
 from orchestrator.health import Component, supervise
@@ -273,7 +273,7 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
         chunk alone), read here: the parsing thread never touches the cache."""
         if not gates:
             return batch, [c.text for c in batch], [None] * len(batch)
-        texts = masked_texts(session, batch, documents)
+        texts = [blank_without_words(t) for t in masked_texts(session, batch, documents)]
         return batch, texts, [documents[c.document_id][1] if c.document_id in documents else None
                               for c in batch]
 
