@@ -217,8 +217,8 @@ _BUILTIN_WORDING: dict[str, str] = {
     "40001": "the write conflicted with a concurrent one; retry it",
     "40P01": "the write conflicted with a concurrent one; retry it",
     "55P03": "a row is locked by another write; retry it",
-    "57014": "the request ran past its time limit in the database and was stopped; nothing was "
-             "written",
+    "57014": "the request was stopped in the database (past its time limit, or cancelled by "
+             "an operator); nothing was written",
 }
 
 
