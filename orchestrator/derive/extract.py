@@ -124,6 +124,7 @@ class ExtractReport:
     notice: str | None = None
     more: bool = False  # stopped at the limit: more chunks are waiting
     seconds: float = 0.0
+    waited: float = 0.0  # of ``seconds``, queued behind another run of this tenant (job_lock)
 
     def add(self, other: ExtractReport) -> None:
         self.chunks += other.chunks
@@ -132,14 +133,17 @@ class ExtractReport:
         self.quarantined += other.quarantined
         self.skipped += other.skipped
         for name in ("kept", "relations", "dates", "retracted", "opted_out", "skipped_mentions",
-                     "skipped_chunks", "seconds"):
+                     "skipped_chunks", "seconds", "waited"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.backend = other.backend or self.backend
         self.notice = other.notice or self.notice
         self.more = other.more
 
     def line(self) -> str:
-        rate = f", {self.chunks / self.seconds:.1f} chunks/s" if self.seconds > 0 and self.chunks else ""
+        working = self.seconds - self.waited
+        rate = f", {self.chunks / working:.1f} chunks/s" if working > 0 and self.chunks else ""
+        if self.waited >= 0.1:  # another run of this tenant (a server's, on ingest) held the job
+            rate += f"; {self.waited:.1f}s of it waiting for another extraction of this tenant"
         gone = f", {self.retracted} retracted" if self.retracted else ""
         out = f", {self.opted_out} opted-out chunks withdrawn" if self.opted_out else ""
         left = "".join([f", {self.skipped_mentions} entity mentions too long to be a name skipped"
@@ -227,7 +231,9 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
     started = time.monotonic()
     choice = backend_for(settings)
     report = ExtractReport(backend=choice.description, notice=choice.notice)
+    queued = time.monotonic()
     job_lock(session, "extract")
+    report.waited = time.monotonic() - queued
     found = session.execute(_pending(choice.model_key, document_ids).order_by(Chunk.id).limit(limit + 1)
                             .with_for_update(key_share=True, of=Chunk)).all()
     report.more = len(found) > limit
