@@ -101,8 +101,9 @@ def problems(value: Any, path: str, *, check_ints: bool = False) -> Iterator[str
 
 
 def one_of(value: str | None, known: tuple[str, ...], what: str = "status") -> None:
-    """A list filter names a value its rows can hold: an unknown one is refused (it would
-    match nothing, or reach the database as a type error), not answered with nothing."""
+    """``value`` (unless None) is one of ``known``, else ``BadInput`` naming the value and
+    listing the known ones: a write's kind or strategy, and a list filter's status (an unknown
+    one would match nothing, or reach the database as a type error, not a refusal)."""
     if value is not None and value not in known:
         raise BadInput(f"{what} {value!r} is not one of {', '.join(known)}")
 

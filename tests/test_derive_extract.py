@@ -646,3 +646,36 @@ def test_the_rate_counts_the_work_and_says_how_long_it_waited_for_another_run() 
     both = ExtractReport(chunks=100, seconds=2.0, waited=1.0)
     both.add(waited)
     assert both.waited == 9.0 and both.seconds == 12.0
+
+
+def test_a_chunk_without_words_reaches_the_parser_as_blanks_and_is_read(
+        app_engine: Engine, tenant: TenantFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Extraction hands the parser blanks for a chunk that holds no run of two letters (it can
+    yield nothing), the prose beside it as written, and records both as read."""
+    from orchestrator.derive import extract as extract_module
+
+    parsed: list[str] = []
+    real = extract_module.load_spacy
+
+    class Recording:
+        def __init__(self, nlp: Any) -> None:
+            self.nlp = nlp
+
+        def pipe(self, texts: list[str], **kw: Any) -> Any:
+            parsed.extend(texts)
+            return self.nlp.pipe(texts, **kw)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.nlp, name)
+
+    monkeypatch.setattr(extract_module, "load_spacy", lambda name: Recording(real(name)))
+    t = tenant
+    _put(app_engine, t, "junk.md", "](" * 400, ("team",))
+    _put(app_engine, t, "ada.md", TEAM_TEXT, ("team",))
+    with bound_session(app_engine, t.identity(write=("team",))) as s:
+        report = extract(s)
+    assert report.chunks == len(parsed) >= 2
+    assert any(p and not p.strip() for p in parsed), "the junk chunk was parsed as blanks"
+    assert any("Ada" in p for p in parsed)
+    with bound_session(app_engine, t.identity(write=("team",))) as s:
+        assert extract(s).chunks == 0, "both were recorded as read"
