@@ -83,8 +83,7 @@ Defect = Callable[[Forger, dict[str, Any], dict[str, Any]], None]
 CLAIM_DEFECTS: dict[str, Callable[[dict[str, Any]], None]] = {
     "wrong issuer": lambda c: c.update(iss="https://evil.example/oidc"),
     "wrong audience": lambda c: c.update(aud="https://other.example/api"),
-    "expired": lambda c: c.update(exp=int(time.time()) - 3600, iat=int(time.time()) - 7200,
-                                  nbf=int(time.time()) - 7200),
+    "expired": lambda c: c.update(exp=int(time.time()) - 3600, iat=int(time.time()) - 7200),
     "not yet valid": lambda c: c.update(nbf=int(time.time()) + 3600),
     "no expiry": lambda c: c.pop("exp"),
     "no subject": lambda c: c.pop("sub"),
@@ -153,13 +152,34 @@ def _header_token(f: Forger, claims: dict[str, Any], head: dict[str, Any]) -> st
     return assemble({"alg": "ES256", **head}, claims, b"x" * 64)
 
 
+# Defects that rewrite the same claim: a second one would undo the first, and the token's name
+# would then list a defect it no longer has (seed 705401879 drew "no organization" then "unknown
+# organization", which put an organization back). A combination takes one per claim.
+SAME_CLAIM = {"no organization": "organization_id", "unknown organization": "organization_id",
+              "unknown scope": "scope", "scope of another type": "scope",
+              "expired": "exp", "no expiry": "exp"}
+
+
+def one_per_field(names: list[str], field: Callable[[str], str]) -> list[str]:
+    """The names in order, without any that rewrites a field an earlier one already set."""
+    seen: set[str] = set()
+    kept = []
+    for name in names:
+        if field(name) not in seen:
+            seen.add(field(name))
+            kept.append(name)
+    return kept
+
+
 def combined(f: Forger, rng: random.Random) -> tuple[str, str]:
-    """Several defects on one token, drawn at random."""
-    claim_names = rng.sample(sorted(CLAIM_DEFECTS), rng.randint(1, 3))
+    """Several defects on one token, drawn at random; each is still on the token it names."""
+    claim_names = one_per_field(rng.sample(sorted(CLAIM_DEFECTS), rng.randint(1, 3)),
+                                lambda name: SAME_CLAIM.get(name, name))
     claims = f.claims()
     for name in claim_names:
         CLAIM_DEFECTS[name](claims)
-    head_names = rng.sample(sorted(HEADER_DEFECTS), rng.randint(0, 2))
+    head_names = one_per_field(rng.sample(sorted(HEADER_DEFECTS), rng.randint(0, 2)),
+                               lambda name: next(iter(HEADER_DEFECTS[name])))
     head: dict[str, Any] = {}
     for name in head_names:
         head.update(HEADER_DEFECTS[name])
