@@ -287,3 +287,18 @@ def test_prepare_rendering_snapshot():
         "- A (notes/a.md) | on 2026-03-14\n"
     )
     assert render_bundle("Q?", [[], [], [], [], []]) == ""
+
+
+def test_a_span_within_one_day_renders_as_that_day():
+    """An hour-long episode is "on" its day; only a span over days prints "from to"."""
+    from orchestrator.recall.render import render
+
+    start = datetime(2026, 3, 14, 9, 30, tzinfo=UTC)
+    hour = Evidence(text="Planning.", provenance=Provenance.RECENT_SESSION_MEMORY, scopes=(),
+                    kind="episode", occurred_at=start, ended_at=start.replace(hour=10, minute=30))
+    days = Evidence(text="Offsite.", provenance=Provenance.RECENT_SESSION_MEMORY, scopes=(),
+                    kind="episode", occurred_at=start, ended_at=start.replace(day=16))
+    text = render("Q?", [hour, days])
+    assert "[1] recent session memory | episode | on 2026-03-14\n" in text
+    assert "[2] recent session memory | episode | 2026-03-14 to 2026-03-16\n" in text
+    assert "2026-03-14 to 2026-03-14" not in text
