@@ -39,6 +39,7 @@ import math
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -247,17 +248,21 @@ class QueueWorker:
             "from w where w.tenant_id is not null) "
             "select tenant_id from w where tenant_id is not null")
 
-    def _claim_sql(self, table: EmbeddableTable) -> str:
-        """Up to ``:n`` rows of each tenant in ``:ts``, each tenant's in its queue order."""
+    def _claim_sql(self, table: EmbeddableTable, *, more: bool = False) -> str:
+        """Up to ``:n`` rows of each tenant in ``:ts``, each tenant's in its queue order;
+        with ``more``, none of ``:claimed`` (``tenant_id:row_key``): rows this transaction
+        holds already, which its own locks do not make SKIP LOCKED skip."""
         keys = ", ".join(f"t.{_q(k)} as k{i}" for i, k in enumerate(table.key_columns))
         key_text = " || ',' || ".join(f"t.{_q(k)}::text" for k in table.key_columns)
         order = ", ".join(f"t.{_q(c)}" for c in table.order_columns)
+        again = (f"and t.tenant_id::text || ':' || {key_text} <> all(cast(:claimed as text[])) "
+                 if more else "")
         return (
             "select x.* from unnest(cast(:ts as uuid[])) as w(tenant_id) cross join lateral ("
             f"select t.tenant_id, {keys}, {key_text} as row_key, t.{_q(table.text_column)} as body, "
             f"{hash_expr(table)} as hash, t.embed_attempts as attempts "
             f"from {_q(table.name)} t "
-            "where t.tenant_id = w.tenant_id and t.embed_state = 'pending' "
+            "where t.tenant_id = w.tenant_id and t.embed_state = 'pending' " + again +
             "and not exists (select 1 from worker.embed_retries r where r.tenant_id = t.tenant_id "
             f"and r.relation = :rel and r.row_key = {key_text} and r.retry_at > now()) "
             # NO KEY UPDATE: the worker changes embedding columns only, so it must not
@@ -269,7 +274,8 @@ class QueueWorker:
         """A batch shared among the tenants with pending rows: each gets an equal part of
         ``batch_rows`` (at least one row; with more tenants than rows, the batches take
         turns through them), so one tenant's bulk write, or one large document, no longer
-        holds every row written after it (0084)."""
+        holds every row written after it (0084). The parts a tenant cannot fill go to the
+        tenants that filled theirs, so a mixed backlog still makes full batches."""
         waiting = [r[0] for r in conn.execute(text(self._waiting_sql(table)),
                                               {"tenants": self.tenants})]
         if not waiting:
@@ -277,8 +283,17 @@ class QueueWorker:
         start = self._turn % len(waiting)
         self._turn += 1
         chosen = (waiting[start:] + waiting[:start])[:self.batch_rows]
-        return list(conn.execute(text(self._claim_sql(table)), {
-            "rel": table.name, "ts": chosen, "n": -(-self.batch_rows // len(chosen))}).all())
+        share = -(-self.batch_rows // len(chosen))
+        rows = list(conn.execute(text(self._claim_sql(table)), {
+            "rel": table.name, "ts": chosen, "n": share}).all())
+        per_tenant = Counter(r.tenant_id for r in rows)
+        full = [t for t in chosen if per_tenant[t] == share]
+        left = self.batch_rows - len(rows)
+        if left > 0 and full:
+            rows += conn.execute(text(self._claim_sql(table, more=True)), {
+                "rel": table.name, "ts": full, "n": -(-left // len(full)),
+                "claimed": [f"{r.tenant_id}:{r.row_key}" for r in rows]}).all()
+        return rows
 
     def _where_key(self, table: EmbeddableTable) -> str:
         return "tenant_id = :tenant_id and " + " and ".join(
