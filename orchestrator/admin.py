@@ -43,6 +43,17 @@ def _refuse(*found: str | None) -> None:
 
 
 @contextmanager
+def _exists(message: str) -> Iterator[None]:
+    """A unique violation inside is said as ``message`` (the database's words name no row)."""
+    try:
+        yield
+    except Conflict as exc:
+        if exc.sqlstate != "23505":
+            raise
+        raise Conflict(message, sqlstate=exc.sqlstate) from exc
+
+
+@contextmanager
 def dba_connection(db: Database) -> Iterator[Connection]:
     """One transaction on the admin URL acting as ``engram_dba`` (never a superuser's view)."""
     engine = create_engine(db.admin_url(), poolclass=pool.NullPool)
@@ -60,16 +71,10 @@ def create_tenant(db: Database, org_id: str, name: str) -> uuid.UUID:
     """A tenant for ``org_id`` (the organization claim of its users' tokens)."""
     _refuse(_text_problem("organization id", org_id, MAX_TENANT_TEXT),
             None if name == org_id else _text_problem("tenant name", name, MAX_TENANT_TEXT))
-    try:
-        with dba_connection(db) as conn:
-            tenant: uuid.UUID = conn.execute(
-                select(func.auth.create_tenant(org_id, name))).scalar_one()
-            return tenant
-    except Conflict as exc:
-        if exc.sqlstate != "23505":
-            raise
-        raise Conflict(f"a tenant for organization {org_id!r} already exists",
-                       sqlstate=exc.sqlstate) from exc
+    with _exists(f"a tenant for organization {org_id!r} already exists"), \
+            dba_connection(db) as conn:
+        tenant: uuid.UUID = conn.execute(select(func.auth.create_tenant(org_id, name))).scalar_one()
+        return tenant
 
 
 def tenant_id(conn: Connection, org_id: str) -> uuid.UUID:
@@ -86,15 +91,9 @@ def create_scope(db: Database, org_id: str, name: str, description: str = "") ->
                 f"scope name {name[:80]!r}{'...' if len(name) > 80 else ''} must be 1 to 63 "
                 "characters of a-z, 0-9, '.', '_', ':' and '-', beginning with a letter or digit"),
             _text_problem("scope description", description, MAX_SCOPE_DESCRIPTION, layout=True))
-    try:
-        with dba_connection(db) as conn:
-            tenant = tenant_id(conn, org_id)
-            scope: uuid.UUID = conn.execute(
-                select(func.auth.create_scope(tenant, name, description))
-            ).scalar_one()
-            return scope
-    except Conflict as exc:
-        if exc.sqlstate != "23505":
-            raise
-        raise Conflict(f"scope {name!r} already exists in organization {org_id!r}",
-                       sqlstate=exc.sqlstate) from exc
+    with _exists(f"scope {name!r} already exists in organization {org_id!r}"), \
+            dba_connection(db) as conn:
+        tenant = tenant_id(conn, org_id)
+        scope: uuid.UUID = conn.execute(
+            select(func.auth.create_scope(tenant, name, description))).scalar_one()
+        return scope
