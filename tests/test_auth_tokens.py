@@ -147,6 +147,16 @@ def test_auth_cli_dev_key_token_and_whoami(tmp_path: Path) -> None:
     result = runner.invoke(app, ["auth", "whoami", "--token", token],
                            env={**env, "ENGRAM_AUTH_TRUST_DEV_KEY": "false"})
     assert result.exit_code == 1 and "not trusted" in result.output
+    # A scope entry that would grant nothing is refused, not minted into a token that reads
+    # nothing ("team" for "read:team" was minted, and whoami said "read: -").
+    result = runner.invoke(app, ["auth", "token", "--tenant", "org-9", "--scopes",
+                                 "team,write:notes,read:"], env=env)
+    assert result.exit_code == 2 and result.output.startswith(
+        "error: scope entries 'team', 'read:' would grant nothing: a scope is granted as "
+        "read:NAME or write:NAME (e.g. read:team)"), result.output
+    result = runner.invoke(app, ["auth", "token", "--tenant", "org-9", "--scopes",
+                                 "read:team engram:auditor"], env=env)
+    assert result.exit_code == 0 and result.output.count(".") == 2
 
 
 def _outage_verifier(issuer: Issuer, now: list[float]) -> tuple[TokenVerifier, KeySet]:

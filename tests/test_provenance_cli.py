@@ -78,6 +78,8 @@ def test_bad_input_exits_2(cli_env: None, tmp_path: Path) -> None:
     assert res.exit_code == 2 and "jsonld or ttl" in res.output
     res = runner.invoke(app, ["audit", "lineage", "--tenant", "x", "sources.chunks", "[1]"])
     assert res.exit_code == 2 and "JSON object" in res.output
+    res = runner.invoke(app, ["audit", "lineage", "--tenant", "x", "sources.chunks", "chunk-7"])
+    assert res.exit_code == 2 and "'chunk-7' is neither a UUID nor JSON" in res.output
 
 
 def test_export_receipt_and_lineage(cli_env: None, app_engine: Engine, tenant_factory: TenantMaker,
@@ -115,6 +117,10 @@ def test_export_receipt_and_lineage(cli_env: None, app_engine: Engine, tenant_fa
     assert res.exit_code == 0, res.output
     assert "wasQuotedFrom sources.documents" in res.output and str(d) in res.output
     assert "(event " in res.output
+    # A bare UUID is the row's id column: the same lineage.
+    bare = runner.invoke(app, ["audit", "lineage", "--tenant", t.org_id, "sources.chunks",
+                               str(chunk)])
+    assert bare.exit_code == 0 and bare.output == res.output, bare.output
 
 
 def test_dump_and_verify_offline(cli_env: None, app_engine: Engine, tenant_factory: TenantMaker,

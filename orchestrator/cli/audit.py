@@ -284,18 +284,22 @@ def receipt_cmd(
 def lineage_cmd(
     tenant: Annotated[str, typer.Option(help="organization id or tenant id")],
     table: Annotated[str, typer.Argument(help="schema.table, e.g. sources.chunks")],
-    row_id: Annotated[str, typer.Argument(help='the row id as JSON, e.g. {"id": "..."}')],
+    row_id: Annotated[str, typer.Argument(
+        help='the row id: a UUID (the id column) or JSON, e.g. {"id": "..."}')],
     forward: Annotated[bool, typer.Option("--forward", help="what was derived from the row")] = False,
 ) -> None:
     """Trace a row to its origins (or forward), with the chain events proving each step."""
     from orchestrator.audit.lineage import lineage
 
     try:
-        rid = json.loads(row_id)
+        rid = {"id": str(uuid.UUID(row_id))}
     except ValueError:
-        _fail(f"row id {row_id!r} is not JSON")
+        try:
+            rid = json.loads(row_id)
+        except ValueError:
+            _fail(f"row id {row_id!r} is neither a UUID nor JSON (e.g. {{\"id\": \"...\"}})")
     if not isinstance(rid, dict):
-        _fail('a row id is a JSON object, e.g. {"id": "..."}')
+        _fail('a row id is a UUID or a JSON object, e.g. {"id": "..."}')
     try:
         with auditor() as conn:
             lin = lineage(conn, resolve_tenant(conn, tenant), table, rid,

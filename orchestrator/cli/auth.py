@@ -15,10 +15,10 @@ import typer
 
 from orchestrator.auth import Identity
 from orchestrator.auth.devkey import create_dev_key, jwks_path, mint_token
-from orchestrator.auth.tokens import TokenVerifier
+from orchestrator.auth.tokens import READ_PREFIX, ROLE_SCOPES, WRITE_PREFIX, TokenVerifier
 from orchestrator.cli.output import console, styled
 from orchestrator.config import Settings
-from orchestrator.errors import EngramError
+from orchestrator.errors import BadInput, EngramError
 
 auth_app = typer.Typer(help="Tokens: the local development key, minting and checking tokens.",
                        no_args_is_help=True)
@@ -35,6 +35,21 @@ def parse_scopes(value: str) -> list[str]:
     return [s for s in (p.strip() for p in value.replace(",", " ").split()) if s]
 
 
+def token_scopes(value: str) -> list[str]:
+    """A minted token's ``scope`` entries; one that would grant nothing (``team`` for
+    ``read:team``) is refused rather than minted into a token that cannot read."""
+    entries = parse_scopes(value)
+    idle = [e for e in entries if e not in ROLE_SCOPES and not any(
+        e.startswith(p) and len(e) > len(p) for p in (READ_PREFIX, WRITE_PREFIX))]
+    if idle:
+        raise BadInput(
+            f"scope entr{'y' if len(idle) == 1 else 'ies'} {', '.join(map(repr, idle))} would "
+            f"grant nothing: a scope is granted as read:NAME or write:NAME (e.g. "
+            f"read:{idle[0].rpartition(':')[2] or 'team'}), a role as "
+            f"{' or '.join(sorted(ROLE_SCOPES))}")
+    return entries
+
+
 def cli_identity(settings: Settings, *, token: str | None, tenant: str | None, user: str,
                  scopes: str | None, ttl_s: int = 900) -> Identity:
     """The identity of a CLI command: a verified token, given or minted."""
@@ -44,7 +59,7 @@ def cli_identity(settings: Settings, *, token: str | None, tenant: str | None, u
                 "no identity: pass --token (or set ENGRAM_TOKEN), or --tenant and --scopes to mint "
                 "one with the development key")
         token = mint_token(settings, tenant=tenant, user=user,
-                           scopes=parse_scopes(scopes or ""), ttl_s=ttl_s)
+                           scopes=token_scopes(scopes or ""), ttl_s=ttl_s)
     return TokenVerifier.from_settings(settings).verify(token)
 
 
@@ -70,7 +85,7 @@ def token(
 ) -> None:
     """Mint a token signed by the development key; prints only the token."""
     try:
-        value = mint_token(Settings(), tenant=tenant, user=user, scopes=parse_scopes(scopes),
+        value = mint_token(Settings(), tenant=tenant, user=user, scopes=token_scopes(scopes),
                            ttl_s=ttl)
     except EngramError as exc:
         _fail(str(exc))
