@@ -40,9 +40,9 @@ def test_recall_prepare_and_trace_as_a_user(cli_env, tenant_factory, app_engine,
                                "--read", "team,exec"], env=cli_env)
     assert "capped" in boss.output
     bad = runner.invoke(app, ["recall", "   ", *who], env=cli_env)
-    assert bad.exit_code == 1 and "the question is empty" in bad.output
+    assert bad.exit_code == 2 and "the question is empty" in bad.output
     bad = runner.invoke(app, ["trace", "roof", *who, "--mode", "psychic"], env=cli_env)
-    assert bad.exit_code == 1 and "unknown mode" in bad.output
+    assert bad.exit_code == 2 and "unknown mode" in bad.output
 
 
 def test_the_cli_asks_a_running_api_server_and_says_so(cli_env, tenant_factory, app_engine, embedder,
@@ -75,7 +75,7 @@ def test_the_cli_asks_a_running_api_server_and_says_so(cli_env, tenant_factory, 
         assert prepared.exit_code == 0 and "## Relevant evidence" in prepared.output
         # The server's refusals reach the user as errors; --local skips the server.
         bad = runner.invoke(app, ["recall", "   ", *who], env=env)
-        assert bad.exit_code == 1 and "the question is empty" in bad.output
+        assert bad.exit_code == 2 and "the question is empty" in bad.output
         forced = runner.invoke(app, ["recall", question, *who, "--local"], env=env)
         assert forced.exit_code == 0 and "answered in this process (--local" in forced.output
 
@@ -108,7 +108,7 @@ def test_the_cli_prints_the_rendered_string_exactly(cli_env, tenant_factory, app
     assert traced.exit_code == 0 and "lambda p: [p.gql(q)])" in traced.stdout
     # An error message quoting the input keeps its brackets too.
     bad = runner.invoke(app, ["trace", question, *who, "--mode", "[bold]psychic"], env=cli_env)
-    assert bad.exit_code == 1 and "[bold]psychic" in bad.output, bad.output
+    assert bad.exit_code == 2 and "[bold]psychic" in bad.output, bad.output
 
 
 def test_text_printed_to_a_terminal_cannot_drive_it_and_a_pipe_gets_every_byte():

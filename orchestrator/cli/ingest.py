@@ -54,7 +54,7 @@ from sqlalchemy import Engine, func, select
 
 from orchestrator.auth import Identity
 from orchestrator.cli.auth import cli_identity, parse_scopes
-from orchestrator.cli.output import console, styled
+from orchestrator.cli.output import console, exit_status, styled
 from orchestrator.config import Settings
 from orchestrator.db.models import Chunk, Document
 from orchestrator.db.session import bound_session
@@ -477,7 +477,7 @@ def remember(
                                       kind="decision" if decision else "note", category=category)
     except EngramError as exc:
         err.print(styled("error:", "red", f" {exc} ({exc.code})"))
-        raise typer.Exit(1) from exc
+        raise typer.Exit(exit_status(exc)) from exc
     finally:
         engine.dispose()
     what = " as a decision" if decision else ""

@@ -18,7 +18,7 @@ from orchestrator.cli.auth import auth_app
 from orchestrator.cli.derive import derive_app, lifecycle_app
 from orchestrator.cli.ingest import ingest, remember
 from orchestrator.cli.models import models_app
-from orchestrator.cli.output import console, styled
+from orchestrator.cli.output import console, exit_status, styled
 from orchestrator.cli.rank import rank_app
 from orchestrator.cli.recall import register as register_recall
 from orchestrator.cli.serve import mcp, serve
@@ -26,7 +26,7 @@ from orchestrator.cli.worker import worker_app
 from orchestrator.config import Settings
 from orchestrator.db.engine import Database
 from orchestrator.db.server import AlreadyRunning, NotRunning
-from orchestrator.errors import BadInput, EngramError, Unavailable, is_unavailable
+from orchestrator.errors import EngramError, Unavailable, is_unavailable
 from orchestrator.inputs import text_problem
 
 
@@ -266,7 +266,7 @@ def admin_create_tenant(org_id: str, name: Annotated[str, typer.Option()] = "") 
     try:
         tenant = create_tenant(_database(), org_id, name or org_id)
     except EngramError as exc:
-        _fail(str(exc), 2 if isinstance(exc, BadInput) else 1)
+        _fail(str(exc), exit_status(exc))
     out.print(f"tenant {org_id} created ({tenant})")
 
 
@@ -279,7 +279,7 @@ def admin_create_scope(org_id: str, name: str,
     try:
         scope = create_scope(_database(), org_id, name, description)
     except EngramError as exc:
-        _fail(str(exc), 2 if isinstance(exc, BadInput) else 1)
+        _fail(str(exc), exit_status(exc))
     out.print(f"scope {name} created in {org_id} ({scope})")
 
 

@@ -78,3 +78,11 @@ def console(*, stderr: bool = False) -> Console:
 def styled(label: str, style: str, rest: str = "") -> Text:
     """``label`` in ``style``, then ``rest`` exactly as given (a message, a path, user text)."""
     return Text.assemble((label, style), rest)
+
+
+def exit_status(exc: BaseException | str | None) -> int:
+    """A failed command's exit status: 2 when a value given was refused (an ``EngramError``
+    of code ``BAD_USER_INPUT``, or that code from the API: the command line can be fixed),
+    1 for anything else (not found, conflicts, an unavailable database)."""
+    code = exc if isinstance(exc, str) or exc is None else getattr(exc, "code", None)
+    return 2 if code == "BAD_USER_INPUT" else 1

@@ -22,7 +22,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from orchestrator.cli.output import console, styled
+from orchestrator.cli.output import console, exit_status, styled
 from orchestrator.config import Settings
 from orchestrator.errors import EngramError
 
@@ -52,9 +52,9 @@ QUERIES = {
 }
 
 
-def _fail(message: str) -> NoReturn:
+def _fail(message: str, status: int = 1) -> NoReturn:
     err.print(styled("error:", "red", f" {message}"))
-    raise typer.Exit(1)
+    raise typer.Exit(status)
 
 
 def api_url(settings: Settings) -> str:
@@ -90,7 +90,7 @@ def _over_api(url: str, token: str, what: str, variables: dict[str, Any]) -> dic
     if body.get("errors"):
         first = body["errors"][0]
         code = (first.get("extensions") or {}).get("code")
-        _fail(f"{first.get('message')}" + (f" ({code})" if code else ""))
+        _fail(f"{first.get('message')}" + (f" ({code})" if code else ""), exit_status(code))
     answer: dict[str, Any] = body["data"]["answer"]
     return answer
 
@@ -153,7 +153,7 @@ def _in_process(settings: Settings, question: str, token: str | None, org: str |
         finally:
             engine.dispose()
     except EngramError as exc:
-        _fail(str(exc))
+        _fail(str(exc), exit_status(exc))
     _show(what, trace.format(), rendered)
 
 
