@@ -116,6 +116,11 @@ _UNAVAILABLE_WHY = {"57P01": "the server is shutting down", "57P02": "the server
                     "08001": "the connection was refused", "08004": "the server refused the connection"}
 
 
+# The HTTP status of each code, for every HTTP surface (GraphQL's transport, REST, the console).
+STATUS_BY_CODE = {"UNAUTHENTICATED": 401, "FORBIDDEN": 403, "BAD_USER_INPUT": 400,
+                  "CONFLICT": 409, "NOT_FOUND": 404, "UNAVAILABLE": 503, "TIMEOUT": 504}
+
+
 def is_public(exc: EngramError) -> bool:
     """Whether a client may read the error's message: Engram's own wording, or a database
     refusal mapped to a code. An unmapped database error's text (it may quote SQL or data)

@@ -368,3 +368,26 @@ def test_derive_runs_show_the_kept_job_runs_to_readers_of_all_their_scopes(
     page = httpx.get(f"{api_server.url}/console/operations", cookies={"engram_console": alpha_only},
                      timeout=60)
     assert page.status_code == 200 and "obs-7" not in page.text
+
+
+def test_a_console_page_refusing_a_value_answers_400(api_server: ApiServer,  # noqa: F811
+                                                    corpus: Corpus) -> None:
+    """A page that shows a refusal carries the API's status for it (it answered 200 with
+    BAD_USER_INPUT on the page): 400 for a refused value, 404 for what does not exist."""
+    reader = token(api_server, corpus, "alice", "read:alpha")
+
+    def get(path: str, **params: str) -> httpx.Response:
+        return httpx.get(f"{api_server.url}{path}", params=params or None,
+                         cookies={"engram_console": reader}, timeout=60)
+
+    for path, params, words in (
+            ("/console/memory/conflicts", {"status": "weird"}, "is not one of"),
+            ("/console/memory/quarantine", {"status": "gone"}, "is not one of"),
+            ("/console/memory/entities/not-a-uuid", {}, "BAD_USER_INPUT"),
+            ("/console/recall", {"question": "roof", "budget": "many"}, "is not a whole number"),
+            ("/console/recall", {"question": "roof", "mode": "psychic"}, "unknown mode")):
+        page = get(path, **params)
+        assert page.status_code == 400 and words in page.text, (path, page.status_code)
+    missing = get("/console/memory/documents/00000000-0000-0000-0000-000000000000")
+    assert missing.status_code == 404 and "NOT_FOUND" in missing.text
+    assert get("/console/memory/conflicts").status_code == 200

@@ -145,7 +145,7 @@ def test_a_recall_past_its_time_limit_is_stopped_and_answered_timeout(
     with pytest.raises(TimedOut) as refused:
         hasty.recall(reader, "what about the river bridge budget?")
     assert refused.value.code == "TIMEOUT" and "time limit" in refused.value.message
-    from orchestrator.api.app import STATUS_BY_CODE
+    from orchestrator.errors import STATUS_BY_CODE
 
     assert STATUS_BY_CODE[refused.value.code] == 504  # REST's status (GraphQL: the code)
     assert receipts() == before

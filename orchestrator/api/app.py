@@ -39,6 +39,7 @@ from orchestrator.auth.tokens import TokenVerifier, bearer_token
 from orchestrator.config import Settings
 from orchestrator.db.session import bound_session
 from orchestrator.errors import (
+    STATUS_BY_CODE,
     BadInput,
     EngramError,
     Forbidden,
@@ -51,8 +52,6 @@ from orchestrator.health import Health
 from orchestrator.inputs import parse_json
 from orchestrator.recall import Recaller
 
-STATUS_BY_CODE = {"UNAUTHENTICATED": 401, "FORBIDDEN": 403, "BAD_USER_INPUT": 400,
-                  "CONFLICT": 409, "NOT_FOUND": 404, "UNAVAILABLE": 503, "TIMEOUT": 504}
 # Seconds a client should wait before retrying an UNAVAILABLE answer.
 RETRY_AFTER_S = 2
 

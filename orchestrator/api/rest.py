@@ -79,7 +79,8 @@ def prepare_arguments(data: Any) -> dict[str, Any]:
 
 def routes(config: ApiConfig, operations: CapacityLimiter,
            verifications: CapacityLimiter) -> list[Route]:
-    from orchestrator.api.app import STATUS_BY_CODE, identity_of, read_body
+    from orchestrator.api.app import identity_of, read_body
+    from orchestrator.errors import STATUS_BY_CODE
 
     async def prepare(request: Request) -> Response:
         identity = await identity_of(request, config.verifier, verifications, rest_error)

@@ -24,7 +24,7 @@ from orchestrator.auth.tokens import TokenVerifier
 from orchestrator.config import Settings
 from orchestrator.console import layout
 from orchestrator.console import queries as q
-from orchestrator.errors import BadInput, EngramError, Unauthenticated
+from orchestrator.errors import STATUS_BY_CODE, BadInput, EngramError, Unauthenticated
 
 HERE = Path(__file__).resolve().parent
 STATIC = HERE / "static"
@@ -68,6 +68,16 @@ def _pkce() -> tuple[str, str]:
     verifier = secrets.token_urlsafe(48)
     challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=")
     return verifier, challenge.decode()
+
+
+def page_status(errors: list[dict[str, Any]]) -> int:
+    """A page's HTTP status when it shows ``errors``: the API's status for their codes
+    (``STATUS_BY_CODE``; 500 for a code it does not know), forbidden first, and not found
+    only when nothing else went wrong."""
+    statuses = {STATUS_BY_CODE.get(str(e.get("extensions", {}).get("code")), 500) for e in errors}
+    if 403 in statuses:
+        return 403
+    return max(statuses - {404} or statuses)
 
 
 class Console:
@@ -122,8 +132,7 @@ class Console:
         html = self.env.get_template(name).render(
             request=request, missing=vendor_missing(), path=request.url.path, **ctx)
         if ctx["errors"] and status == 200:
-            codes = {e.get("extensions", {}).get("code") for e in ctx["errors"]}
-            status = 403 if "FORBIDDEN" in codes else 404 if codes == {"NOT_FOUND"} else 200
+            status = page_status(ctx["errors"])
         return HTMLResponse(html, status_code=status)
 
     async def page(self, request: Request, template: str, query: str,
