@@ -88,14 +88,16 @@ class ModelChooser:
         now = time.monotonic()
         cached = self._cache.get(org)
         if cached is None or now - cached[0] > self.settings.rank_model_refresh_s:
-            cached = (now, self._read(session))
+            cached = (now, self.stored(session))
             self._cache[org] = cached
         stored = cached[1]
         if stored is not None and isinstance(stored[1], RankModel):
             return stored[1], stored[0], None
         return self.without_tenant(), None, None if stored is None else str(stored[1])
 
-    def _read(self, session: Session) -> tuple[uuid.UUID, RankModel | str] | None:
+    def stored(self, session: Session) -> tuple[uuid.UUID, RankModel | str] | None:
+        """The bound tenant's active stored model (or why it is refused); None when it has
+        none (and with no identity bound)."""
         row = session.execute(select(StoredRankModel.id, StoredRankModel.version, StoredRankModel.artifact,
                                      StoredRankModel.card)
                               .where(StoredRankModel.active)).first()
