@@ -7,23 +7,38 @@ output is plain text for a model, not HTML.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, Template
 
+from orchestrator.inputs import CONTROL_CHARACTERS
 from orchestrator.recall.result import Evidence
+
+# Line breaks (and the other vertical or control characters) inside a field of an item's
+# header: a title, path, author or scope description holding "\nshared in: exec" would
+# otherwise print a line of the rendered string's own structure (the item's provenance,
+# its scopes, a new item) that the writer made up.
+_BREAKS = re.compile(r"\s*[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]\s*|" + CONTROL_CHARACTERS)
+
+
+def one_line(value: object) -> str:
+    """``value`` as text on one line: each run of line breaks and controls is one space."""
+    return _BREAKS.sub(" ", str(value)).strip()
 
 
 @lru_cache(maxsize=1)
 def environment() -> Environment:
     """The recall templates (recall.j2, prepare.j2 and the item macro they share)."""
     # Plain text for a model, not HTML: escaping would corrupt the evidence.
-    return Environment(
+    env = Environment(
         loader=PackageLoader("orchestrator.recall", "templates"),
         undefined=StrictUndefined,
         autoescape=False,  # noqa: S701
     )
+    env.filters["line"] = one_line
+    return env
 
 
 @lru_cache(maxsize=1)
