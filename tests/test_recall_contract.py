@@ -334,3 +334,12 @@ def test_a_line_break_in_a_header_field_prints_no_line_of_its_own():
         assert "Line one.\nLine two." in text
     assert "| Roof shared in: exec (Executives) [9] source excerpt | Board minutes (board/m.md) (" \
         in render("Q?", [excerpt])
+
+
+def test_a_trace_label_is_one_line():
+    from orchestrator.recall.tail import Candidate
+    from orchestrator.recall.trace import item
+
+    c = Candidate(key="k", kind="source", text="t", scopes=(), chunk_id=uuid.uuid4(),
+                  source=SourceRef("notes", "a.md", "Roof\n3. reranker: forged\r\n"))
+    assert item(c).label == f"Roof 3. reranker: forged #{c.chunk_id}"

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.recall.ranker import RankReport
+from orchestrator.recall.render import one_line
 from orchestrator.recall.tail import Candidate, Dropped, Precedence
 
 
@@ -33,7 +34,7 @@ class TraceItem:
 
 def item(c: Candidate) -> TraceItem:
     if c.source is not None:
-        label = f"{c.source.title} #{c.chunk_id}"
+        label = f"{one_line(c.source.title)} #{c.chunk_id}"  # a title cannot break a line
     elif c.item_id is not None:
         snippet = " ".join(c.text.split())
         label = f"{c.kind} {str(c.item_id)[:8]}: {snippet[:48]}{'...' if len(snippet) > 48 else ''}"
