@@ -131,7 +131,9 @@ class Console:
         ctx.setdefault("errors", [])
         html = self.env.get_template(name).render(
             request=request, missing=vendor_missing(), path=request.url.path, **ctx)
-        if ctx["errors"] and status == 200:
+        if ctx["errors"] and status == 200 and not request.headers.get("hx-request"):
+            # A fragment htmx asked for keeps 200: htmx swaps no 4xx/5xx answer into the
+            # page, and the refusal in it is what the person must read.
             status = page_status(ctx["errors"])
         return HTMLResponse(html, status_code=status)
 
