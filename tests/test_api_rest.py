@@ -123,6 +123,14 @@ def test_prepare_refusals_are_documented_and_run_nothing(api_server: ApiServer, 
     refused(httpx.post(f"{api_server.url}{PREPARE}", content=b"{not json", timeout=10,
                        headers={"authorization": f"Bearer {token}",
                                 "content-type": "application/json"}), 400, "not valid JSON")
+    # JSON is read as GraphQL reads it: a body nested 5,000 deep answered 500 (RecursionError),
+    # NaN was taken for a float, a NUL in the question reached the database.
+    for raw, says in ((b"[" * 5000 + b"]" * 5000, "nested more than"),
+                      (b'{"question": "x", "budgetTokens": NaN}', "NaN, which is not a JSON number"),
+                      (b'{"question": "a\u0000b"}', "NUL")):
+        refused(httpx.post(f"{api_server.url}{PREPARE}", content=raw, timeout=10,
+                           headers={"authorization": f"Bearer {token}",
+                                    "content-type": "application/json"}), 400, says)
     refused(post(api_server, token, {"question": "x" * (api_server.settings.api_max_body_bytes + 1)}),
             413, "limit")
     # Bodies the document refuses are the bodies the server refuses, field by field.
@@ -131,8 +139,8 @@ def test_prepare_refusals_are_documented_and_run_nothing(api_server: ApiServer, 
             ({}, "question is required"),
             ({"question": "x", "tenant": "other-org"}, "unknown field(s) 'tenant'"),
             ({"question": 42}, "question must be a string, not int"),
-            ({"question": "x", "budgetTokens": "400"}, "budgetTokens must be a integer or null"),
-            ({"question": "x", "budgetTokens": True}, "budgetTokens must be a integer or null"),
+            ({"question": "x", "budgetTokens": "400"}, "budgetTokens must be an integer or null"),
+            ({"question": "x", "budgetTokens": True}, "budgetTokens must be an integer or null"),
             ({"question": "x", "budgetTokens": 0}, "budget_tokens must be positive"),
             ({"question": "x", "mode": "sideways"}, "unknown mode 'sideways'"),
             ({"question": "x", "sessionId": ""}, "session must be non-empty text"),

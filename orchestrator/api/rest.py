@@ -20,7 +20,6 @@ the tests validate the document and every answer against it.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from anyio import CapacityLimiter, to_thread
@@ -30,6 +29,7 @@ from starlette.routing import Route
 
 from orchestrator.api.bundles import bundle_view, jsonable
 from orchestrator.errors import BadInput, EngramError, internal_message, is_public
+from orchestrator.inputs import parse_json
 
 if TYPE_CHECKING:
     from orchestrator.api.app import ApiConfig
@@ -38,9 +38,9 @@ PREPARE_PATH = "/api/v1/memory/prepare"
 OPENAPI_PATH = "/api/v1/openapi.json"
 # (JSON type the field takes besides null, Python types), for the body check.
 FIELDS: dict[str, tuple[str, tuple[type, ...]]] = {
-    "question": ("string", (str,)), "asker": ("string", (str,)),
-    "budgetTokens": ("integer", (int,)), "mode": ("string", (str,)),
-    "sessionId": ("string", (str,)),
+    "question": ("a string", (str,)), "asker": ("a string", (str,)),
+    "budgetTokens": ("an integer", (int,)), "mode": ("a string", (str,)),
+    "sessionId": ("a string", (str,)),
 }
 # Beyond GraphQL's statuses (app.STATUS_BY_CODE): a server that cannot embed the question.
 MODEL_STATUS = {"MODEL_MISMATCH": 503, "MODEL_UNAVAILABLE": 503}
@@ -68,7 +68,7 @@ def prepare_arguments(data: Any) -> dict[str, Any]:
     for name, (kind, types) in FIELDS.items():
         value = data.get(name)
         if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
-            problems.append(f"{name} must be a {kind}" + (" or null" if name != "question" else "")
+            problems.append(f"{name} must be {kind}" + (" or null" if name != "question" else "")
                             + f", not {type(value).__name__}")
     if problems:
         raise BadInput("invalid request: " + "; ".join(problems))
@@ -91,12 +91,8 @@ def routes(config: ApiConfig, operations: CapacityLimiter,
         body = await read_body(request, config.settings.api_max_body_bytes, rest_error)
         if isinstance(body, Response):
             return body
-        try:
-            data = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            return rest_error(400, "BAD_USER_INPUT", "the request body is not valid JSON")
-        try:
-            args = prepare_arguments(data)
+        try:  # the same reading as GraphQL's: nesting bounded, no NaN, storable text
+            args = prepare_arguments(parse_json(body))
         except BadInput as exc:
             return rest_error(400, exc.code, exc.message)
 

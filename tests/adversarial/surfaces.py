@@ -330,7 +330,11 @@ def _operations(p: Probe) -> Iterable[str]:
 
 @surface("rest POST /api/v1/memory/prepare")
 def _rest_prepare(p: Probe) -> Iterable[str]:
-    yield p.http("POST", "/api/v1/memory/prepare", json={"question": p.question, "budget_tokens": 4000})
+    answer = p.http("POST", "/api/v1/memory/prepare",
+                    json={"question": p.question, "budgetTokens": 4000})
+    # A refusal sees nothing to leak: the probe sent "budget_tokens" and got one, unnoticed.
+    assert '"rendered"' in answer, answer[:300]
+    yield answer
 
 
 @surface("console pages (recall workbench, memory browser, operations, charts)")
