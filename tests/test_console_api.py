@@ -391,6 +391,8 @@ def test_a_console_page_refusing_a_value_answers_400(api_server: ApiServer,  # n
     missing = get("/console/memory/documents/00000000-0000-0000-0000-000000000000")
     assert missing.status_code == 404 and "NOT_FOUND" in missing.text
     assert get("/console/memory/conflicts").status_code == 200
+    step = get("/console/audit/verify", **{"from": "abc"})
+    assert step.status_code == 400 and "abc&#39; is not an event number" in step.text
     # A fragment htmx asked for keeps 200, or htmx would not swap the refusal into the page.
     fragment = httpx.post(f"{api_server.url}/console/memory/conflicts/{corpus.conflicts['alpha']}"
                           "/resolve", data={"strategy": "psychic"},

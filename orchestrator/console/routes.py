@@ -508,10 +508,13 @@ class Console:
         return response
 
     async def verify_step(self, request: Request) -> Response:
+        raw = request.query_params.get("from", "1")
         try:
-            start = int(request.query_params.get("from", "1"))
+            start = int(raw)
         except ValueError:
-            start = 1
+            return self.render("verify_step.j2", request, step=None, errors=[{
+                "message": f"from {raw[:40]!r} is not an event number",
+                "extensions": {"code": "BAD_USER_INPUT"}}])
         try:
             identity, _ = await self.identity(request)
             data, errors = await self.gql(identity, q.VERIFY_STEP, {"from": start, "limit": 200})

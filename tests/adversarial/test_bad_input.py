@@ -62,10 +62,15 @@ VALID: dict[str, Any] = {"scopes": ["board"], "question": "What happened?", "tab
                          "endedAt": "2024-01-01T01:00:00Z", "predicate": "note", "confidence": 0.5}
 
 
-def _body(query: str, variables: dict[str, Any]) -> bytes:
-    text = json.dumps({"query": query, "variables": variables})
-    text = text.replace(f'"{NAN}"', "NaN").replace(f'"{INF}"', "Infinity")
+def _json(value: Any) -> bytes:
+    """``value`` as a request body: NAN and INF as bare NaN and Infinity, lone surrogates
+    as they are."""
+    text = json.dumps(value).replace(f'"{NAN}"', "NaN").replace(f'"{INF}"', "Infinity")
     return text.encode("utf-8", "surrogatepass")
+
+
+def _body(query: str, variables: dict[str, Any]) -> bytes:
+    return _json({"query": query, "variables": variables})
 
 
 def good(name: str, type_: GraphQLType) -> Any:
@@ -153,11 +158,50 @@ def test_every_argument_gets_a_clear_code_and_a_refused_write_changes_nothing(
             if not landed and after != before:
                 failures.append(f"{name}: every call was refused, yet {changed(before, after)} changed")
     mcp_requests, mcp_failures = _mcp_matrix(api_server, app_engine, t, token, admin_engine)
+    rest_requests, rest_failures = _rest_matrix(api_server, t, token, admin_engine)
     cli_requests, cli_failures = _cli_matrix()
     record("bad input", graphql_requests=requests, graphql_refused=refused, mcp_calls=mcp_requests,
-           cli_runs=cli_requests, internal_or_500=len(failures) + len(mcp_failures) + len(cli_failures))
-    problems = failures + mcp_failures + cli_failures
+           rest_requests=rest_requests, cli_runs=cli_requests,
+           internal_or_500=len(failures) + len(mcp_failures) + len(rest_failures)
+           + len(cli_failures))
+    problems = failures + mcp_failures + rest_failures + cli_failures
     assert not problems, f"{len(problems)} (seed {seed}):\n" + "\n".join(problems[:40])
+
+
+# --- REST: every field of the prepare body, and bodies no field can fix ----------------
+
+REST_BAD: dict[type, list[Any]] = {str: ["a\x00b", "x\ud800y", 12, DEEP, NAN],
+                                   int: ["12", 2**31, -1, 10**30, NAN, INF, 0.5, True]}
+REST_BODIES = [b"[" * 5000 + b"]" * 5000, b'{"a":' * 3000 + b"1" + b"}" * 3000, b"{bad",
+               b'{"question": "\xff"}', b"[]", b"null", b'"question"', b""]
+
+
+def _rest_matrix(server: ApiServer, t: TenantFixture, token: str, admin_engine: Engine
+                 ) -> tuple[int, list[str]]:
+    """``POST /api/v1/memory/prepare`` (built from ``rest.FIELDS``, so a new field is in it):
+    each field given each bad value of its type, then bodies that are not a recall at all.
+    Each is a 4xx with a clear code (never a 500), and nothing is written."""
+    from orchestrator.api.rest import FIELDS, PREPARE_PATH
+
+    headers = {"authorization": f"Bearer {token}", "content-type": "application/json"}
+    bodies = [(f"{name} = {bad!r:.40}", _json({"question": "What happened?", name: bad}))
+              for name, (_, types) in FIELDS.items() for bad in REST_BAD[types[0]]]
+    bodies += [(f"body {raw[:30]!r}", raw) for raw in REST_BODIES]
+    before = snapshot(admin_engine, t.id)
+    failures = []
+    for what, raw in bodies:
+        response = httpx.post(f"{server.url}{PREPARE_PATH}", content=raw, headers=headers,
+                              timeout=120)
+        try:
+            code = response.json()["error"]["code"]
+        except (ValueError, KeyError, TypeError):
+            code = None
+        if not 400 <= response.status_code < 500 or code not in CLEAR:
+            failures.append(f"rest {what}: {response.status_code} {response.text[:200]}")
+    after = snapshot(admin_engine, t.id)
+    if after != before:
+        failures.append(f"rest: every call was refused, yet {changed(before, after)} changed")
+    return len(bodies), failures
 
 
 # --- MCP: every parameter of every tool ------------------------------------------------
