@@ -146,7 +146,9 @@ class Settings(BaseSettings):
     recall_learned: bool = True
     rank_model_refresh_s: float = 60.0
     recall_diverse: bool = True
-    recall_mmr_lambda: float = 0.85
+    # 0.95 since stop 29 (0.85 before): paired replays of LoCoMo and FanOutQA under CV both
+    # scored higher with less novelty weight; docs/ranking.md has the figures.
+    recall_mmr_lambda: float = 0.95
     recall_mmr_doc_cap: int = 3
     # A chunk past its document's cap competes again at this share of its merit (0: it waits
     # behind every other candidate).
