@@ -124,7 +124,7 @@ def test_prepare_refusals_are_documented_and_run_nothing(api_server: ApiServer, 
                        headers={"authorization": f"Bearer {token}",
                                 "content-type": "application/json"}), 400, "not valid JSON")
     # JSON is read as GraphQL reads it: a body nested 5,000 deep answered 500 (RecursionError),
-    # NaN was taken for a float, a NUL in the question reached the database.
+    # NaN was taken for a float, a NUL was left for the recall to refuse.
     for raw, says in ((b"[" * 5000 + b"]" * 5000, "nested more than"),
                       (b'{"question": "x", "budgetTokens": NaN}', "NaN, which is not a JSON number"),
                       (b'{"question": "a\u0000b"}', "NUL")):
