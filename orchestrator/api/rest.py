@@ -28,7 +28,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from orchestrator.api.bundles import bundle_view, jsonable
-from orchestrator.errors import BadInput, EngramError, internal_message, is_public
+from orchestrator.errors import STATUS_BY_CODE, BadInput, EngramError, internal_message, is_public
 from orchestrator.inputs import parse_json
 
 if TYPE_CHECKING:
@@ -80,7 +80,6 @@ def prepare_arguments(data: Any) -> dict[str, Any]:
 def routes(config: ApiConfig, operations: CapacityLimiter,
            verifications: CapacityLimiter) -> list[Route]:
     from orchestrator.api.app import identity_of, read_body
-    from orchestrator.errors import STATUS_BY_CODE
 
     async def prepare(request: Request) -> Response:
         identity = await identity_of(request, config.verifier, verifications, rest_error)

@@ -80,17 +80,22 @@ def identity_from_claims(claims: Mapping[str, Any]) -> Identity:
         entries = list(raw)
     else:
         raise Unauthenticated("the token's scope claim is neither a string nor a list of strings")
-    read: set[str] = set()
-    write: set[str] = set()
-    roles: set[str] = set()
+    granted: dict[str, set[str]] = {"read": set(), "write": set(), "role": set()}
     for entry in entries:
-        if entry.startswith(READ_PREFIX) and len(entry) > len(READ_PREFIX):
-            read.add(entry[len(READ_PREFIX):])
-        elif entry.startswith(WRITE_PREFIX) and len(entry) > len(WRITE_PREFIX):
-            write.add(entry[len(WRITE_PREFIX):])
-        elif entry in ROLE_SCOPES:
-            roles.add(ROLE_SCOPES[entry])
-    return Identity(org, user, frozenset(read), frozenset(write), frozenset(roles))
+        grant = scope_grant(entry)
+        if grant is not None:
+            granted[grant[0]].add(grant[1])
+    return Identity(org, user, frozenset(granted["read"]), frozenset(granted["write"]),
+                    frozenset(granted["role"]))
+
+
+def scope_grant(entry: str) -> tuple[str, str] | None:
+    """What one ``scope`` entry grants: ``("read", name)``, ``("write", name)`` or
+    ``("role", role)``; None for an entry Engram ignores (``openid``, ``read:``)."""
+    for kind, prefix in (("read", READ_PREFIX), ("write", WRITE_PREFIX)):
+        if entry.startswith(prefix) and len(entry) > len(prefix):
+            return kind, entry[len(prefix):]
+    return ("role", ROLE_SCOPES[entry]) if entry in ROLE_SCOPES else None
 
 
 @dataclass

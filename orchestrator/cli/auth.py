@@ -15,7 +15,7 @@ import typer
 
 from orchestrator.auth import Identity
 from orchestrator.auth.devkey import create_dev_key, jwks_path, mint_token
-from orchestrator.auth.tokens import READ_PREFIX, ROLE_SCOPES, WRITE_PREFIX, TokenVerifier
+from orchestrator.auth.tokens import ROLE_SCOPES, TokenVerifier, scope_grant
 from orchestrator.cli.output import console, styled
 from orchestrator.config import Settings
 from orchestrator.errors import BadInput, EngramError
@@ -39,8 +39,7 @@ def token_scopes(value: str) -> list[str]:
     """A minted token's ``scope`` entries; one that would grant nothing (``team`` for
     ``read:team``) is refused rather than minted into a token that cannot read."""
     entries = parse_scopes(value)
-    idle = [e for e in entries if e not in ROLE_SCOPES and not any(
-        e.startswith(p) and len(e) > len(p) for p in (READ_PREFIX, WRITE_PREFIX))]
+    idle = [e for e in entries if scope_grant(e) is None]
     if idle:
         raise BadInput(
             f"scope entr{'y' if len(idle) == 1 else 'ies'} {', '.join(map(repr, idle))} would "
