@@ -140,3 +140,25 @@ def test_text_printed_to_a_terminal_cannot_drive_it_and_a_pipe_gets_every_byte()
         else:
             assert printed.count("Cargo\x1b[2J notes\x1b]0;pwned") == 2, repr(printed)
         assert isinstance(label, Text) and "\x1b" in label.plain, "the caller's Text is untouched"
+
+
+def test_whoami_binds_the_token_in_the_database(cli_env, tenant_factory):
+    """A token's signature says nothing of whether its organization and scopes exist: whoami
+    binds it as every request does and says which the database refuses (exit 1)."""
+    t = tenant_factory("team")
+    runner = CliRunner()
+
+    def whoami(tenant: str, scopes: str) -> tuple[int, str]:
+        minted = runner.invoke(app, ["auth", "token", "--tenant", tenant, "--user", "ann",
+                                     "--scopes", scopes], env=cli_env)
+        assert minted.exit_code == 0, minted.output
+        result = runner.invoke(app, ["auth", "whoami", "--token", minted.output.strip()], env=cli_env)
+        return result.exit_code, result.output
+
+    code, output = whoami(t.org_id, "read:team,write:team")
+    assert code == 0 and "database: accepts it" in output, output
+    code, output = whoami(t.org_id, "read:team,read:board")
+    assert code == 1 and "read: board, team" in output, output
+    assert "the database refuses this identity: unknown scope(s)" in output and "board" in output
+    code, output = whoami(f"{t.org_id}-gone", "read:team")
+    assert code == 1 and "unknown tenant (organization)" in output, output

@@ -18,7 +18,7 @@ from orchestrator.auth.devkey import create_dev_key, jwks_path, mint_token
 from orchestrator.auth.tokens import ROLE_SCOPES, TokenVerifier, scope_grant
 from orchestrator.cli.output import console, styled
 from orchestrator.config import Settings
-from orchestrator.errors import BadInput, EngramError
+from orchestrator.errors import BadInput, EngramError, Unavailable
 
 auth_app = typer.Typer(help="Tokens: the local development key, minting and checking tokens.",
                        no_args_is_help=True)
@@ -95,9 +95,12 @@ def token(
 def whoami(
     token: Annotated[str, typer.Option(envvar="ENGRAM_TOKEN", help="the token to check")],
 ) -> None:
-    """Verify a token as the server would and print the identity it grants."""
+    """Verify a token as the server would, print the identity it grants, and bind it in the
+    database as every request does (an unknown organization or scope is refused there, not by
+    the token's signature): exit 1 when either refuses it."""
+    settings = Settings()
     try:
-        ident = TokenVerifier.from_settings(Settings()).verify(token)
+        ident = TokenVerifier.from_settings(settings).verify(token)
     except EngramError as exc:
         _fail(f"{exc} ({exc.code})", 1)
     out.print(f"organization {ident.org_id}, user {ident.user_id}")
@@ -105,3 +108,41 @@ def whoami(
     out.print(f"write: {', '.join(sorted(ident.write_scopes)) or '-'}")
     if ident.roles:
         out.print(f"roles: {', '.join(sorted(ident.roles))}")
+    refused = database_check(settings, ident)
+    if refused:
+        _fail(f"the database refuses this identity: {refused}", 1)
+
+
+def database_check(settings: Settings, ident: Identity) -> str | None:
+    """Bind ``ident`` in one transaction that reads nothing; prints what was checked and
+    returns the database's refusal (``None`` when it accepts the identity or cannot be
+    reached: then it says the token was not checked there)."""
+    from orchestrator.db.engine import Database, make_app_engine
+    from orchestrator.db.session import bound_session
+    from orchestrator.errors import describe_unavailable, is_unavailable
+
+    try:
+        url = Database(settings).app_url()
+    except (EngramError, OSError, KeyError) as exc:  # no embedded cluster here, no password
+        out.print(f"database: not checked ({exc})")
+        return None
+    engine = None
+    try:
+        engine = make_app_engine(url, pool_size=1)
+        with bound_session(engine, ident):
+            pass
+    except EngramError as exc:
+        if isinstance(exc, Unavailable) or is_unavailable(exc):
+            out.print(f"database: not checked ({describe_unavailable(exc)})")
+            return None
+        return str(exc)
+    except Exception as exc:  # any failure to reach the database is said, not raised
+        if not is_unavailable(exc):
+            raise
+        out.print(f"database: not checked ({describe_unavailable(exc)})")
+        return None
+    finally:
+        if engine is not None:
+            engine.dispose()
+    out.print("database: accepts it (the organization and every scope exist)")
+    return None
