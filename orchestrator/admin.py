@@ -14,26 +14,13 @@ from orchestrator.db.engine import Database
 from orchestrator.db.models import Tenant
 from orchestrator.db.session import translate
 from orchestrator.errors import BadInput, Conflict, NotFound
-from orchestrator.inputs import CONTROL_CHARACTERS
+from orchestrator.inputs import name_problem
 
 # auth.tenants' and auth.scopes' checks (migration 0001), said in words before the database
 # says them in its own: a DBA is told which value is wrong and what it may be.
 MAX_TENANT_TEXT = 200
 SCOPE_NAME = re.compile(r"[a-z0-9][a-z0-9._:-]{0,62}")
 MAX_SCOPE_DESCRIPTION = 2000
-_CONTROL = re.compile(CONTROL_CHARACTERS)
-_LAYOUT = re.compile(r"[\t\n\r]")
-
-
-def _text_problem(what: str, value: str, limit: int, *, layout: bool = False) -> str | None:
-    if not 1 <= len(value) <= limit and not (layout and not value):
-        return f"{what} must be 1 to {limit:,} characters (got {len(value):,})"
-    found = _CONTROL.search(value) or (None if layout else _LAYOUT.search(value))
-    if found is not None:
-        return f"{what} contains a control character (U+{ord(found.group()):04X})"
-    if not layout and value != value.strip():
-        return f"{what} {value!r} begins or ends with a space"
-    return None
 
 
 def _refuse(*found: str | None) -> None:
@@ -69,8 +56,8 @@ def dba_connection(db: Database) -> Iterator[Connection]:
 
 def create_tenant(db: Database, org_id: str, name: str) -> uuid.UUID:
     """A tenant for ``org_id`` (the organization claim of its users' tokens)."""
-    _refuse(_text_problem("organization id", org_id, MAX_TENANT_TEXT),
-            None if name == org_id else _text_problem("tenant name", name, MAX_TENANT_TEXT))
+    _refuse(name_problem("organization id", org_id, MAX_TENANT_TEXT),
+            None if name == org_id else name_problem("tenant name", name, MAX_TENANT_TEXT))
     with _exists(f"a tenant for organization {org_id!r} already exists"), \
             dba_connection(db) as conn:
         tenant: uuid.UUID = conn.execute(select(func.auth.create_tenant(org_id, name))).scalar_one()
@@ -90,7 +77,7 @@ def create_scope(db: Database, org_id: str, name: str, description: str = "") ->
     _refuse(None if SCOPE_NAME.fullmatch(name) else (
                 f"scope name {name[:80]!r}{'...' if len(name) > 80 else ''} must be 1 to 63 "
                 "characters of a-z, 0-9, '.', '_', ':' and '-', beginning with a letter or digit"),
-            _text_problem("scope description", description, MAX_SCOPE_DESCRIPTION, layout=True))
+            name_problem("scope description", description, MAX_SCOPE_DESCRIPTION, layout=True))
     with _exists(f"scope {name!r} already exists in organization {org_id!r}"), \
             dba_connection(db) as conn:
         tenant = tenant_id(conn, org_id)

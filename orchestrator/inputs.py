@@ -47,6 +47,25 @@ INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 # Problems listed in one refusal; the rest are counted.
 MAX_LISTED = 5
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_CONTROL = re.compile(CONTROL_CHARACTERS)
+_LAYOUT = re.compile(r"[\t\n\r]")
+
+
+def name_problem(what: str, value: str, limit: int, *, layout: bool = False,
+                 edge_spaces: bool = False) -> str | None:
+    """What is wrong with ``value`` as a one-line name of at most ``limit`` characters (the
+    check a column's length rule makes, said with the value's name), or ``None``. ``layout``:
+    tabs and line breaks are allowed (a description), and so is an empty value; otherwise a
+    name holds no control character at all. ``edge_spaces``: spaces may begin or end it (a
+    file's name may)."""
+    if not 1 <= len(value) <= limit and not (layout and not value):
+        return f"{what} must be 1 to {limit:,} characters (got {len(value):,})"
+    found = _CONTROL.search(value) or (None if layout else _LAYOUT.search(value))
+    if found is not None:
+        return f"{what} contains a control character (U+{ord(found.group()):04X})"
+    if not (layout or edge_spaces) and value != value.strip():
+        return f"{what} {value!r} begins or ends with a space"
+    return None
 
 
 def text_problem(value: str) -> str | None:

@@ -119,6 +119,14 @@ def test_write_without_write_scope_is_forbidden(app_engine: Engine, tenant: Tena
     ("state", "Sleeping", "state 'Sleeping' is not one of"),
     ("body", "nul\x00byte", "NUL character"),
     ("path", 42, "path must be text"),
+    # The key as sources.documents' checks hold it, said by name ("a value breaks the rule
+    # 'path length' of documents" before); one line; inside its collection.
+    ("path", "p" * 1001, r"path must be 1 to 1,000 characters \(got 1,001\)"),
+    ("collection", "c" * 201, r"collection must be 1 to 200 characters \(got 201\)"),
+    ("path", "roof\nshared in: exec.md", r"path contains a control character \(U\+000A\)"),
+    ("collection", "notes\x1b[2J", r"collection contains a control character \(U\+001B\)"),
+    ("path", "../../etc/passwd", "has a '..' segment: a path names a document inside its collection"),
+    ("path", "a\\..\\b.md", "has a '..' segment"),
 ])
 def test_malformed_documents_refused(app_engine: Engine, tenant: TenantFixture, field: str,
                                      value: object, message: str) -> None:

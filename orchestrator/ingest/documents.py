@@ -24,6 +24,7 @@ from orchestrator.db.session import translate
 from orchestrator.errors import BadInput, Forbidden, NotFound
 from orchestrator.ingest.chunking import chunk_text
 from orchestrator.ingest.values import timestamp
+from orchestrator.inputs import name_problem
 
 KNOWN_STATES = ("Active", "Waiting", "Done", "Someday", "Cancelled", "Archived")
 
@@ -46,6 +47,11 @@ class DocumentInput:
     occurred_at: datetime | str | None = None
 
 
+# sources.documents' length checks (migration 0002).
+MAX_COLLECTION_CHARS = 200
+MAX_PATH_CHARS = 1000
+
+
 @dataclass(frozen=True)
 class PutResult:
     document_id: uuid.UUID
@@ -62,6 +68,18 @@ def validate(doc: DocumentInput, settings: Settings) -> None:
             problems.append(f"{name} must be text, not {type(value).__name__}")
         elif not value.strip():
             problems.append(f"{name} must not be empty")
+    # The key (collection, path) as sources.documents' checks hold it (0002), said with its
+    # name; one line (it is printed in every item header), and a path names a document inside
+    # its collection: no ".." segment.
+    for name, limit in (("collection", MAX_COLLECTION_CHARS), ("path", MAX_PATH_CHARS)):
+        value = getattr(doc, name)
+        if isinstance(value, str) and value.strip():
+            found = name_problem(name, value, limit, edge_spaces=True)
+            if found:
+                problems.append(found)
+    if isinstance(doc.path, str) and ".." in doc.path.replace("\\", "/").split("/"):
+        problems.append(f"path {doc.path[:200]!r} has a '..' segment: a path names a document "
+                        "inside its collection")
     if isinstance(doc.title, str) and len(doc.title) > settings.max_title_chars:
         problems.append(
             f"title is {len(doc.title)} characters; the limit is {settings.max_title_chars}")
