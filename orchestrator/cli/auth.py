@@ -18,7 +18,7 @@ from orchestrator.auth.devkey import create_dev_key, jwks_path, mint_token
 from orchestrator.auth.tokens import ROLE_SCOPES, TokenVerifier, scope_grant
 from orchestrator.cli.output import console, styled
 from orchestrator.config import Settings
-from orchestrator.errors import BadInput, EngramError, Unavailable
+from orchestrator.errors import BadInput, EngramError
 
 auth_app = typer.Typer(help="Tokens: the local development key, minting and checking tokens.",
                        no_args_is_help=True)
@@ -132,7 +132,7 @@ def database_check(settings: Settings, ident: Identity) -> str | None:
         with bound_session(engine, ident):
             pass
     except EngramError as exc:
-        if isinstance(exc, Unavailable) or is_unavailable(exc):
+        if is_unavailable(exc):
             out.print(f"database: not checked ({describe_unavailable(exc)})")
             return None
         return str(exc)
