@@ -1,10 +1,12 @@
 -- A receipt pins its served rows' versions with one planned query (0082_receipt_seal_static):
 -- provenance.served_row_versions gives exactly row_versions's versions, sees only what RLS
 -- lets the caller see, and the seal refuses and pins exactly as before, whichever way a
--- table is spelt and whichever path (served tables, another chained table) a row takes.
+-- table is spelt (as stored, in capitals, quoted: since 0085_receipt_seal_names the
+-- canonical name is read from the catalog cache, and must stay table_name's) and whichever
+-- path (served tables, another chained table) a row takes.
 begin;
 \ir helpers_knowledge.sql
-select plan(12);
+select plan(13);
 
 select tests.make_tenant('t-ss-1', array['team', 'exec']);
 select tests.make_tenant('t-ss-2', array['team']);
@@ -57,16 +59,20 @@ select lives_ok($$insert into provenance.receipts (question_hash, evidence, rend
                                          jsonb_build_object('id', current_setting('tests.doc'))),
                       jsonb_build_object('table', 'SOURCES.Documents', 'row_id',
                                          jsonb_build_object('id', current_setting('tests.doc'))),
+                      jsonb_build_object('table', '"sources"."documents"', 'row_id',
+                                         jsonb_build_object('id', current_setting('tests.doc'))),
                       jsonb_build_object('table', 'knowledge.fact_claim', 'row_id',
                                          jsonb_build_object('id', current_setting('tests.claim'))),
                       jsonb_build_object('table', 'knowledge.fact_content', 'row_id',
                                          jsonb_build_object('id', c.content_id))), sha256('r')
                     from knowledge.fact_claim c where c.id = current_setting('tests.claim')::uuid$$,
-                'seal allow: served tables (two spellings) and another chained table in one receipt');
+                'seal allow: served tables (three spellings) and another chained table in one receipt');
 select results_eq(
     $$select e ->> 'table', e ->> 'version' from provenance.receipts r,
              jsonb_array_elements(r.evidence) with ordinality as x(e, n) order by n$$,
     $$values ('sources.documents', encode(provenance.row_version('sources.documents',
+                  jsonb_build_object('id', current_setting('tests.doc'))), 'hex')),
+             ('sources.documents', encode(provenance.row_version('sources.documents',
                   jsonb_build_object('id', current_setting('tests.doc'))), 'hex')),
              ('sources.documents', encode(provenance.row_version('sources.documents',
                   jsonb_build_object('id', current_setting('tests.doc'))), 'hex')),
@@ -95,6 +101,11 @@ select throws_ok($$insert into provenance.receipts (question_hash, evidence, ren
                           sha256('r')
                      from sources.chunks c where c.document_id = current_setting('tests.doc')::uuid$$,
                  '23514', null, 'seal deny: a given version that is not the current one');
+select throws_ok($$insert into provenance.receipts (question_hash, evidence, rendered_hash)
+                   values (sha256('q'), jsonb_build_array(jsonb_build_object('table', '"Sources".documents',
+                           'row_id', jsonb_build_object('id', current_setting('tests.doc')))), sha256('r'))$$,
+                 '22023', 'evidence names an unknown table "Sources".documents',
+                 'seal deny: a quoted spelling of no table is refused by name');
 reset role;
 
 select * from finish();
