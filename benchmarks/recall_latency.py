@@ -112,7 +112,7 @@ from orchestrator.ingest import knowledge as kn
 from orchestrator.ingest import memory as mem
 from orchestrator.recall import Recaller
 from orchestrator.recall.plan import FULL_PLAN, MEMORY_LANES, SOURCE_LANES, PlanShape
-from orchestrator.recall.plans import size_class, transaction_settings
+from orchestrator.recall.plans import size_class, tenant_size, transaction_settings
 from orchestrator.recall.service import close_background
 
 GENERATOR_VERSION = 1
@@ -717,7 +717,9 @@ def ef_sweep(t: Tenant, recaller: Recaller, embedder: Any, app: Engine, settings
     reader = Identity.of(t.org, "reader", read=["team"])
     questions = questions_for(t, n, np.random.default_rng([seed, 97, t.size]))
     shape = FULL_PLAN.only("only-dense", "dense")
-    stmt = recaller.statement(shape)
+    with bound_session(app, reader) as s:
+        own = tenant_size(s).own_index  # the tenant's own vector index, where it has one
+    stmt = recaller.statement(shape, own_index=own)
     k = min(settings.recall_dense_k, t.size)
     assert t.vectors is not None
     print(f"  dense lane by hnsw.ef_search ({len(questions)} questions, tenant of {t.size} chunks):")
@@ -756,12 +758,14 @@ def measure(label: str, t: Tenant, recallers: dict[str, Recaller], embedder: Any
     assert t.vectors is not None
     # The statement and transaction settings recall uses for this tenant: the plan of its size
     # class (reused), its hnsw.ef_search. Both roles run them below.
-    visible = plain.sizes.get(t.org)
-    assert visible is not None
-    full = any_recaller.statement(FULL_PLAN, size_class(visible))
-    plan = transaction_settings(visible, settings)
+    size = plain.sizes.entry(t.org)
+    assert size is not None
+    visible = size.chunks
+    full = any_recaller.statement(FULL_PLAN, size_class(visible), size.own_index)
+    plan = transaction_settings(size, settings)
     su_settings = [*role_settings, *plan.items()]
-    fig.plan_note = (f"size class {size_class(visible)} ({visible} visible chunks); "
+    own = "" if size.own_index is None else ", the tenant's own vector index"
+    fig.plan_note = (f"size class {size_class(visible)} ({visible} visible chunks{own}); "
                      + ", ".join(f"{k}={v}" for k, v in plan.items()))
     for i, q in enumerate(questions):
         # Engram's recall() (what a caller gets) vs the peer, side by side, alternating which

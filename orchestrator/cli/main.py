@@ -197,6 +197,18 @@ def db_migrate(revision: Annotated[str, typer.Argument()] = "head") -> None:
     out.print(f"database migrated to {rev}")
 
 
+def _run_index_steps(engine: Any, steps: list[Any], label: str) -> list[tuple[str, float]]:
+    """``indexes.run`` behind a progress bar fed by ``pg_stat_progress_create_index``."""
+    from orchestrator.cli.progress import progress_bar
+    from orchestrator.db import indexes
+
+    with progress_bar(err, label, transient=True) as update:
+        def on_progress(index: str, done: int, total: int, phase: str) -> None:
+            update(done, total, f"{index}: {phase}")
+
+        return indexes.run(engine, steps, on_progress)
+
+
 @db_app.command("reindex")
 def db_reindex(
     dry_run: Annotated[bool, typer.Option(
@@ -210,7 +222,6 @@ def db_reindex(
     """
     from sqlalchemy import create_engine
 
-    from orchestrator.cli.progress import progress_bar
     from orchestrator.db import indexes
 
     db = _database()
@@ -227,11 +238,7 @@ def db_reindex(
                 for statement in step.statements:
                     out.print(f"    {statement.splitlines()[0]}")
             return
-        with progress_bar(err, "reindex", transient=True) as update:
-            def on_progress(index: str, done: int, total: int, phase: str) -> None:
-                update(done, total, f"{index}: {phase}")
-
-            timings = indexes.run(engine, steps, on_progress)
+        timings = _run_index_steps(engine, steps, "reindex")
     except EngramError as exc:
         _fail(str(exc))
     except Exception as exc:  # a failed REINDEX CONCURRENTLY leaves an invalid copy to drop
@@ -241,6 +248,63 @@ def db_reindex(
         engine.dispose()
     for index, seconds in timings:
         out.print(f"rebuilt {index} in {seconds:.1f}s")
+
+
+@db_app.command("tenant-index")
+def db_tenant_index(
+    org: Annotated[str | None, typer.Argument(
+        help="the tenant (organization id); none: list the tenants and their indexes")] = None,
+    drop: Annotated[bool, typer.Option("--drop", help="drop the tenant's own index")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="say what would be done, change nothing")] = False,
+) -> None:
+    """Give a large tenant its own vector index (pgvector tier; docs/database.md).
+
+    One HNSW graph holds every tenant's chunks; a tenant with a large share of a large
+    corpus loses part of its exact top 40 to the filter. Its own (partial) index holds
+    only its chunks: built CONCURRENTLY, used by recall within `recall_size_ttl_s`.
+    """
+    from sqlalchemy import create_engine
+
+    from orchestrator.db import indexes
+
+    if org is None and drop:
+        _fail("--drop needs the tenant: engram db tenant-index ORG --drop")
+    db = _database()
+    engine = create_engine(db.admin_url())
+    timings: list[tuple[str, float]] = []
+    try:
+        with engine.connect() as conn:
+            if org is None:
+                found = indexes.tenant_indexes(conn)
+                total = sum(t.chunks for t in found) or 1
+                out.print(f"{len(found)} tenants, {total:,} embedded chunks")
+                for t in found:
+                    own = ("-" if t.index is None else
+                           f"{t.index} ({t.size_bytes / 2**20:.1f} MiB"
+                           f"{'' if t.valid else ', INVALID: run this command again'})")
+                    out.print(f"  {t.org}: {t.chunks:,} chunks ({t.chunks / total:.1%}), "
+                              f"own index {own}")
+                out.print("a tenant's own index pays off from about 50,000 chunks that are a "
+                          "large share of the corpus (docs/database.md)")
+                return
+            step = indexes.tenant_index_step(conn, org, drop=drop)
+        out.print(f"{step.index}: {step.reason}")
+        if dry_run or not step.statements:
+            for statement in step.statements:
+                out.print(f"  {statement}")
+            return
+        timings = _run_index_steps(engine, [step], "tenant index")
+    except EngramError as exc:
+        _fail(str(exc))
+    except Exception as exc:  # a failed concurrent build leaves an invalid index behind
+        _fail(f"tenant index stopped: {str(exc).splitlines()[0]} (run it again: the invalid "
+              "index a failed concurrent build leaves behind is dropped first)")
+    finally:
+        engine.dispose()
+    for index, seconds in timings:
+        out.print(f"{'dropped' if drop else 'built'} {index} in {seconds:.1f}s; recall uses "
+                  "the change within recall_size_ttl_s")
 
 
 @db_app.command("reset")

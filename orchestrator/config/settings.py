@@ -126,6 +126,9 @@ class Settings(BaseSettings):
     # exact top 40 at 200, 0.89-0.98 at 800; smaller tenants are read exactly by the planner.
     recall_ef_search_by_chunks: dict[int, int] = Field(
         default_factory=lambda: {0: 200, 4000: 800, 50000: 1000})
+    # The list over a tenant's own vector index (`engram db tenant-index`): that graph holds
+    # only the tenant's chunks, so no candidate is lost to another tenant's filter.
+    recall_ef_search_own_index: int = Field(default=200, ge=40, le=1000)
     recall_query_cache_size: int = 4096
     # The longest a recall's (or memory_prepare's) transaction may run in the database before
     # it is stopped and answered TIMEOUT (statement_timeout, per statement); 0: no limit. The

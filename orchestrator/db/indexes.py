@@ -21,6 +21,15 @@ An invalid index (the leftover of a failed concurrent build) is dropped, so runn
 command again after a failure finishes the job. ``run`` executes a plan on an autocommit
 connection while a second connection reads ``pg_stat_progress_create_index`` for the
 progress bar.
+
+**A tenant's own vector index** (``engram db tenant-index``, pgvector tier). One HNSW graph
+holds every tenant's chunks; a tenant's dense lane walks it and keeps its own rows. For a
+tenant with a large share of a large corpus that filter costs recall: at 300k chunks the
+90,000-chunk tenant finds 0.94 of the exact top 40 at pgvector's longest list. A partial
+HNSW index with the live index's own definition and ``WHERE tenant_id = '<id>'`` holds that
+tenant's chunks only; recall finds it (``recall.plans.tenant_size``) and names the tenant in
+its dense lane so the planner can use it. Built ``CONCURRENTLY``; every chunk the tenant
+writes afterwards goes into both graphs.
 """
 
 from __future__ import annotations
@@ -29,10 +38,14 @@ import math
 import re
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine, text
+
+from orchestrator.db.models import TENANT_INDEX_PREFIX
+from orchestrator.errors import BadInput, NotFound
 
 FLAT_BELOW_ROWS = 50_000
 VCHORDRQ_INDEX = "ix_chunks_embedding_vchordrq"
@@ -142,6 +155,81 @@ def vchordrq_step(schema: str, name: str, definition: str, vectors: int) -> Inde
          vchordrq_create(fresh, want, concurrently=True),
          f"drop index concurrently {qualified}",
          f"alter index {schema}.{fresh} rename to {name}", *probes])
+
+
+LIVE_CHUNK_INDEX = "sources.ix_chunks_embedding_hnsw"
+
+
+def tenant_index_name(tenant_id: uuid.UUID) -> str:
+    """The name of ``tenant_id``'s own vector index (recall finds it by this rule)."""
+    return f"{TENANT_INDEX_PREFIX}{tenant_id.hex}"
+
+
+@dataclass(frozen=True)
+class TenantIndex:
+    """A tenant, its embedded chunks and its own vector index, if it has one."""
+
+    org: str
+    tenant_id: uuid.UUID
+    chunks: int
+    index: str | None  # schema-qualified, when it exists
+    valid: bool
+    size_bytes: int
+
+
+def tenant_indexes(conn: Connection) -> list[TenantIndex]:
+    """Every tenant, largest first: embedded chunks and its own vector index (as the
+    migrating role: the counts read every tenant's rows)."""
+    rows = conn.execute(text(
+        "select t.org_id, t.id, coalesce(n.chunks, 0), x.relname, i.indisvalid and i.indisready, "
+        "coalesce(pg_relation_size(x.oid), 0) from auth.tenants t "
+        "left join (select tenant_id, count(*) as chunks from sources.chunks "
+        "           where embedding is not null group by tenant_id) n on n.tenant_id = t.id "
+        "left join pg_class x on x.relnamespace = 'sources'::regnamespace "
+        "      and x.relname = :prefix || replace(t.id::text, '-', '') "
+        "left join pg_index i on i.indexrelid = x.oid "
+        "order by 3 desc, 1"), {"prefix": TENANT_INDEX_PREFIX}).all()
+    return [TenantIndex(str(org), uuid.UUID(str(tid)), int(chunks),
+                        None if name is None else f"sources.{name}", bool(valid), int(size))
+            for org, tid, chunks, name, valid, size in rows]
+
+
+def tenant_index_step(conn: Connection, org: str, *, drop: bool = False) -> IndexStep:
+    """What ``engram db tenant-index ORG`` does: build ``org``'s own vector index (the live
+    chunk index's definition, partial on the tenant), or drop it (``drop``). An invalid one,
+    left by a failed concurrent build, is dropped first."""
+    found = next((t for t in tenant_indexes(conn) if t.org == org), None)
+    if found is None:
+        raise NotFound(f"no tenant '{org}' (`engram db tenant-index` with no name lists them)")
+    name = f"sources.{tenant_index_name(found.tenant_id)}"
+    if drop:
+        if found.index is None:
+            return IndexStep(name, "hnsw", f"tenant '{org}' has no own vector index: nothing to drop")
+        return IndexStep(name, "hnsw", f"drop tenant '{org}''s own vector index",
+                         [f"drop index concurrently if exists {name}"])
+    tier = index_tier(conn)
+    if tier != "pgvector":
+        raise BadInput(f"the index tier is {tier}: its vchordrq index prefilters by tenant "
+                       "(vchordrq.prefilter), so a tenant's own vector index is for the pgvector "
+                       "tier only (docs/database.md)")
+    definition = conn.execute(text(
+        "select pg_get_indexdef(to_regclass(:live))"), {"live": LIVE_CHUNK_INDEX}).scalar()
+    if not definition:
+        raise NotFound(f"the chunks' vector index {LIVE_CHUNK_INDEX} is missing: run "
+                       "`engram db migrate` (or `engram db reindex`) first")
+    own = tenant_index_name(found.tenant_id)
+    create = (re.sub(r"^CREATE INDEX \S+ ON ", f"CREATE INDEX CONCURRENTLY {own} ON ",
+                     str(definition))
+              + f" WHERE (tenant_id = '{found.tenant_id}'::uuid)")
+    if found.index is not None and found.valid:
+        return IndexStep(name, "hnsw", f"tenant '{org}' already has its own vector index "
+                         f"({found.size_bytes / 2**20:.1f} MiB): nothing to build")
+    statements = [create]
+    reason = f"build for tenant '{org}' ({found.chunks:,} embedded chunks)"
+    if found.index is not None:
+        statements.insert(0, f"drop index concurrently if exists {name}")
+        reason += "; the invalid one a failed build left is dropped first"
+    return IndexStep(name, "hnsw", reason, statements)
 
 
 Progress = Callable[[str, int, int, str], None]

@@ -40,6 +40,10 @@ TIER_INDEXES = frozenset({
     "ix_chunks_embedding_vchordrq", "ix_chunks_bm25",
     "ix_chunks_embedding_hnsw", "ix_chunks_tenant_id_lexical",
 })
+# A tenant's own vector index (`engram db tenant-index`, orchestrator/db/indexes.py): this
+# prefix and the tenant id's 32 hex digits. Built by a DBA per tenant; the drift check
+# leaves them out too.
+TENANT_INDEX_PREFIX = "ix_chunks_embedding_t_"
 
 EMBEDDING_DIMENSION = 384
 

@@ -20,7 +20,7 @@ import orchestrator.db.rank_models
 import orchestrator.db.worker_models
 import orchestrator.recall.tables  # noqa: F401
 from orchestrator.db import models
-from orchestrator.db.models import TIER_INDEXES, metadata
+from orchestrator.db.models import TENANT_INDEX_PREFIX, TIER_INDEXES, metadata
 
 # Domain modules register their tables by being imported above (one line each).
 
@@ -32,10 +32,12 @@ ENGRAM_SCHEMAS = frozenset(
 
 def include_object(obj: Any, name: str | None, type_: str, reflected: bool,
                    compare_to: Any) -> bool:
-    """Alembic filter: Engram's tables only, and not the indexes that depend on the tier."""
+    """Alembic filter: Engram's tables only, and not the indexes that depend on the tier or
+    that a DBA built for one tenant (``engram db tenant-index``)."""
     if type_ == "table":
         return bool(obj.schema in ENGRAM_SCHEMAS)
-    return not (type_ == "index" and name in TIER_INDEXES)
+    return not (type_ == "index" and (name in TIER_INDEXES
+                                      or (name or "").startswith(TENANT_INDEX_PREFIX)))
 
 
 def include_name(name: str | None, type_: str, parent_names: Any) -> bool:

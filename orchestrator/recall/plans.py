@@ -26,6 +26,18 @@ The visible chunk count comes from ``recall.lexical_stats`` (what the BM25 lane
 reads anyway), read under the caller's identity when the cached class of the tenant
 is older than ``recall_size_ttl_s``; the count chooses a plan and a setting, and is
 never shown to anyone.
+
+**A tenant's own vector index.** A tenant holding a large share of a large corpus filtered
+out of the one HNSW graph over every tenant's chunks finds about 0.94 of the exact top 40
+even at pgvector's longest list (``ef_search`` 1,000). ``engram db tenant-index ORG`` builds
+a partial HNSW index holding that tenant's chunks only (``indexes.tenant_index_name``). The
+same count read finds whether the caller's tenant has one (valid and ready); if so, the
+recall's text names the tenant's id as a literal in the dense lane (the planner can use a
+partial index only when the query implies its predicate, and a reused plan has no values
+for parameters), so that tenant gets its own prepared statement per class, and its list
+is ``recall_ef_search_own_index``. The literal is only ever the caller's own tenant (read
+under its identity), beside the ``auth.tenant_id()`` filter and RLS that hold as always: a
+wrong one would empty the lane, never widen it.
 """
 
 from __future__ import annotations
@@ -33,12 +45,15 @@ from __future__ import annotations
 import math
 import threading
 import time
+import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-from sqlalchemy import BigInteger, cast, func, select
+from sqlalchemy import BigInteger, Boolean, cast, exists, func, literal, select, text
 from sqlalchemy.orm import Session
 
 from orchestrator.config import Settings
+from orchestrator.db.models import TENANT_INDEX_PREFIX
 from orchestrator.recall.tables import LexicalStat
 
 # Decades of chunks: class 0 below 10 chunks, class 6 from a million on.
@@ -68,30 +83,68 @@ def visible_chunks(session: Session) -> int:
     return int(total)
 
 
+@dataclass(frozen=True)
+class TenantSize:
+    """What picks a tenant's plan: its visible chunks and, when it has its own vector index
+    (``engram db tenant-index``), its id for the dense lane's literal."""
+
+    chunks: int
+    own_index: uuid.UUID | None = None
+
+
+
+
+def tenant_size(session: Session) -> TenantSize:
+    """The bound identity's visible chunks and whether its tenant has its own vector index
+    that the planner may use (built, valid and ready), in one round trip. The index's name
+    is ``indexes.tenant_index_name``'s rule, in SQL."""
+    own = (select(literal(True, Boolean))
+           .select_from(text("pg_catalog.pg_index i join pg_catalog.pg_class x "
+                             "on x.oid = i.indexrelid"))
+           .where(text("x.relnamespace = 'sources'::regnamespace and i.indisvalid "
+                       "and i.indisready"),
+                  text("x.relname = :prefix || replace(auth.tenant_id()::text, '-', '')")
+                  .bindparams(prefix=TENANT_INDEX_PREFIX)))
+    chunks, tenant, has_own = session.execute(select(
+        cast(func.coalesce(func.sum(LexicalStat.chunks), 0), BigInteger),
+        func.auth.tenant_id(), exists(own))
+        .where(LexicalStat.tenant_id == func.auth.tenant_id())).one()
+    return TenantSize(int(chunks), uuid.UUID(str(tenant)) if has_own and tenant else None)
+
+
 class TenantSizes:
-    """The last visible chunk count seen per tenant, kept ``ttl_s`` seconds (thread safe)."""
+    """The last ``TenantSize`` seen per tenant, kept ``ttl_s`` seconds (thread safe)."""
 
     def __init__(self, ttl_s: float) -> None:
         self.ttl_s = ttl_s
-        self._seen: dict[str, tuple[int, float]] = {}
+        self._seen: dict[str, tuple[TenantSize, float]] = {}
         self._lock = threading.Lock()
 
-    def get(self, tenant: str) -> int | None:
+    def entry(self, tenant: str) -> TenantSize | None:
         with self._lock:
             found = self._seen.get(tenant)
         if found is None or time.monotonic() - found[1] > self.ttl_s:
             return None
         return found[0]
 
-    def put(self, tenant: str, chunks: int) -> None:
+    def get(self, tenant: str) -> int | None:
+        found = self.entry(tenant)
+        return None if found is None else found.chunks
+
+    def put(self, tenant: str, chunks: int | TenantSize) -> None:
+        size = chunks if isinstance(chunks, TenantSize) else TenantSize(chunks)
         with self._lock:
-            self._seen[tenant] = (chunks, time.monotonic())
+            self._seen[tenant] = (size, time.monotonic())
 
 
-def transaction_settings(chunks: int, settings: Settings) -> dict[str, str]:
-    """What the recall transaction sets for itself: plan reuse, the dense lane's list size and
-    how long a statement may run (``recall_statement_timeout_ms``)."""
-    out = {"hnsw.ef_search": str(ef_search_for(chunks, settings.recall_ef_search_by_chunks))}
+def transaction_settings(chunks: int | TenantSize, settings: Settings) -> dict[str, str]:
+    """What the recall transaction sets for itself: plan reuse, the dense lane's list size
+    (``recall_ef_search_own_index`` over a tenant's own index) and how long a statement may
+    run (``recall_statement_timeout_ms``)."""
+    size = chunks if isinstance(chunks, TenantSize) else TenantSize(chunks)
+    ef = (settings.recall_ef_search_own_index if size.own_index is not None
+          else ef_search_for(size.chunks, settings.recall_ef_search_by_chunks))
+    out = {"hnsw.ef_search": str(ef)}
     if settings.recall_plan_reuse:
         out["plan_cache_mode"] = "force_generic_plan"
     if settings.recall_statement_timeout_ms:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
+import uuid
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -47,8 +48,8 @@ from orchestrator.recall.plan import FULL_PLAN, PlanShape
 from orchestrator.recall.plans import (
     TenantSizes,
     size_class,
+    tenant_size,
     transaction_settings,
-    visible_chunks,
 )
 from orchestrator.recall.prepare import PreparedMemory, build_bundle
 from orchestrator.recall.query_cache import QueryEmbeddingCache, model_key
@@ -195,8 +196,8 @@ class Recaller:
         # Evaluation: keep each recall's candidates in its trace, for ``replay``.
         self.keep_candidates = False
         self._index_tier = index_tier
-        self._statements: dict[tuple[str, int | None], Any] = {}
-        self._sql: dict[tuple[str, int | None], str] = {}
+        self._statements: dict[tuple[str, int | None, uuid.UUID | None], Any] = {}
+        self._sql: dict[tuple[str, int | None, uuid.UUID | None], str] = {}
         self.sizes = TenantSizes(self.settings.recall_size_ttl_s)
         self.query_cache = QueryEmbeddingCache(self.settings.recall_query_cache_size)
 
@@ -318,7 +319,7 @@ class Recaller:
         (its plan is made at its first call on a connection). Their first calls compile
         statements and load catalog entries, about 5-10 ms of a first recall."""
         with Session(self.engine) as session, session.begin():
-            visible_chunks(session)
+            tenant_size(session)
             self.models.stored(session)
             session.execute(text("select count(*) from provenance.served_row_versions("
                                  "'{}'::jsonb, null::uuid)"))
@@ -364,28 +365,32 @@ class Recaller:
             self._reranker = _ServiceReranker(model_service(self.settings))
         return self._reranker
 
-    def statement(self, shape: PlanShape, size: int | None = None) -> Any:
+    def statement(self, shape: PlanShape, size: int | None = None,
+                  own_index: uuid.UUID | None = None) -> Any:
         """The statement of ``shape`` for a tenant size class (``plans.size_class``), built
-        once per recaller; ``size`` None gives the text without a class."""
-        key = (shape.name, size)
+        once per recaller; ``size`` None gives the text without a class; ``own_index`` the
+        text for a tenant with its own vector index (``plans.TenantSize``)."""
+        key = (shape.name, size, own_index)
         stmt = self._statements.get(key)
         if stmt is None:
             stmt = build_recall_statement(shape, StatementLimits.from_settings(self.settings),
-                                          self.index_tier, size_class=size)
+                                          self.index_tier, size_class=size, own_index=own_index)
             self._statements[key] = stmt
         return stmt
 
-    def sql(self, shape: PlanShape, size: int | None) -> str:
+    def sql(self, shape: PlanShape, size: int | None, own_index: uuid.UUID | None = None) -> str:
         """The driver's text of the statement of ``shape`` for size class ``size``
         (``statement.runtime_sql``): the class-less text, compiled once per shape (compiling
-        the ninety-kilobyte statement takes about 100 ms), behind the class's comment."""
-        key = (shape.name, size)
+        the ninety-kilobyte statement takes about 100 ms) and once per tenant with its own
+        vector index, behind the class's comment."""
+        key = (shape.name, size, own_index)
         found = self._sql.get(key)
         if found is None:
             if size is None:
-                found = runtime_sql(self.statement(shape))
+                found = runtime_sql(self.statement(shape, own_index=own_index))
             else:
-                found = f"{size_class_comment(shape, size)} {self.sql(shape, None)}"
+                found = (f"{size_class_comment(shape, size, own_index)} "
+                         f"{self.sql(shape, None, own_index)}")
             self._sql[key] = found
         return found
 
@@ -496,26 +501,29 @@ class Recaller:
                vector: Any, model: ActiveModel, lap: Callable[[str], None], channel: str,
                operation: str, detail: bool) -> R:
         s = self.settings
-        chunks = self.sizes.get(identity.org_id)
+        size = self.sizes.entry(identity.org_id)
         usage: dict[str, Any] | None = None
         with bound_session(self.engine, identity,
-                           settings=None if chunks is None else transaction_settings(chunks, s)
+                           settings=None if size is None else transaction_settings(size, s)
                            ) as session:
             connection = session.connection()
             with count_statements(connection) as sent:
-                if chunks is None:
+                if size is None:
                     # Once per tenant and recall_size_ttl_s: the class picks the plan.
-                    chunks = visible_chunks(session)
-                    self.sizes.put(identity.org_id, chunks)
+                    size = tenant_size(session)
+                    self.sizes.put(identity.org_id, size)
                     session.execute(select(*(func.set_config(name, value, True) for name, value
-                                             in transaction_settings(chunks, s).items())))
-                klass = size_class(chunks)
-                trace.plan_note = (f"tenant size class {klass} ({chunks} visible chunks in the "
-                                   f"statistics), " + ("reused plan" if s.recall_plan_reuse
-                                                       else "planned for this call"))
+                                             in transaction_settings(size, s).items())))
+                klass = size_class(size.chunks)
+                own = ("" if size.own_index is None or not shape.dense else
+                       ", the dense lane over the tenant's own vector index")
+                trace.plan_note = (f"tenant size class {klass} ({size.chunks} visible chunks in "
+                                   f"the statistics){own}, "
+                                   + ("reused plan" if s.recall_plan_reuse
+                                      else "planned for this call"))
                 with prepared_at_once(connection):
                     rows = _loaded(connection.exec_driver_sql(
-                        self.sql(shape, klass),
+                        self.sql(shape, klass, size.own_index if shape.dense else None),
                         {"question": req.question, "query_embedding": vector_text(vector),
                          "mode": req.mode, "session": req.session}))
             if rows and rows[0][MODEL_GENERATION] != model.generation:

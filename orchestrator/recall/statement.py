@@ -55,6 +55,7 @@ Execution order, as laid out below:
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -299,10 +300,12 @@ def _ranked(inner: Any, name: str, order: tuple[str, ...]) -> Any:
 class _Builder:
     """Holds the statement's parameters and shared CTEs while the lanes are laid out."""
 
-    def __init__(self, shape: PlanShape, lim: StatementLimits, index_tier: str) -> None:
+    def __init__(self, shape: PlanShape, lim: StatementLimits, index_tier: str,
+                 own_index: uuid.UUID | None = None) -> None:
         if index_tier not in INDEX_TIERS:
             raise ValueError(f"unknown index tier {index_tier!r}; one of {', '.join(INDEX_TIERS)}")
         self.shape = shape
+        self.own_index = own_index
         self.lim = lim
         self.index_tier = index_tier
         self.question: BindParameter[str] = bindparam("question", type_=Text())
@@ -357,9 +360,13 @@ class _Builder:
         rows: list[Select[Any]] = []
 
         if s.dense:
+            # A tenant with its own vector index (plans.py): its id as a literal, the only
+            # form of the partial index's predicate a reused plan can prove.
+            own = ([] if self.own_index is None else
+                   [c.tenant_id == literal_column(f"'{uuid.UUID(str(self.own_index))}'::uuid")])
             dense = _ranked(
                 select(c.id.label("chunk_id"), c.document_id, distance.label("distance"))
-                .where(c.tenant_id == tenant, c.embedding.is_not(None))
+                .where(c.tenant_id == tenant, c.embedding.is_not(None), *own)
                 .order_by(distance).limit(lim.dense_k),
                 "dense", ("distance", "chunk_id"))
             rows.append(select(dense.c.chunk_id, dense.c.document_id, literal("dense").label("lane"),
@@ -563,7 +570,7 @@ class _Builder:
         candidates = (select(fetched.c.chunk_id, fetched.c.document_id, fetched.c.token_count,
                              fetched.c.lexical)
                       .select_from(budget.join(fetched, true()))
-                      .where(budget.c.take > 0).distinct(fetched.c.chunk_id)
+                      .where(budget.c.take > 0).ext(distinct_on(fetched.c.chunk_id))
                       .cte("lexical_candidates"))
         # tf of each query term in a candidate: its vector cut to the query's lexemes first
         # (marked with weight A, the only weight kept; ``chunks.lexical`` carries none), so
@@ -1256,22 +1263,27 @@ def runtime_sql(stmt: Select[Any]) -> str:
 def build_recall_statement(shape: PlanShape = FULL_PLAN,
                            limits: StatementLimits | None = None,
                            index_tier: str = "pgvector", *,
-                           size_class: int | None = None) -> Select[Any]:
+                           size_class: int | None = None,
+                           own_index: uuid.UUID | None = None) -> Select[Any]:
     """The recall statement for ``shape``; parameters ``question``, ``query_embedding``, ``mode``,
     ``session``; every other value is a literal in its text.
 
     Production passes ``FULL_PLAN``, the installation's index tier (``engram.installation``)
     and the caller's tenant size class (``recall.plan_cache``): the class is a comment in the
     text, so each class is its own prepared statement with its own reused plan. Other shapes
-    exist for the plan study.
+    exist for the plan study. ``own_index``: the caller's tenant id when it has its own
+    vector index (``plans.TenantSize``), named in the dense lane.
     """
     lim = limits or StatementLimits.from_settings(get_settings())
-    stmt = _Builder(shape, lim, index_tier).build()
+    stmt = _Builder(shape, lim, index_tier, own_index).build()
     if size_class is not None:
-        stmt = stmt.prefix_with(size_class_comment(shape, size_class))
+        stmt = stmt.prefix_with(size_class_comment(shape, size_class, own_index))
     return _inline_constants(stmt)
 
 
-def size_class_comment(shape: PlanShape, size_class: int) -> str:
-    """What makes the statement's text, and so its prepared statement, one per size class."""
-    return f"/* engram recall {shape.name}, tenant size class {size_class} */"
+def size_class_comment(shape: PlanShape, size_class: int,
+                       own_index: uuid.UUID | None = None) -> str:
+    """What makes the statement's text, and so its prepared statement, one per size class
+    (and one per tenant with its own vector index)."""
+    own = "" if own_index is None else f", own vector index of tenant {own_index}"
+    return f"/* engram recall {shape.name}, tenant size class {size_class}{own} */"
