@@ -178,12 +178,31 @@ def test_a_bulk_write_does_not_hold_back_other_tenants_or_documents(
     first = worker.process_batch(EMBEDDABLE[0])
     assert "another tenant's note about the boiler" in rec.texts
     assert "the deploy freeze starts on December 20" in rec.texts
-    assert first.claimed <= 16 + 1, "each tenant's share, rounded up"
-    assert first.claimed >= 16, "the share the other tenant could not fill goes to the bulk one"
+    assert first.claimed == 16, ("the share the other tenant could not fill goes to the bulk "
+                                 "one, and the shares rounded up never pass the batch size")
     assert sum("bulk chunk" in t for t in rec.texts) == first.claimed - 2
     worker.drain()
     assert {s[1] for s in worker_db.states(bulk) + worker_db.states(other)} == {"ready"}
     assert sorted(rec.texts) == sorted(set(rec.texts)), "no row embedded twice"
+
+
+def test_a_batch_never_passes_its_size_when_the_shares_round_up(
+        worker_db: WorkerDatabase, worker_engine: Engine, embedder: Embedder) -> None:
+    """Three tenants with a backlog each and 16 rows a batch: shares of ceil(16 / 3) = 6 claim
+    18 rows; the batch keeps 16, a row per tenant in turn (6, 5, 5), and the two left out
+    are embedded by a later batch."""
+    tenants = [worker_db.make_tenant() for _ in range(3)]
+    for n, t in enumerate(tenants):
+        worker_db.add_chunks(t, [f"tenant {n} backlog chunk {i}" for i in range(10)])
+    rec = Recording(embedder)
+    worker = QueueWorker(worker_engine, rec, _settings(worker_batch_rows=16), tenants=tenants)
+    first = worker.process_batch(EMBEDDABLE[0])
+    assert first.claimed == 16 and len(rec.texts) == 16
+    per_tenant = sorted(sum(t.startswith(f"tenant {n} ") for t in rec.texts) for n in range(3))
+    assert per_tenant == [5, 5, 6]
+    worker.drain()
+    assert {s[1] for t in tenants for s in worker_db.states(t)} == {"ready"}
+    assert len(rec.texts) == 30 and len(set(rec.texts)) == 30
 
 
 def test_backoff_defers_a_failed_row(worker_db: WorkerDatabase, worker_engine: Engine,

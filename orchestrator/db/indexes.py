@@ -205,7 +205,7 @@ def tenant_index_step(conn: Connection, org: str, *, drop: bool = False) -> Inde
     if drop:
         if found.index is None:
             return IndexStep(name, "hnsw", f"tenant '{org}' has no own vector index: nothing to drop")
-        return IndexStep(name, "hnsw", f"drop tenant '{org}''s own vector index",
+        return IndexStep(name, "hnsw", f"drop the own vector index of tenant '{org}'",
                          [f"drop index concurrently if exists {name}"])
     tier = index_tier(conn)
     if tier != "pgvector":

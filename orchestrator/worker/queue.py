@@ -34,6 +34,7 @@ as a fallback, so a missed notification only delays work by the poll interval.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import threading
@@ -178,6 +179,20 @@ def active_model(conn: Connection) -> tuple[str, int]:
     return model.name, model.dimension
 
 
+def fair_cut(rows: list[Any], limit: int) -> list[Any]:
+    """At most ``limit`` of ``rows``, taken a row per tenant in turn (each tenant's rows in
+    the order claimed): the shares are rounded up, so the claims can come back a few rows
+    over the batch size. The rows left out stay pending (their locks end with the batch's
+    transaction) and are claimed again by a later batch."""
+    if len(rows) <= limit:
+        return rows
+    by_tenant: dict[Any, list[Any]] = {}
+    for row in rows:
+        by_tenant.setdefault(row.tenant_id, []).append(row)
+    turns = itertools.zip_longest(*by_tenant.values())
+    return [row for turn in turns for row in turn if row is not None][:limit]
+
+
 class QueueWorker:
     """Drains the embedding queue of the ``EMBEDDABLE`` tables with one embedder.
 
@@ -293,7 +308,7 @@ class QueueWorker:
             rows += conn.execute(text(self._claim_sql(table, more=True)), {
                 "rel": table.name, "ts": full, "n": -(-left // len(full)),
                 "claimed": [f"{r.tenant_id}:{r.row_key}" for r in rows]}).all()
-        return rows
+        return fair_cut(rows, self.batch_rows)
 
     def _where_key(self, table: EmbeddableTable) -> str:
         return "tenant_id = :tenant_id and " + " and ".join(
