@@ -178,6 +178,7 @@ def test_the_tenant_index_command(pgvector_tier: None, tenant_factory: Any, app_
     dry = run(app, ["db", "tenant-index", a.org_id, "--dry-run"], env=env)
     assert dry.exit_code == 0, dry.output
     assert "CREATE INDEX CONCURRENTLY" in dry.output and f"'{a.id}'::uuid" in dry.output
+    assert "below about 50,000 chunks the shared index serves" in dry.output, "8 chunks: said"
     name = f"sources.{indexes.tenant_index_name(uuid.UUID(str(a.id)))}"
     built.append(name)
     with bound_session(app_engine, a.identity("reader", read=("team",))) as s:

@@ -285,8 +285,9 @@ def db_tenant_index(
                            f"{'' if t.valid else ', INVALID: run this command again'})")
                     out.print(f"  {t.org}: {t.chunks:,} chunks ({t.chunks / total:.1%}), "
                               f"own index {own}")
-                out.print("a tenant's own index pays off from about 50,000 chunks that are a "
-                          "large share of the corpus (docs/database.md)")
+                out.print(f"a tenant's own index pays off from about "
+                          f"{indexes.TENANT_INDEX_WORTH_CHUNKS:,} chunks that are a large "
+                          "share of the corpus (docs/database.md)")
                 return
             step = indexes.tenant_index_step(conn, org, drop=drop)
         out.print(f"{step.index}: {step.reason}")
