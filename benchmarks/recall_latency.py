@@ -63,12 +63,18 @@ document title):
    source candidates), so it is issued with the source lanes; the ratio is
    given without it and with it.
 
+**``--own-index on``** gives the largest tenant its own vector index (``engram db
+tenant-index``'s steps) before measuring, ``off`` (the default) drops one a kept corpus
+has: the same corpus measured both ways is the index's before and after. The peer's
+function receives the tenant as a value, so its custom plan may use that index too.
+
 Latency on the shared two-core development machines is noisy: compare the
 ratios, which are measured side by side in the same run.
 
     .venv/bin/python benchmarks/recall_latency.py [--chunks 3000] [--tenants 20]
         [--largest 0.30] [--smallest 0.001] [--queries 20] [--no-reranker]
         [--embed lead|full] [--vector-cache PATH.npy] [--vectors-only] [--no-compact]
+        [--keep DIR] [--ef-sweep 200,400,800] [--own-index off|on]
 """
 
 from __future__ import annotations
@@ -620,6 +626,22 @@ PEER_CALL = text("select id, document_id, text, score from peer.hybrid_search("
     bindparam("query_embedding", type_=Vector(EMBEDDING_DIMENSION)))
 
 
+def own_index(admin: Engine, org: str, on: bool) -> str:
+    """Build (``on``) or drop the tenant's own vector index (``engram db tenant-index``'s
+    steps); says what the run measures. The peer's function gets the tenant as a value in a
+    custom plan, so it can use that index too."""
+    from orchestrator.db import indexes
+
+    with admin.connect() as conn:
+        step = indexes.tenant_index_step(conn, org, drop=not on)
+    took = indexes.run(admin, [step]) if step.statements else []
+    done = f" ({'built' if on else 'dropped'} in {took[0][1]:.1f}s)" if took else ""
+    if on:
+        return (f"{step.index}{done}: recall names the tenant in its dense lane; the peer's "
+                "custom plan can use it too")
+    return f"none{done}: the tenant's dense lane filters the shared HNSW index"
+
+
 def create_peer(admin: Engine) -> None:
     with admin.begin() as conn:
         conn.execute(text(PEER_FUNCTION))
@@ -1082,6 +1104,10 @@ def main() -> None:
     ap.add_argument("--ef-sweep", default="",
                     help="also measure the largest tenant's dense lane at these hnsw.ef_search "
                          "values, e.g. 200,400,800 (recall against exact search and time)")
+    ap.add_argument("--own-index", choices=("off", "on"), default="off",
+                    help="on: give the largest tenant its own vector index (`engram db "
+                         "tenant-index`) before measuring; off: make sure it has none (a kept "
+                         "corpus may have one from an earlier run)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--no-compact", action="store_true",
                     help="leave the BM25 statistic deltas uncompacted (production compacts them "
@@ -1122,6 +1148,8 @@ def main() -> None:
                 print(f"corpus: reused from {args.keep} (built earlier with the same options; "
                       "migrated to head)")
             create_peer(admin)
+            own = own_index(admin, tenants[0].org, args.own_index == "on")
+            print(f"own vector index of the largest tenant: {own}")
             with admin.connect() as conn:
                 version = conn.execute(text("show server_version")).scalar()
                 shared = conn.execute(text("show shared_buffers")).scalar()
