@@ -633,13 +633,21 @@ def own_index(admin: Engine, org: str, on: bool) -> str:
     from orchestrator.db import indexes
 
     with admin.connect() as conn:
-        step = indexes.tenant_index_step(conn, org, drop=not on)
-    took = indexes.run(admin, [step]) if step.statements else []
-    done = f" ({'built' if on else 'dropped'} in {took[0][1]:.1f}s)" if took else ""
+        steps = indexes.tenant_index_steps(conn, org, drop=not on)
+    took = indexes.run(admin, steps) if steps else []
+    done = (f" ({len(took)} {'built' if on else 'dropped'} in {sum(t for _, t in took):.1f}s)"
+            if took else "")
     if on:
-        return (f"{step.index}{done}: recall names the tenant in its dense lane; the peer's "
-                "custom plan can use it too")
-    return f"none{done}: the tenant's dense lane filters the shared HNSW index"
+        return (f"{indexes.tenant_index_name(tenant_id_of(admin, org))} and one on each memory "
+                f"table{done}: recall names the tenant in its vector lanes; the peer's custom "
+                "plan can use the chunks' one too")
+    return f"none{done}: the tenant's vector lanes filter the shared HNSW indexes"
+
+
+def tenant_id_of(admin: Engine, org: str) -> uuid.UUID:
+    with admin.connect() as conn:
+        return uuid.UUID(str(conn.execute(text("select id from auth.tenants where org_id = :o"),
+                                          {"o": org}).scalar_one()))
 
 
 def create_peer(admin: Engine) -> None:

@@ -30,11 +30,12 @@ from orchestrator.auth import Identity
 from orchestrator.auth.devkey import create_dev_key, mint_token
 from orchestrator.cli.main import app
 from orchestrator.config import Settings
+from orchestrator.db import indexes
 from orchestrator.db.engine import make_app_engine
 from orchestrator.db.server import free_port
 from orchestrator.recall import Recaller
 from orchestrator.worker.embedder import Embedder
-from orchestrator.worker.model_change import ModelChange
+from orchestrator.worker.model_change import ModelChange, shadow_index_name
 from orchestrator.worker.queue import QueueWorker
 from orchestrator.worker.registry import ModelMismatch, read_active
 from tests.conftest import TestDatabase
@@ -235,7 +236,16 @@ def test_another_dimension_is_a_generated_column_swap(
         in discarded.output, discarded.output
     assert inst.scalar("select count(*) from pg_attribute where attname = 'embedding_next' "
                        "and not attisdropped") == 0
+    # The tenant's own vector indexes (engram db tenant-index) are copied and swapped with the
+    # shared ones; working_memory's copy is named past 63 bytes, which PostgreSQL cuts.
+    org = inst.scalar("select org_id from auth.tenants where id = :t", t=inst.tenant)
+    with inst.db.admin.connect() as conn:
+        own_steps = indexes.tenant_index_steps(conn, org)
+    indexes.run(inst.db.admin, own_steps)
+    own = sorted(step.index for step in own_steps)
     report = change.backfill(projected, batch=8)
+    assert shadow_index_name(indexes.tenant_index_name(inst.tenant, "working_memory")) in \
+        {name.split(".")[1] for name in report.indexes_built}
     status = CliRunner().invoke(app, ["models", "status", PROJECTED], env=env)
     assert status.exit_code == 0 and f"candidate {PROJECTED} (96-d" in status.output
     assert report.rows == len(TEXTS) + 1
@@ -266,6 +276,9 @@ def test_another_dimension_is_a_generated_column_swap(
                        "i.indexrelid where c.relname = 'ix_chunks_embedding_hnsw'") is True
     assert inst.scalar("select convalidated from pg_constraint where conname = "
                        "'ck_chunks_embedding_matches_state'") is True
+    with inst.db.admin.connect() as conn:
+        mine = next(t for t in indexes.tenant_indexes(conn) if t.tenant_id == inst.tenant)
+    assert sorted(mine.own) == own and all(x.valid for x in mine.own.values())
     assert inst.scalar("select format_type(atttypid, atttypmod) from pg_attribute where "
                        "attrelid = 'memory.raptor_nodes'::regclass and attname = 'centroid'"
                        ) == "vector(96)"

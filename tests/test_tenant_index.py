@@ -56,11 +56,16 @@ def built(admin_engine: Engine) -> Iterator[list[str]]:
 
 
 def _build(admin_engine: Engine, org: str, built: list[str]) -> str:
+    """The tenant's own indexes; returns the chunks' one."""
     with admin_engine.connect() as conn:
-        step = indexes.tenant_index_step(conn, org)
-    built.append(step.index)
-    indexes.run(admin_engine, [step])
-    return step.index
+        steps = indexes.tenant_index_steps(conn, org)
+        live = indexes.live_vector_indexes(conn)
+    assert [s.index.split(".")[1].rsplit("_t_", 1)[0] for s in steps] == \
+        [f"ix_{x.table}_embedding" for x in live], "one beside each shared index, chunks last"
+    assert live[-1].table == "chunks" and len(live) >= 9
+    built.extend(s.index for s in steps)
+    indexes.run(admin_engine, steps)
+    return steps[-1].index
 
 
 def _plan(engine: Engine, recaller: Any, reader: Any, size: TenantSize, question: str,
@@ -113,11 +118,19 @@ def test_a_tenant_with_its_own_index_is_served_from_it_and_serves_the_same_rows(
     assert "own vector index" not in trace.plan_note
     assert [c.key for c in trace.pools["dense"]] == before["b"]
 
+    # Every vector lane names the tenant: each lane can use the tenant's index on its table.
+    plan = _plan(app_engine, recaller, ra, size_a, question, vector)
+    with admin_engine.connect() as conn:
+        tables = [x.table for x in indexes.live_vector_indexes(conn)]
+    unused = [t for t in tables if indexes.tenant_index_name(uuid.UUID(str(a.id)), t) not in plan]
+    assert unused == [], unused
+
     # Dropped while a recaller still holds the text naming it: the lane falls back to the
     # shared index for that call, and the next size read stops naming it.
     with admin_engine.connect() as conn:
-        drop = indexes.tenant_index_step(conn, a.org_id, drop=True)
-    indexes.run(admin_engine, [drop])
+        drop = indexes.tenant_index_steps(conn, a.org_id, drop=True)
+    assert drop[0].index == name, "the chunks' one first: recall stops naming the tenant"
+    indexes.run(admin_engine, drop)
     _, trace = fresh.trace(ra, question)
     assert [c.key for c in trace.pools["dense"]] == before["a"]
     with bound_session(app_engine, ra) as s:
@@ -157,9 +170,10 @@ def test_an_invalid_tenant_index_is_not_used_and_is_rebuilt(
     with bound_session(app_engine, a.identity("reader", read=("team",))) as s:
         assert tenant_size(s).own_index is None
     with admin_engine.connect() as conn:
-        step = indexes.tenant_index_step(conn, a.org_id)
-        assert [x.split()[:2] for x in step.statements] == [["drop", "index"], ["CREATE", "INDEX"]]
-    indexes.run(admin_engine, [step])
+        steps = indexes.tenant_index_steps(conn, a.org_id)
+    assert [s.index for s in steps] == [name], "only the invalid one is built again"
+    assert [x.split()[:2] for x in steps[0].statements] == [["drop", "index"], ["CREATE", "INDEX"]]
+    indexes.run(admin_engine, steps)
     with bound_session(app_engine, a.identity("reader", read=("team",))) as s:
         assert tenant_size(s).own_index == uuid.UUID(str(a.id))
     with admin_engine.connect() as conn:
@@ -173,12 +187,12 @@ def test_the_tenant_index_command(pgvector_tier: None, tenant_factory: Any, app_
     run = CliRunner().invoke
     listed = run(app, ["db", "tenant-index"], env=env)
     assert listed.exit_code == 0, listed.output
-    assert f"{a.org_id}: 8 chunks" in listed.output and "own index -" in listed.output
+    assert f"{a.org_id}: 8 chunks" in listed.output and "own indexes -" in listed.output
 
     dry = run(app, ["db", "tenant-index", a.org_id, "--dry-run"], env=env)
     assert dry.exit_code == 0, dry.output
     assert "CREATE INDEX CONCURRENTLY" in dry.output and f"'{a.id}'::uuid" in dry.output
-    assert "below about 50,000 chunks the shared index serves" in dry.output, "8 chunks: said"
+    assert "below about 50,000 chunks the shared indexes serve" in dry.output, "8 chunks: said"
     name = f"sources.{indexes.tenant_index_name(uuid.UUID(str(a.id)))}"
     built.append(name)
     with bound_session(app_engine, a.identity("reader", read=("team",))) as s:
@@ -188,8 +202,9 @@ def test_the_tenant_index_command(pgvector_tier: None, tenant_factory: Any, app_
     assert made.exit_code == 0, made.output
     assert f"built {name} in " in made.output
     again = run(app, ["db", "tenant-index", a.org_id], env=env)
-    assert "already has its own vector index" in again.output and "built" not in again.output
-    assert name in run(app, ["db", "tenant-index"], env=env).output
+    assert "already has its own vector indexes" in again.output and "built" not in again.output
+    live = run(app, ["db", "tenant-index"], env=env).output
+    assert f"{a.org_id}: 8 chunks (" in live and "own indexes 9 of 9 (" in live, live
 
     for args, said in ((["nobody-here"], "no tenant 'nobody-here'"),
                        (["--drop"], "--drop needs the tenant")):
@@ -214,5 +229,5 @@ def test_the_vectorchord_tier_refuses_a_tenant_index(tenant_factory: Any, app_en
             conn.execute(text("update engram.installation set value = 'vectorchord' "
                               "where key = 'index_tier'"))
         with pytest.raises(BadInput, match="for the pgvector tier only"):
-            indexes.tenant_index_step(conn, t.org_id)
+            indexes.tenant_index_steps(conn, t.org_id)
         conn.rollback()

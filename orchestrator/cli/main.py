@@ -254,15 +254,16 @@ def db_reindex(
 def db_tenant_index(
     org: Annotated[str | None, typer.Argument(
         help="the tenant (organization id); none: list the tenants and their indexes")] = None,
-    drop: Annotated[bool, typer.Option("--drop", help="drop the tenant's own index")] = False,
+    drop: Annotated[bool, typer.Option("--drop", help="drop the tenant's own indexes")] = False,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="say what would be done, change nothing")] = False,
 ) -> None:
-    """Give a large tenant its own vector index (pgvector tier; docs/database.md).
+    """Give a large tenant its own vector indexes (pgvector tier; docs/database.md).
 
-    One HNSW graph holds every tenant's chunks; a tenant with a large share of a large
-    corpus loses part of its exact top 40 to the filter. Its own (partial) index holds
-    only its chunks: built CONCURRENTLY, used by recall within `recall_size_ttl_s`.
+    One HNSW graph per table holds every tenant's rows; a tenant with a large share of a
+    large corpus loses part of its exact top 40 to the filter. Its own (partial) indexes,
+    one beside each shared one, hold only its rows: built CONCURRENTLY, used by recall
+    within `recall_size_ttl_s`.
     """
     from sqlalchemy import create_engine
 
@@ -277,35 +278,48 @@ def db_tenant_index(
         with engine.connect() as conn:
             if org is None:
                 found = indexes.tenant_indexes(conn)
+                live = len(indexes.live_vector_indexes(conn))
                 total = sum(t.chunks for t in found) or 1
-                out.print(f"{len(found)} tenants, {total:,} embedded chunks")
+                out.print(f"{len(found)} tenants, {total:,} embedded chunks, {live} shared "
+                          "vector indexes")
                 for t in found:
-                    own = ("-" if t.index is None else
-                           f"{t.index} ({t.size_bytes / 2**20:.1f} MiB"
-                           f"{'' if t.valid else ', INVALID: run this command again'})")
+                    own = "-"
+                    if t.own:
+                        invalid = sum(not x.valid for x in t.own.values())
+                        size = sum(x.size_bytes for x in t.own.values())
+                        own = (f"{len(t.own)} of {live} ({size / 2**20:.1f} MiB"
+                               f"{f', {invalid} INVALID: run this command again' if invalid else ''})")
                     out.print(f"  {t.org}: {t.chunks:,} chunks ({t.chunks / total:.1%}), "
-                              f"own index {own}")
-                out.print(f"a tenant's own index pays off from about "
+                              f"own indexes {own}")
+                out.print(f"a tenant's own indexes pay off from about "
                           f"{indexes.TENANT_INDEX_WORTH_CHUNKS:,} chunks that are a large "
                           "share of the corpus (docs/database.md)")
                 return
-            step = indexes.tenant_index_step(conn, org, drop=drop)
-        out.print(f"{step.index}: {step.reason}")
-        if dry_run or not step.statements:
-            for statement in step.statements:
-                out.print(f"  {statement}")
+            steps = indexes.tenant_index_steps(conn, org, drop=drop)
+        if not steps:
+            out.print(f"tenant '{org}' " + ("has no own vector index: nothing to drop" if drop
+                                            else "already has its own vector indexes: nothing "
+                                                 "to build"))
             return
-        timings = _run_index_steps(engine, [step], "tenant index")
+        for step in steps:
+            out.print(f"{step.index}: {step.reason}")
+            if dry_run:
+                for statement in step.statements:
+                    out.print(f"  {statement}")
+        if dry_run:
+            return
+        timings = _run_index_steps(engine, steps, "tenant index")
     except EngramError as exc:
         _fail(str(exc))
     except Exception as exc:  # a failed concurrent build leaves an invalid index behind
-        _fail(f"tenant index stopped: {str(exc).splitlines()[0]} (run it again: the invalid "
-              "index a failed concurrent build leaves behind is dropped first)")
+        _fail(f"tenant index stopped: {str(exc).splitlines()[0]} (run it again: what is built "
+              "stays; the invalid index a failed concurrent build leaves behind is dropped "
+              "first)")
     finally:
         engine.dispose()
     for index, seconds in timings:
-        out.print(f"{'dropped' if drop else 'built'} {index} in {seconds:.1f}s; recall uses "
-                  "the change within recall_size_ttl_s")
+        out.print(f"{'dropped' if drop else 'built'} {index} in {seconds:.1f}s")
+    out.print("recall uses the change within recall_size_ttl_s")
 
 
 @db_app.command("reset")

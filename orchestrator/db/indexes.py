@@ -44,7 +44,6 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine, text
 
-from orchestrator.db.models import TENANT_INDEX_PREFIX
 from orchestrator.errors import BadInput, NotFound
 
 FLAT_BELOW_ROWS = 50_000
@@ -157,86 +156,131 @@ def vchordrq_step(schema: str, name: str, definition: str, vectors: int) -> Inde
          f"alter index {schema}.{fresh} rename to {name}", *probes])
 
 
-LIVE_CHUNK_INDEX = "sources.ix_chunks_embedding_hnsw"
-# Where a tenant's own index starts to pay (docs/recall.md: at 100k chunks the shared index
+# Where a tenant's own indexes start to pay (docs/recall.md: at 100k chunks the shared index
 # finds 0.95-0.99 of a 30,000-chunk tenant's exact top 40; at 300k, 0.94 of a 90,000 one's).
 TENANT_INDEX_WORTH_CHUNKS = 50_000
 
 
-def tenant_index_name(tenant_id: uuid.UUID) -> str:
-    """The name of ``tenant_id``'s own vector index (recall finds it by this rule)."""
-    return f"{TENANT_INDEX_PREFIX}{tenant_id.hex}"
+def tenant_index_name(tenant_id: uuid.UUID, table: str = "chunks") -> str:
+    """The name of ``tenant_id``'s own vector index on ``table`` (recall finds the chunks'
+    one by this rule: ``recall.plans.tenant_size``)."""
+    return f"ix_{table}_embedding_t_{tenant_id.hex}"
 
 
 @dataclass(frozen=True)
-class TenantIndex:
-    """A tenant, its embedded chunks and its own vector index, if it has one."""
+class LiveIndex:
+    """A shared vector index a recall lane searches: every tenant's rows of one table."""
 
-    org: str
-    tenant_id: uuid.UUID
-    chunks: int
-    index: str | None  # schema-qualified, when it exists
+    schema: str
+    table: str
+    name: str
+    definition: str
+
+
+def live_vector_indexes(conn: Connection) -> list[LiveIndex]:
+    """The shared HNSW indexes over ``embedding`` in Engram's schemas (the chunks' last:
+    recall switches a tenant to its own indexes when the chunks' one appears)."""
+    rows = conn.execute(text(
+        "select n.nspname, t.relname, c.relname, pg_get_indexdef(c.oid) from pg_index i "
+        "join pg_class c on c.oid = i.indexrelid join pg_class t on t.oid = i.indrelid "
+        "join pg_namespace n on n.oid = c.relnamespace join pg_am am on am.oid = c.relam "
+        "join pg_attribute a on a.attrelid = i.indrelid and a.attnum = i.indkey[0] "
+        "where am.amname = 'hnsw' and i.indnatts = 1 and a.attname = 'embedding' "
+        "and i.indpred is null and n.nspname = any(:schemas) "
+        "order by t.relname = 'chunks', n.nspname, t.relname"),
+        {"schemas": list(ENGRAM_SCHEMAS)}).all()
+    return [LiveIndex(str(a), str(b), str(c), str(d)) for a, b, c, d in rows]
+
+
+@dataclass(frozen=True)
+class OwnIndex:
+    name: str  # schema-qualified
     valid: bool
     size_bytes: int
 
 
+@dataclass(frozen=True)
+class TenantIndex:
+    """A tenant, its embedded chunks and its own vector indexes (by qualified name)."""
+
+    org: str
+    tenant_id: uuid.UUID
+    chunks: int
+    own: dict[str, OwnIndex]
+
+    @property
+    def chunk_index(self) -> OwnIndex | None:
+        return self.own.get(f"sources.{tenant_index_name(self.tenant_id)}")
+
+
 def tenant_indexes(conn: Connection) -> list[TenantIndex]:
-    """Every tenant, largest first: embedded chunks and its own vector index (as the
+    """Every tenant, largest first: embedded chunks and its own vector indexes (as the
     migrating role: the counts read every tenant's rows)."""
     rows = conn.execute(text(
-        "select t.org_id, t.id, coalesce(n.chunks, 0), x.relname, i.indisvalid and i.indisready, "
-        "coalesce(pg_relation_size(x.oid), 0) from auth.tenants t "
+        "select t.org_id, t.id, coalesce(n.chunks, 0) from auth.tenants t "
         "left join (select tenant_id, count(*) as chunks from sources.chunks "
         "           where embedding is not null group by tenant_id) n on n.tenant_id = t.id "
-        "left join pg_class x on x.relnamespace = 'sources'::regnamespace "
-        "      and x.relname = :prefix || replace(t.id::text, '-', '') "
-        "left join pg_index i on i.indexrelid = x.oid "
-        "order by 3 desc, 1"), {"prefix": TENANT_INDEX_PREFIX}).all()
+        "order by 3 desc, 1")).all()
+    own: dict[str, dict[str, OwnIndex]] = {}
+    for schema, name, valid, size in conn.execute(text(
+            "select n.nspname, c.relname, i.indisvalid and i.indisready, pg_relation_size(c.oid) "
+            "from pg_index i join pg_class c on c.oid = i.indexrelid "
+            "join pg_namespace n on n.oid = c.relnamespace "
+            "where c.relname ~ '_embedding_t_[0-9a-f]{32}$' and n.nspname = any(:schemas)"),
+            {"schemas": list(ENGRAM_SCHEMAS)}):
+        own.setdefault(str(name)[-32:], {})[f"{schema}.{name}"] = OwnIndex(
+            f"{schema}.{name}", bool(valid), int(size))
     return [TenantIndex(str(org), uuid.UUID(str(tid)), int(chunks),
-                        None if name is None else f"sources.{name}", bool(valid), int(size))
-            for org, tid, chunks, name, valid, size in rows]
+                        own.get(uuid.UUID(str(tid)).hex, {}))
+            for org, tid, chunks in rows]
 
 
-def tenant_index_step(conn: Connection, org: str, *, drop: bool = False) -> IndexStep:
-    """What ``engram db tenant-index ORG`` does: build ``org``'s own vector index (the live
-    chunk index's definition, partial on the tenant), or drop it (``drop``). An invalid one,
-    left by a failed concurrent build, is dropped first."""
+def tenant_index_steps(conn: Connection, org: str, *, drop: bool = False) -> list[IndexStep]:
+    """What ``engram db tenant-index ORG`` does: build ``org``'s own vector index beside each
+    shared one (its definition, partial on the tenant; the chunks' last), or drop them
+    (``drop``; the chunks' first). One that exists and is valid is left alone; an invalid
+    one, left by a failed concurrent build, is dropped and built again. Empty: nothing to
+    do."""
     found = next((t for t in tenant_indexes(conn) if t.org == org), None)
     if found is None:
         raise NotFound(f"no tenant '{org}' (`engram db tenant-index` with no name lists them)")
-    name = f"sources.{tenant_index_name(found.tenant_id)}"
     if drop:
-        if found.index is None:
-            return IndexStep(name, "hnsw", f"tenant '{org}' has no own vector index: nothing to drop")
-        return IndexStep(name, "hnsw", f"drop the own vector index of tenant '{org}'",
-                         [f"drop index concurrently if exists {name}"])
+        chunks = f"sources.{tenant_index_name(found.tenant_id)}"
+        names = sorted(found.own, key=lambda n: (n != chunks, n))
+        return [IndexStep(n, "hnsw", f"drop the own vector index of tenant '{org}'",
+                          [f"drop index concurrently if exists {n}"]) for n in names]
     tier = index_tier(conn)
     if tier != "pgvector":
         raise BadInput(f"the index tier is {tier}: its vchordrq index prefilters by tenant "
                        "(vchordrq.prefilter), so a tenant's own vector index is for the pgvector "
                        "tier only (docs/database.md)")
-    definition = conn.execute(text(
-        "select pg_get_indexdef(to_regclass(:live))"), {"live": LIVE_CHUNK_INDEX}).scalar()
-    if not definition:
-        raise NotFound(f"the chunks' vector index {LIVE_CHUNK_INDEX} is missing: run "
-                       "`engram db migrate` (or `engram db reindex`) first")
-    own = tenant_index_name(found.tenant_id)
-    create = (re.sub(r"^CREATE INDEX \S+ ON ", f"CREATE INDEX CONCURRENTLY {own} ON ",
-                     str(definition))
-              + f" WHERE (tenant_id = '{found.tenant_id}'::uuid)")
-    if found.index is not None and found.valid:
-        return IndexStep(name, "hnsw", f"tenant '{org}' already has its own vector index "
-                         f"({found.size_bytes / 2**20:.1f} MiB): nothing to build")
-    statements = [create]
-    reason = f"build for tenant '{org}' ({found.chunks:,} embedded chunks)"
-    if found.chunks < TENANT_INDEX_WORTH_CHUNKS:
-        reason += (f"; below about {TENANT_INDEX_WORTH_CHUNKS:,} chunks the shared index serves "
-                   "a tenant about as well (docs/database.md), and every chunk it writes will "
-                   "go into both")
-    if found.index is not None:
-        statements.insert(0, f"drop index concurrently if exists {name}")
-        reason += "; the invalid one a failed build left is dropped first"
-    return IndexStep(name, "hnsw", reason, statements)
+    live = live_vector_indexes(conn)
+    if not any(x.table == "chunks" and x.schema == "sources" for x in live):
+        raise NotFound("the chunks' shared vector index is missing: run `engram db migrate` "
+                       "(or `engram db reindex`) first")
+    steps: list[IndexStep] = []
+    for x in live:
+        short = tenant_index_name(found.tenant_id, x.table)
+        name = f"{x.schema}.{short}"
+        have = found.own.get(name)
+        if have is not None and have.valid:
+            continue
+        create = (re.sub(r"^CREATE INDEX \S+ ON ", f"CREATE INDEX CONCURRENTLY {short} ON ",
+                         x.definition)
+                  + f" WHERE (tenant_id = '{found.tenant_id}'::uuid)")
+        reason = f"build for tenant '{org}' beside {x.schema}.{x.name}"
+        if x.table == "chunks":
+            reason += f" ({found.chunks:,} embedded chunks)"
+            if found.chunks < TENANT_INDEX_WORTH_CHUNKS:
+                reason += (f"; below about {TENANT_INDEX_WORTH_CHUNKS:,} chunks the shared "
+                           "indexes serve a tenant about as well (docs/database.md), and every "
+                           "row it writes will go into both")
+        statements = [create]
+        if have is not None:
+            statements.insert(0, f"drop index concurrently if exists {name}")
+            reason += "; the invalid one a failed build left is dropped first"
+        steps.append(IndexStep(name, "hnsw", reason, statements))
+    return steps
 
 
 Progress = Callable[[str, int, int, str], None]

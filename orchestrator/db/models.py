@@ -7,6 +7,7 @@ comparison after ``upgrade head`` and fails on any difference.
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import datetime
 from typing import Any
@@ -40,10 +41,16 @@ TIER_INDEXES = frozenset({
     "ix_chunks_embedding_vchordrq", "ix_chunks_bm25",
     "ix_chunks_embedding_hnsw", "ix_chunks_tenant_id_lexical",
 })
-# A tenant's own vector index (`engram db tenant-index`, orchestrator/db/indexes.py): this
-# prefix and the tenant id's 32 hex digits. Built by a DBA per tenant; the drift check
-# leaves them out too.
+# A tenant's own vector indexes (`engram db tenant-index`, orchestrator/db/indexes.py):
+# ix_<table>_embedding_t_ and the tenant id's 32 hex digits (recall looks for the chunks'
+# one by this prefix). Built by a DBA per tenant, and copied for a model change (the shadow
+# column's name is in theirs); the drift check leaves them out too.
 TENANT_INDEX_PREFIX = "ix_chunks_embedding_t_"
+_TENANT_INDEX = re.compile(r"^ix_\w+_embedding_(?:next_)?t_[0-9a-f]{28,32}$")
+
+
+def is_tenant_index(name: str | None) -> bool:
+    return bool(name and _TENANT_INDEX.match(name))
 
 EMBEDDING_DIMENSION = 384
 

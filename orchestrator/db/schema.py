@@ -20,7 +20,7 @@ import orchestrator.db.rank_models
 import orchestrator.db.worker_models
 import orchestrator.recall.tables  # noqa: F401
 from orchestrator.db import models
-from orchestrator.db.models import TENANT_INDEX_PREFIX, TIER_INDEXES, metadata
+from orchestrator.db.models import TIER_INDEXES, is_tenant_index, metadata
 
 # Domain modules register their tables by being imported above (one line each).
 
@@ -36,8 +36,7 @@ def include_object(obj: Any, name: str | None, type_: str, reflected: bool,
     that a DBA built for one tenant (``engram db tenant-index``)."""
     if type_ == "table":
         return bool(obj.schema in ENGRAM_SCHEMAS)
-    return not (type_ == "index" and (name in TIER_INDEXES
-                                      or (name or "").startswith(TENANT_INDEX_PREFIX)))
+    return not (type_ == "index" and (name in TIER_INDEXES or is_tenant_index(name)))
 
 
 def include_name(name: str | None, type_: str, parent_names: Any) -> bool:

@@ -334,6 +334,14 @@ class _Builder:
         t = table.__table__.c
         return exists().where(t.tenant_id == self.tenant)
 
+    def own(self, columns: Any) -> list[Any]:
+        """For a tenant with its own vector indexes (plans.py), its id as a literal beside
+        the tenant filter of a lane ordered by embedding distance: the only form of a partial
+        index's predicate a reused plan can prove. Nothing for everyone else."""
+        if self.own_index is None:
+            return []
+        return [columns.tenant_id == literal_column(f"'{uuid.UUID(str(self.own_index))}'::uuid")]
+
     def weight(self, lane: str) -> Any:
         boosted = [m for m, lanes in MODE_LANES.items() if lane in lanes]
         if not boosted:
@@ -360,13 +368,9 @@ class _Builder:
         rows: list[Select[Any]] = []
 
         if s.dense:
-            # A tenant with its own vector index (plans.py): its id as a literal, the only
-            # form of the partial index's predicate a reused plan can prove.
-            own = ([] if self.own_index is None else
-                   [c.tenant_id == literal_column(f"'{uuid.UUID(str(self.own_index))}'::uuid")])
             dense = _ranked(
                 select(c.id.label("chunk_id"), c.document_id, distance.label("distance"))
-                .where(c.tenant_id == tenant, c.embedding.is_not(None), *own)
+                .where(c.tenant_id == tenant, c.embedding.is_not(None), *self.own(c))
                 .order_by(distance).limit(lim.dense_k),
                 "dense", ("distance", "chunk_id"))
             rows.append(select(dense.c.chunk_id, dense.c.document_id, literal("dense").label("lane"),
@@ -689,7 +693,7 @@ class _Builder:
             candidates = (
                 select(content.id.label("content_id"), distance.label("distance"))
                 .where(self.holds(FactContent), content.tenant_id == tenant,
-                       content.embedding.is_not(None))
+                       content.embedding.is_not(None), *self.own(content))
                 .order_by(distance).limit(lim.fact_k)
                 .cte("fact_candidates")
             )
@@ -826,7 +830,7 @@ class _Builder:
         distance = self.distance(t.embedding)
         inner = (select(t.id, distance.label("distance"), *extra)
                  .where(self.holds(table), t.tenant_id == self.tenant, t.embedding.is_not(None),
-                        *where)
+                        *self.own(t), *where)
                  .order_by(distance).limit(k))
         return _ranked(inner, f"{lane}_lane", ("distance", "id"))
 

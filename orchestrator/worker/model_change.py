@@ -70,6 +70,8 @@ from orchestrator.worker.registry import (
 log = logging.getLogger("engram.worker.models")
 
 SHADOW = "embedding_next"
+# PostgreSQL's longest identifier (NAMEDATALEN - 1); Engram's index names are ASCII.
+NAME_BYTES = 63
 SHADOW_AT = "embedded_next_at"
 Progress = Callable[[int, int, str | None], None]
 
@@ -600,7 +602,9 @@ def _dependent_views(conn: Connection, table: str, column: str) -> list[_View]:
 
 
 def shadow_index_name(live: str) -> str:
-    """``ix_chunks_embedding_hnsw`` -> ``ix_chunks_embedding_next_hnsw``."""
+    """``ix_chunks_embedding_hnsw`` -> ``ix_chunks_embedding_next_hnsw``, cut to the 63 bytes
+    PostgreSQL keeps of a name (it cuts the CREATE's name the same way: a tenant's own index
+    on ``working_memory`` is 62 characters before the shadow column's name goes in)."""
     if "_embedding_" in live:
-        return live.replace("_embedding_", f"_{SHADOW}_", 1)
-    return f"{live}_next"
+        return live.replace("_embedding_", f"_{SHADOW}_", 1)[:NAME_BYTES]
+    return f"{live}_next"[:NAME_BYTES]
