@@ -729,11 +729,12 @@ def lane_shapes() -> dict[str, PlanShape]:
 
 
 def lanes_apart(fig: Figures, session: Session, recaller: Recaller, shapes: dict[str, PlanShape],
-                params: dict[str, Any]) -> None:
-    """Every lane as its own statement, one after another in the caller's transaction."""
+                params: dict[str, Any], own: uuid.UUID | None) -> None:
+    """Every lane as its own statement, one after another in the caller's transaction (over
+    the tenant's own vector indexes where it has them, as its recall)."""
     total = 0.0
     for lane, shape in shapes.items():
-        ms, _ = run_ms(session, recaller.statement(shape), params)
+        ms, _ = run_ms(session, recaller.statement(shape, own_index=own), params)
         fig.lane_ms[lane].append(ms)
         if lane != "timeline":
             total += ms
@@ -866,7 +867,8 @@ def measure(label: str, t: Tenant, recallers: dict[str, Recaller], embedder: Any
         # The two source lanes alone as the superuser (their engram_app times are in lanes_apart).
         with superuser_session(admin, reader, su_settings) as s:
             for lane in ("dense", "lexical"):
-                ms, _ = run_ms(s, any_recaller.statement(shapes[lane]), params)
+                ms, _ = run_ms(s, any_recaller.statement(shapes[lane], own_index=size.own_index),
+                               params)
                 fig.lane_su_ms[lane].append(ms)
         a, b = Counter(map(row_key, got["app"])), Counter(map(row_key, got["su"]))
         if a == b:
@@ -877,11 +879,11 @@ def measure(label: str, t: Tenant, recallers: dict[str, Recaller], embedder: Any
         # One statement vs its lanes apart, in one bound transaction.
         with bound_session(app, reader, settings=plan) as s:
             if i % 2:
-                lanes_apart(fig, s, any_recaller, shapes, params)
+                lanes_apart(fig, s, any_recaller, shapes, params, size.own_index)
             ms, _ = run_ms(s, full, params)
             fig.one_ms.append(ms)
             if not i % 2:
-                lanes_apart(fig, s, any_recaller, shapes, params)
+                lanes_apart(fig, s, any_recaller, shapes, params, size.own_index)
         fig.queries += 1
     # Where the RLS difference goes: planning vs execution (EXPLAIN ANALYZE), both roles.
     for q in questions[:3]:
