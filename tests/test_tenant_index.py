@@ -231,3 +231,16 @@ def test_the_vectorchord_tier_refuses_a_tenant_index(tenant_factory: Any, app_en
         with pytest.raises(BadInput, match="for the pgvector tier only"):
             indexes.tenant_index_steps(conn, t.org_id)
         conn.rollback()
+
+
+def test_the_list_over_an_own_index_is_the_schedules_at_most_its_cap(settings: Any) -> None:
+    """A graph of the tenant's rows alone needs no longer list than the shared one: the size
+    schedule's ef_search, capped at recall_ef_search_own_index."""
+    someone = uuid.uuid4()
+    schedule = {0: 200, 4000: 800, 50000: 1000}
+    s = settings.model_copy(update={"recall_ef_search_by_chunks": schedule,
+                                    "recall_ef_search_own_index": 800})
+    assert [transaction_settings(TenantSize(n, someone), s)["hnsw.ef_search"]
+            for n in (3000, 20000, 90000)] == ["200", "800", "800"]
+    assert [transaction_settings(TenantSize(n), s)["hnsw.ef_search"]
+            for n in (3000, 20000, 90000)] == ["200", "800", "1000"]

@@ -126,8 +126,9 @@ class Settings(BaseSettings):
     # exact top 40 at 200, 0.89-0.98 at 800; smaller tenants are read exactly by the planner.
     recall_ef_search_by_chunks: dict[int, int] = Field(
         default_factory=lambda: {0: 200, 4000: 800, 50000: 1000})
-    # The list over a tenant's own vector indexes (`engram db tenant-index`): those graphs
-    # hold only the tenant's rows, so no candidate is spent on another tenant. Measured at
+    # The longest list over a tenant's own vector indexes (`engram db tenant-index`; the
+    # schedule above, capped): those graphs hold only the tenant's rows, so no candidate is
+    # spent on another tenant. Measured at
     # 300k chunks (docs/recall.md): the 90,000-chunk tenant's own index finds 0.885 / 0.957 /
     # 0.977 / 0.987 / 0.992 of the exact top 40 at 200 / 400 / 600 / 800 / 1,000 (lane 13-27
     # ms); the shared index 0.946 at 1,000 (79 ms).

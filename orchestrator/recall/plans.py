@@ -27,17 +27,18 @@ reads anyway), read under the caller's identity when the cached class of the ten
 is older than ``recall_size_ttl_s``; the count chooses a plan and a setting, and is
 never shown to anyone.
 
-**A tenant's own vector index.** A tenant holding a large share of a large corpus filtered
-out of the one HNSW graph over every tenant's chunks finds about 0.94 of the exact top 40
-even at pgvector's longest list (``ef_search`` 1,000). ``engram db tenant-index ORG`` builds
-a partial HNSW index holding that tenant's chunks only (``indexes.tenant_index_name``). The
-same count read finds whether the caller's tenant has one (valid and ready); if so, the
-recall's text names the tenant's id as a literal in the dense lane (the planner can use a
-partial index only when the query implies its predicate, and a reused plan has no values
-for parameters), so that tenant gets its own prepared statement per class, and its list
-is ``recall_ef_search_own_index``. The literal is only ever the caller's own tenant (read
-under its identity), beside the ``auth.tenant_id()`` filter and RLS that hold as always: a
-wrong one would empty the lane, never widen it.
+**A tenant's own vector indexes.** A tenant holding a large share of a large corpus,
+filtered out of the one HNSW graph over every tenant's chunks, finds about 0.94 of the
+exact top 40 even at pgvector's longest list (``ef_search`` 1,000). ``engram db
+tenant-index ORG`` builds partial HNSW indexes holding that tenant's rows only, one beside
+each shared one (``indexes.tenant_index_name``). The same count read finds whether the
+caller's tenant has the chunks' one (valid and ready); if so, the recall's text names the
+tenant's id as a literal in every vector lane (the planner can use a partial index only
+when the query implies its predicate, and a reused plan has no values for parameters), so
+that tenant gets its own prepared statement per class, and its list is the schedule's, at
+most ``recall_ef_search_own_index``. The literal is only ever the caller's own tenant
+(read under its identity), beside the ``auth.tenant_id()`` filter and RLS that hold as
+always: a wrong one would empty the lanes, never widen them.
 """
 
 from __future__ import annotations
@@ -139,11 +140,12 @@ class TenantSizes:
 
 def transaction_settings(chunks: int | TenantSize, settings: Settings) -> dict[str, str]:
     """What the recall transaction sets for itself: plan reuse, the dense lane's list size
-    (``recall_ef_search_own_index`` over a tenant's own index) and how long a statement may
-    run (``recall_statement_timeout_ms``)."""
+    (at most ``recall_ef_search_own_index`` over a tenant's own indexes) and how long a
+    statement may run (``recall_statement_timeout_ms``)."""
     size = chunks if isinstance(chunks, TenantSize) else TenantSize(chunks)
-    ef = (settings.recall_ef_search_own_index if size.own_index is not None
-          else ef_search_for(size.chunks, settings.recall_ef_search_by_chunks))
+    ef = ef_search_for(size.chunks, settings.recall_ef_search_by_chunks)
+    if size.own_index is not None:  # never a longer list than the shared index would get
+        ef = min(ef, settings.recall_ef_search_own_index)
     out = {"hnsw.ef_search": str(ef)}
     if settings.recall_plan_reuse:
         out["plan_cache_mode"] = "force_generic_plan"
