@@ -244,3 +244,10 @@ def test_the_list_over_an_own_index_is_the_schedules_at_most_its_cap(settings: A
             for n in (3000, 20000, 90000)] == ["200", "800", "800"]
     assert [transaction_settings(TenantSize(n), s)["hnsw.ef_search"]
             for n in (3000, 20000, 90000)] == ["200", "800", "1000"]
+
+
+def test_which_tenants_are_worth_their_own_indexes() -> None:
+    """Large and a large share: what `engram db tenant-index` marks in its list."""
+    assert indexes.worth_own_indexes(90_000, 300_000)
+    assert not indexes.worth_own_indexes(30_000, 100_000), "too small: the shared index serves it"
+    assert not indexes.worth_own_indexes(60_000, 1_000_000), "6% of the corpus: under the share the rule asks"

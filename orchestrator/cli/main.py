@@ -289,11 +289,13 @@ def db_tenant_index(
                         size = sum(x.size_bytes for x in t.own.values())
                         own = (f"{len(t.own)} of {live} ({size / 2**20:.1f} MiB"
                                f"{f', {invalid} INVALID: run this command again' if invalid else ''})")
+                    worth = (" <- worth its own indexes" if not t.own
+                             and indexes.worth_own_indexes(t.chunks, total) else "")
                     out.print(f"  {t.org}: {t.chunks:,} chunks ({t.chunks / total:.1%}), "
-                              f"own indexes {own}")
+                              f"own indexes {own}{worth}")
                 out.print(f"a tenant's own indexes pay off from about "
-                          f"{indexes.TENANT_INDEX_WORTH_CHUNKS:,} chunks that are a large "
-                          "share of the corpus (docs/database.md)")
+                          f"{indexes.TENANT_INDEX_WORTH_CHUNKS:,} chunks that are a tenth or "
+                          "more of the corpus (docs/database.md)")
                 return
             steps = indexes.tenant_index_steps(conn, org, drop=drop)
         if not steps:

@@ -159,6 +159,13 @@ def vchordrq_step(schema: str, name: str, definition: str, vectors: int) -> Inde
 # Where a tenant's own indexes start to pay (docs/recall.md: at 100k chunks the shared index
 # finds 0.95-0.99 of a 30,000-chunk tenant's exact top 40; at 300k, 0.94 of a 90,000 one's).
 TENANT_INDEX_WORTH_CHUNKS = 50_000
+TENANT_INDEX_WORTH_SHARE = 0.10
+
+
+def worth_own_indexes(chunks: int, total: int) -> bool:
+    """Whether a tenant of ``chunks`` in a corpus of ``total`` is large enough, and a large
+    enough share of the shared indexes, for its own to pay (docs/database.md)."""
+    return chunks >= TENANT_INDEX_WORTH_CHUNKS and chunks >= TENANT_INDEX_WORTH_SHARE * total
 
 
 def tenant_index_name(tenant_id: uuid.UUID, table: str = "chunks") -> str:
