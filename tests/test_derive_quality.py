@@ -251,6 +251,16 @@ def test_an_ordinary_word_that_opens_a_sentence_is_not_a_name():
     assert {notes[m.start:m.end] for m in mentioned if m.entity_type == "person"} == \
         {"non-keyword", "max"}
     assert not {e.name for s in read(doc, mentioned, context=notes) for e in s.entities}
+    # A word the tagger reads as a verb or adjective is no name, wherever it stands ("On the
+    # Stable toolchain" and "Nightly" were a person and a place); nationalities stay.
+    notes = ("### On the Stable toolchain\n\nUse the stable compiler for releases.\n\n"
+             "### On the Nightly toolchain\n\nNightly features may change.\n\n"
+             "Learn more in the guide by Ada Lovelace. French and Korean translations ship.\n")
+    doc = load_spacy()(notes)
+    mentioned = SpacyEntities("x").mentions([notes], [doc])[0]
+    assert {"Stable", "Nightly"} <= {notes[m.start:m.end] for m in mentioned}
+    assert {e.name for s in read(doc, mentioned, context=notes) for e in s.entities} == \
+        {"Ada Lovelace", "French", "Korean"}
     # The gates off read every mention as before.
     doc = load_spacy()(text)
     ungated = {e.name for s in read(doc, mentions, gates=False) for e in s.entities}

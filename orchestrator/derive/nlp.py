@@ -61,11 +61,12 @@ ENTITY_TYPES = {
 }
 # Bumped whenever the rules below change what a chunk yields, so every chunk read under
 # older rules is read again (its stale claims retracted, the new ones written).
-RULES_VERSION = "rules-7"  # 4: markup masked over the whole document (stop 25); 5: a claim's
+RULES_VERSION = "rules-8"  # 4: markup masked over the whole document (stop 25); 5: a claim's
 # sentence keeps its inline code, and a blank line ends a sentence (stop 26); 6: inline code
 # that wraps over a line break is code, MyST roles and targets are markup, no name or sentence
 # runs over two Markdown blocks, names lose trailing punctuation and a leading "E.g." (stop 27);
-# 7: a one-word name that is an ordinary word is not an entity (``_common_word``, stop 28)
+# 7: a one-word name that is an ordinary word is not an entity (``_common_word``, stop 28);
+# 8: nor is one the tagger reads as a verb, adjective, adverb or interjection (stop 31)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -214,6 +215,13 @@ def _vocabulary(text: str) -> tuple[frozenset[str], frozenset[str]]:
             frozenset(_INSIDE.findall(text)))
 
 
+# Tags of a word that is no name: verbs, adjectives, adverbs, interjections ("Getting
+# Help", "Broken pipe", "Nightly builds"). A nationality or language is an adjective and a
+# name at once ("French", "Korean": NER's NORP, Engram's "group"), so a group keeps it.
+_ORDINARY_TAGS = frozenset({"VB", "VBD", "VBG", "VBN", "VBP", "VBZ", "JJ", "JJR", "JJS",
+                            "RB", "RBR", "RBS", "UH"})
+
+
 def _common_word(span: Any, entity_type: str, context: str | None = None) -> bool:
     """Whether a one-word mention is an ordinary word, not a name: API references and
     release notes open sentences with capitalised verbs and nouns ("Listens once to the
@@ -221,8 +229,11 @@ def _common_word(span: Any, entity_type: str, context: str | None = None) -> boo
     reported"), which the small NER model types as people. Such a word is capitalised
     like a name, but ``context`` (the whole document, masked as the chunk was; else the
     chunk) writes it in lower case and never capitalises it inside a sentence (a name is
-    capitalised wherever it stands: "developing Cargo itself"). The tagger is no witness:
-    it reads a speaker's name before a colon ("Joanna: ...") as a common noun. A person's
+    capitalised wherever it stands: "developing Cargo itself"). A word the tagger reads as
+    a verb, adjective, adverb or interjection is ordinary wherever it stands ("Getting
+    Help", "Repaired the parser"), except a nationality or language. The tagger is no
+    witness for nouns: it reads a speaker's name before a colon ("Joanna: ...") as a common
+    noun. A person's
     name is never all lower case ("max", "non-keyword"). Acronyms (CPU, LLVM) and inner capitals (GitHub,
     IPv6) are shapes no ordinary word has, and are kept."""
     if span.text.islower() and span.text.replace("-", "").isalpha():
@@ -235,6 +246,8 @@ def _common_word(span: Any, entity_type: str, context: str | None = None) -> boo
         return False
     if not (word[0].isupper() and word[1:].islower()):
         return False
+    if token.tag_ in _ORDINARY_TAGS and entity_type != "group":
+        return True  # "Repaired", "Suppress", "Nightly": a verb or adjective, not a name
     lower, inside = _vocabulary(context if context is not None else token.doc.text)
     return word.lower() in lower and word not in inside
 
