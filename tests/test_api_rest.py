@@ -127,7 +127,7 @@ def test_prepare_refusals_are_documented_and_run_nothing(api_server: ApiServer, 
     # NaN was taken for a float, a NUL was left for the recall to refuse.
     for raw, says in ((b"[" * 5000 + b"]" * 5000, "nested more than"),
                       (b'{"question": "x", "budgetTokens": NaN}', "NaN, which is not a JSON number"),
-                      (b'{"question": "a\u0000b"}', "NUL")):
+                      (rb'{"question": "a\u0000b"}', "NUL")):
         refused(httpx.post(f"{api_server.url}{PREPARE}", content=raw, timeout=10,
                            headers={"authorization": f"Bearer {token}",
                                     "content-type": "application/json"}), 400, says)
