@@ -795,7 +795,7 @@ def measure(label: str, t: Tenant, recallers: dict[str, Recaller], embedder: Any
     full = any_recaller.statement(FULL_PLAN, size_class(visible), size.own_index)
     plan = transaction_settings(size, settings)
     su_settings = [*role_settings, *plan.items()]
-    own = "" if size.own_index is None else ", the tenant's own vector index"
+    own = "" if size.own_index is None else ", the tenant's own vector indexes"
     fig.plan_note = (f"size class {size_class(visible)} ({visible} visible chunks{own}); "
                      + ", ".join(f"{k}={v}" for k, v in plan.items()))
     for i, q in enumerate(questions):

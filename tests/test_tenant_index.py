@@ -112,7 +112,7 @@ def test_a_tenant_with_its_own_index_is_served_from_it_and_serves_the_same_rows(
 
     fresh = recaller_with(app_engine, settings, embedder)  # no size cached: finds the index
     _, trace = fresh.trace(ra, question)
-    assert "the tenant's own vector index" in trace.plan_note
+    assert "the vector lanes over the tenant's own vector indexes" in trace.plan_note
     assert [c.key for c in trace.pools["dense"]] == before["a"]
     _, trace = fresh.trace(rb, question)
     assert "own vector index" not in trace.plan_note

@@ -515,15 +515,15 @@ class Recaller:
                     session.execute(select(*(func.set_config(name, value, True) for name, value
                                              in transaction_settings(size, s).items())))
                 klass = size_class(size.chunks)
-                own = ("" if size.own_index is None or not shape.dense else
-                       ", the dense lane over the tenant's own vector index")
+                own = ("" if size.own_index is None else
+                       ", the vector lanes over the tenant's own vector indexes")
                 trace.plan_note = (f"tenant size class {klass} ({size.chunks} visible chunks in "
                                    f"the statistics){own}, "
                                    + ("reused plan" if s.recall_plan_reuse
                                       else "planned for this call"))
                 with prepared_at_once(connection):
                     rows = _loaded(connection.exec_driver_sql(
-                        self.sql(shape, klass, size.own_index if shape.dense else None),
+                        self.sql(shape, klass, size.own_index),
                         {"question": req.question, "query_embedding": vector_text(vector),
                          "mode": req.mode, "session": req.session}))
             if rows and rows[0][MODEL_GENERATION] != model.generation:
