@@ -630,24 +630,20 @@ def own_index(admin: Engine, org: str, on: bool) -> str:
     """Build (``on``) or drop the tenant's own vector index (``engram db tenant-index``'s
     steps); says what the run measures. The peer's function gets the tenant as a value in a
     custom plan, so it can use that index too."""
+    from orchestrator.admin import tenant_id
     from orchestrator.db import indexes
 
     with admin.connect() as conn:
         steps = indexes.tenant_index_steps(conn, org, drop=not on)
+        tenant = tenant_id(conn, org)
     took = indexes.run(admin, steps) if steps else []
     done = (f" ({len(took)} {'built' if on else 'dropped'} in {sum(t for _, t in took):.1f}s)"
             if took else "")
     if on:
-        return (f"{indexes.tenant_index_name(tenant_id_of(admin, org))} and one on each memory "
+        return (f"{indexes.tenant_index_name(tenant)} and one on each memory "
                 f"table{done}: recall names the tenant in its vector lanes; the peer's custom "
                 "plan can use the chunks' one too")
     return f"none{done}: the tenant's vector lanes filter the shared HNSW indexes"
-
-
-def tenant_id_of(admin: Engine, org: str) -> uuid.UUID:
-    with admin.connect() as conn:
-        return uuid.UUID(str(conn.execute(text("select id from auth.tenants where org_id = :o"),
-                                          {"o": org}).scalar_one()))
 
 
 def create_peer(admin: Engine) -> None:

@@ -22,7 +22,7 @@ from orchestrator.audit.receipts import append_served, chain_receipts, verify_re
 from orchestrator.db.engine import make_app_engine
 from orchestrator.db.session import bound_session
 from orchestrator.recall import FULL_PLAN
-from orchestrator.recall.plans import size_class, visible_chunks
+from orchestrator.recall.plans import size_class, tenant_size
 from orchestrator.recall.query_cache import QueryEmbeddingCache
 from orchestrator.recall.service import vector_text
 from tests.support.provenance import auditor_engine
@@ -69,7 +69,7 @@ def test_a_reused_plan_returns_the_fresh_plans_rows_for_two_tenants_and_two_scop
 
         def klass(reader: Any) -> int:
             with bound_session(engine, reader) as s:
-                return size_class(visible_chunks(s))
+                return size_class(tenant_size(s).chunks)
 
         reused: dict[int, list[tuple[str, str, float]]] = {}
         for _ in range(3):  # psycopg prepares a statement the fifth time a connection sends it

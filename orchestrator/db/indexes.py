@@ -22,13 +22,14 @@ command again after a failure finishes the job. ``run`` executes a plan on an au
 connection while a second connection reads ``pg_stat_progress_create_index`` for the
 progress bar.
 
-**A tenant's own vector index** (``engram db tenant-index``, pgvector tier). One HNSW graph
-holds every tenant's chunks; a tenant's dense lane walks it and keeps its own rows. For a
-tenant with a large share of a large corpus that filter costs recall: at 300k chunks the
-90,000-chunk tenant finds 0.94 of the exact top 40 at pgvector's longest list. A partial
-HNSW index with the live index's own definition and ``WHERE tenant_id = '<id>'`` holds that
-tenant's chunks only; recall finds it (``recall.plans.tenant_size``) and names the tenant in
-its dense lane so the planner can use it. Built ``CONCURRENTLY``; every chunk the tenant
+**A tenant's own vector indexes** (``engram db tenant-index``, pgvector tier). One HNSW
+graph per table holds every tenant's rows; a tenant's vector lanes walk it and keep their
+own rows. For a tenant with a large share of a large corpus that filter costs recall: at
+300k chunks the 90,000-chunk tenant finds 0.94 of the exact top 40 at pgvector's longest
+list. Beside each shared index, a partial one with its definition and ``WHERE tenant_id =
+'<id>'`` holds that tenant's rows only (``models.tenant_index_name``); recall finds the
+chunks' one (``recall.plans.tenant_size``) and names the tenant in its vector lanes so the
+planner can use them. Built ``CONCURRENTLY``, the chunks' last; every row the tenant
 writes afterwards goes into both graphs.
 """
 
@@ -44,6 +45,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine, text
 
+from orchestrator.db.models import tenant_index_name
 from orchestrator.errors import BadInput, NotFound
 
 FLAT_BELOW_ROWS = 50_000
@@ -168,12 +170,6 @@ def worth_own_indexes(chunks: int, total: int) -> bool:
     return chunks >= TENANT_INDEX_WORTH_CHUNKS and chunks >= TENANT_INDEX_WORTH_SHARE * total
 
 
-def tenant_index_name(tenant_id: uuid.UUID, table: str = "chunks") -> str:
-    """The name of ``tenant_id``'s own vector index on ``table`` (recall finds the chunks'
-    one by this rule: ``recall.plans.tenant_size``)."""
-    return f"ix_{table}_embedding_t_{tenant_id.hex}"
-
-
 @dataclass(frozen=True)
 class LiveIndex:
     """A shared vector index a recall lane searches: every tenant's rows of one table."""
@@ -215,19 +211,16 @@ class TenantIndex:
     chunks: int
     own: dict[str, OwnIndex]
 
-    @property
-    def chunk_index(self) -> OwnIndex | None:
-        return self.own.get(f"sources.{tenant_index_name(self.tenant_id)}")
 
-
-def tenant_indexes(conn: Connection) -> list[TenantIndex]:
-    """Every tenant, largest first: embedded chunks and its own vector indexes (as the
-    migrating role: the counts read every tenant's rows)."""
+def tenant_indexes(conn: Connection, org: str | None = None) -> list[TenantIndex]:
+    """Every tenant (or only ``org``), largest first: embedded chunks and its own vector
+    indexes (as the migrating role: the counts read the tenants' rows)."""
     rows = conn.execute(text(
-        "select t.org_id, t.id, coalesce(n.chunks, 0) from auth.tenants t "
-        "left join (select tenant_id, count(*) as chunks from sources.chunks "
-        "           where embedding is not null group by tenant_id) n on n.tenant_id = t.id "
-        "order by 3 desc, 1")).all()
+        "select t.org_id, t.id, n.chunks from auth.tenants t "
+        "cross join lateral (select count(*) as chunks from sources.chunks c "
+        "                    where c.tenant_id = t.id and c.embedding is not null) n "
+        "where cast(:org as text) is null or t.org_id = :org "
+        "order by 3 desc, 1"), {"org": org}).all()
     own: dict[str, dict[str, OwnIndex]] = {}
     for schema, name, valid, size in conn.execute(text(
             "select n.nspname, c.relname, i.indisvalid and i.indisready, pg_relation_size(c.oid) "
@@ -248,7 +241,7 @@ def tenant_index_steps(conn: Connection, org: str, *, drop: bool = False) -> lis
     (``drop``; the chunks' first). One that exists and is valid is left alone; an invalid
     one, left by a failed concurrent build, is dropped and built again. Empty: nothing to
     do."""
-    found = next((t for t in tenant_indexes(conn) if t.org == org), None)
+    found = next(iter(tenant_indexes(conn, org)), None)
     if found is None:
         raise NotFound(f"no tenant '{org}' (`engram db tenant-index` with no name lists them)")
     if drop:

@@ -43,13 +43,19 @@ TIER_INDEXES = frozenset({
 })
 # A tenant's own vector indexes (`engram db tenant-index`, orchestrator/db/indexes.py):
 # ix_<table>_embedding_t_ and the tenant id's 32 hex digits (recall looks for the chunks'
-# one by this prefix). Built by a DBA per tenant, and copied for a model change (the shadow
-# column's name is in theirs); the drift check leaves them out too.
+# one by TENANT_INDEX_PREFIX). Built by a DBA per tenant, and copied for a model change (the
+# shadow column's name is in theirs, cut to 63 bytes); the drift check leaves them out too.
 TENANT_INDEX_PREFIX = "ix_chunks_embedding_t_"
 _TENANT_INDEX = re.compile(r"^ix_\w+_embedding_(?:next_)?t_[0-9a-f]{28,32}$")
 
 
+def tenant_index_name(tenant_id: uuid.UUID, table: str = "chunks") -> str:
+    """The name of ``tenant_id``'s own vector index on ``table``."""
+    return f"ix_{table}_embedding_t_{tenant_id.hex}"
+
+
 def is_tenant_index(name: str | None) -> bool:
+    """Whether ``name`` is a tenant's own vector index (or its copy during a model change)."""
     return bool(name and _TENANT_INDEX.match(name))
 
 EMBEDDING_DIMENSION = 384

@@ -31,7 +31,7 @@ never shown to anyone.
 filtered out of the one HNSW graph over every tenant's chunks, finds about 0.94 of the
 exact top 40 even at pgvector's longest list (``ef_search`` 1,000). ``engram db
 tenant-index ORG`` builds partial HNSW indexes holding that tenant's rows only, one beside
-each shared one (``indexes.tenant_index_name``). The same count read finds whether the
+each shared one (``models.tenant_index_name``). The same count read finds whether the
 caller's tenant has the chunks' one (valid and ready); if so, the recall's text names the
 tenant's id as a literal in every vector lane (the planner can use a partial index only
 when the query implies its predicate, and a reused plan has no values for parameters), so
@@ -77,28 +77,19 @@ def ef_search_for(chunks: int, table: Mapping[int, int]) -> int:
     return chosen
 
 
-def visible_chunks(session: Session) -> int:
-    """Chunks the bound identity may see (the BM25 lane's N), one index probe per scope set."""
-    total = session.execute(select(cast(func.coalesce(func.sum(LexicalStat.chunks), 0), BigInteger))
-                            .where(LexicalStat.tenant_id == func.auth.tenant_id())).scalar_one()
-    return int(total)
-
-
 @dataclass(frozen=True)
 class TenantSize:
-    """What picks a tenant's plan: its visible chunks and, when it has its own vector index
-    (``engram db tenant-index``), its id for the dense lane's literal."""
+    """What picks a tenant's plan: its visible chunks and, when it has its own vector indexes
+    (``engram db tenant-index``), its id for the vector lanes' literal."""
 
     chunks: int
     own_index: uuid.UUID | None = None
 
 
-
-
 def tenant_size(session: Session) -> TenantSize:
     """The bound identity's visible chunks and whether its tenant has its own vector index
     that the planner may use (built, valid and ready), in one round trip. The index's name
-    is ``indexes.tenant_index_name``'s rule, in SQL."""
+    is ``models.tenant_index_name``'s rule, in SQL."""
     own = (select(literal(True, Boolean))
            .select_from(text("pg_catalog.pg_index i join pg_catalog.pg_class x "
                              "on x.oid = i.indexrelid"))

@@ -1276,7 +1276,7 @@ def build_recall_statement(shape: PlanShape = FULL_PLAN,
     and the caller's tenant size class (``recall.plan_cache``): the class is a comment in the
     text, so each class is its own prepared statement with its own reused plan. Other shapes
     exist for the plan study. ``own_index``: the caller's tenant id when it has its own
-    vector index (``plans.TenantSize``), named in the dense lane.
+    vector indexes (``plans.TenantSize``), named in every vector lane (``_Builder.own``).
     """
     lim = limits or StatementLimits.from_settings(get_settings())
     stmt = _Builder(shape, lim, index_tier, own_index).build()
