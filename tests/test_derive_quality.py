@@ -48,6 +48,14 @@ def test_masking_keeps_offsets_and_prose_and_removes_code_urls_tables_and_logs()
     myst = mask_markup("(repeatability)=\n# Repeatable Installs\n\nSee {ref}`pip download` here.")
     assert "repeatability" not in myst and "ref" not in myst and "pip" not in myst
     assert "Repeatable Installs" in myst and "See" in myst and "here." in myst
+    # A template's expressions and tags are code (a Hugging Face card template named "More
+    # Information Needed" 53 times); the prose around them stays.
+    card = ('- **License:** {{ license | default("[More Information Needed]", true)}}\n'
+            "{% if base_model %}Fine-tuned from {{ base_model }} by Ada Lovelace.{% endif %}")
+    masked = mask_markup(card)
+    assert len(masked) == len(card)
+    assert "More" not in masked and "base_model" not in masked and "endif" not in masked
+    assert "License" in masked and "Fine-tuned from" in masked and "Ada Lovelace." in masked
 
 
 # Shapes that made a masking pattern scan the rest of the text from every position where it
@@ -265,6 +273,43 @@ def test_an_ordinary_word_that_opens_a_sentence_is_not_a_name():
     doc = load_spacy()(text)
     ungated = {e.name for s in read(doc, mentions, gates=False) for e in s.entities}
     assert {"Listens", "Spawns", "Types"} <= ungated
+
+
+def test_a_command_a_shout_or_a_lower_case_word_is_not_a_name():
+    """Release notes and headings open lines with commands and gerunds that NER reads as part
+    of a name ("Fix MacPorts", "Running Rustfmt", "D. Install Python": profiles of them were
+    served); the name is what follows. Names that are verbs too ("Mark", "Frank") stay, in
+    their sentence the tagger reads them as names. A licence's shouted disclaimer is no list
+    of organisations ("EXPRESS", "DAMAGES", "LIABILITY"), acronyms in ordinary sentences
+    (API, MIT, NVIDIA) are kept, and an organisation or place is never all lower case
+    ("stdin")."""
+    from orchestrator.derive.nlp import SpacyEntities, load_spacy, read
+
+    body = ("# Changelog\n\n"
+            "* Add GraalPy 25.0.2 by @msimacek in https://github.com/pyenv/pyenv/pull/3395\n"
+            "* Fix MacPorts OpenSSL formula detection by @tekintian\n"
+            "* Drop the old flag.\n\n"
+            "## Running Rustfmt from your editor\n\n"
+            "### D. Install Python build dependencies\n\n"
+            "Mark Smith reviewed the patch. Frank Mata wrote the docs for Homebrew.\n\n"
+            "Read the input from stdin and hand it to node.\n\n"
+            "The API runs on NVIDIA GPUs; the code is under the MIT license.\n\n"
+            "THE SOFTWARE IS PROVIDED AS IS, WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED. "
+            "IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES "
+            "OR OTHER LIABILITY.\n")
+    text = mask_markup(body)
+    doc = load_spacy()(text)
+    mentions = SpacyEntities("x").mentions([text], [doc])[0]
+    junk = {"Fix MacPorts", "Running Rustfmt", "D. Install Python", "EXPRESS",
+            "DAMAGES", "LIABILITY", "SOFTWARE", "stdin"}
+    assert junk <= {text[m.start:m.end] for m in mentions}  # what NER says
+    found = {e.name for s in read(doc, mentions, original=body, context=text) for e in s.entities}
+    assert not found & junk, found & junk
+    assert {"MacPorts", "Rustfmt", "Python", "Mark Smith", "Frank Mata", "Homebrew", "API",
+            "MIT"} <= found, found
+    # The gates off keep every mention as NER typed it.
+    ungated = {e.name for s in read(doc, mentions, gates=False) for e in s.entities}
+    assert {"Fix MacPorts", "EXPRESS", "stdin"} <= ungated
 
 
 def _extracted(folder: Path, settings, tenant_factory, app_engine) -> tuple[set[str], set[str]]:

@@ -262,7 +262,7 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
         docs = list(nlp.pipe(texts, batch_size=size))
         mentions = choice.backend.mentions(texts, docs)
         # Parsed masked, read back as written: a claim's sentence keeps its inline code.
-        return [read(d, m, c.anchor, gates=gates, original=c.text, context=x)
+        return [read(d, m, c.anchor, gates=gates, original=c.text, context=x, nlp=nlp)
                 for c, d, m, x in zip(batch, docs, mentions, contexts, strict=True)]
 
     # The next batch is parsed while this one is written: the writes wait on the

@@ -61,12 +61,15 @@ ENTITY_TYPES = {
 }
 # Bumped whenever the rules below change what a chunk yields, so every chunk read under
 # older rules is read again (its stale claims retracted, the new ones written).
-RULES_VERSION = "rules-8"  # 4: markup masked over the whole document (stop 25); 5: a claim's
+RULES_VERSION = "rules-9"  # 4: markup masked over the whole document (stop 25); 5: a claim's
 # sentence keeps its inline code, and a blank line ends a sentence (stop 26); 6: inline code
 # that wraps over a line break is code, MyST roles and targets are markup, no name or sentence
 # runs over two Markdown blocks, names lose trailing punctuation and a leading "E.g." (stop 27);
 # 7: a one-word name that is an ordinary word is not an entity (``_common_word``, stop 28);
-# 8: nor is one the tagger reads as a verb, adjective, adverb or interjection (stop 31)
+# 8: nor is one the tagger reads as a verb, adjective, adverb or interjection (stop 31);
+# 9: a name loses the command or gerund that opens its line or sentence ("Add GraalPy"),
+# capitals in a shouted sentence are no acronym ("EXPRESS OR IMPLIED"), and no person,
+# place, group or organisation is all lower case ("stdin") (stop 32)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -222,6 +225,11 @@ _ORDINARY_TAGS = frozenset({"VB", "VBD", "VBG", "VBN", "VBP", "VBZ", "JJ", "JJR"
                             "RB", "RBR", "RBS", "UH"})
 
 
+# Entity types whose names English always capitalises.
+_CAPITALISED_TYPES = frozenset({"person", "place", "group", "organization"})
+_SPACES_HYPHENS = re.compile(r"[\s-]+")
+
+
 def _common_word(span: Any, entity_type: str, context: str | None = None) -> bool:
     """Whether a one-word mention is an ordinary word, not a name: API references and
     release notes open sentences with capitalised verbs and nouns ("Listens once to the
@@ -236,8 +244,8 @@ def _common_word(span: Any, entity_type: str, context: str | None = None) -> boo
     noun. A person's
     name is never all lower case ("max", "non-keyword"). Acronyms (CPU, LLVM) and inner capitals (GitHub,
     IPv6) are shapes no ordinary word has, and are kept."""
-    if span.text.islower() and span.text.replace("-", "").isalpha():
-        return entity_type == "person"  # "max", "non-keyword"
+    if span.text.islower() and all(w.isalpha() for w in _SPACES_HYPHENS.split(span.text)):
+        return entity_type in _CAPITALISED_TYPES  # "max", "non-keyword", "stdin", "node"
     if len(span) != 1:
         return False
     token = span[0]
@@ -252,12 +260,94 @@ def _common_word(span: Any, entity_type: str, context: str | None = None) -> boo
     return word.lower() in lower and word not in inside
 
 
+@lru_cache(maxsize=4)
+def _verbs(nlp: Any) -> frozenset[str]:
+    """The base forms the pipeline's lemmatizer indexes as verbs (the packaged model's
+    ``lemma_index`` table, from WordNet); empty where the pipeline has no such table."""
+    try:
+        return frozenset(nlp.get_pipe("lemmatizer").lookups.get_table("lemma_index")["verb"])
+    except (KeyError, ValueError, AttributeError):
+        return frozenset()
+
+
+def _verb_form(word: str, verbs: frozenset[str]) -> bool:
+    """Whether ``word`` is a verb's base form or its -ing form ("locating", "running")."""
+    w = word.lower()
+    if w in verbs:
+        return True
+    if not w.endswith("ing") or len(w) < 6:
+        return False
+    stem = w[:-3]
+    return stem in verbs or stem + "e" in verbs or (stem[-1] == stem[-2] and stem[:-1] in verbs)
+
+
+def _first_tag(nlp: Any, text: str) -> str:
+    """The tag of ``text``'s first token, from the pipeline's tagger alone."""
+    doc = nlp.make_doc(text)
+    for name, component in nlp.pipeline:
+        if name in ("tok2vec", "tagger"):
+            doc = component(doc)
+    return str(doc[0].tag_) if len(doc) else ""
+
+
+# What may stand before a line's first word: nothing (list markers and heading hashes are
+# masked to spaces) or an outline label ("D. Install Python build dependencies").
+_LINE_LABEL = re.compile(r"[ \t]*(?:(?:[A-Z]|\d{1,3})[.)][ \t]+)?")
+_OUTLINE = re.compile(r"[A-Z]\.")
+
+
+def _opens_with_verb(span: Any, nlp: Any) -> bool:
+    """Whether a mention that opens its line or sentence starts with a command or a gerund:
+    release notes and headings open with capitalised verbs ("Add GraalPy", "Install Python",
+    "Locating Pyenv", "Ignore user's site-packages"), which the model reads as part of a
+    name. The word must be a verb (or its -ing form) in the lemmatizer's index, and the
+    tagger must read it as a base form or gerund once it is written in lower case, in the
+    rest of its line: a name that is also a verb stays a name in its sentence ("mark said
+    the build is broken": a proper noun), and a noun that opens a line is no verb
+    ("Homebrew on macOS")."""
+    first = span[0]
+    word = first.text
+    if not (word.isalpha() and word[0].isupper() and word[1:].islower()):
+        return False
+    text = span.doc.text
+    line_start = text.rfind("\n", 0, first.idx) + 1
+    if not (first.is_sent_start or _LINE_LABEL.fullmatch(text, line_start, first.idx)):
+        return False
+    if not _verb_form(word, _verbs(nlp)):
+        return False
+    line_end = text.find("\n", first.idx)
+    rest = text[first.idx + len(word):len(text) if line_end < 0 else line_end][:200]
+    return _first_tag(nlp, word.lower() + rest) in ("VB", "VBG")
+
+
+def _shouted(span: Any, context: str | None) -> bool:
+    """Whether an all-capitals mention is emphasis, not an acronym: it stands in a sentence
+    written in capitals (a licence's "WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED",
+    four or more such words and most of the sentence), or it is one long word (six letters
+    or more) that ``context`` writes in lower case ("DAMAGES", "OPTIONAL"). Acronyms stand
+    in ordinary sentences and are rarely words of their own (API, CPU, MIT, NVIDIA)."""
+    name = span.text
+    if not name.isupper():
+        return False
+    words = [t.text for t in span.sent if t.is_alpha and len(t.text) >= 3]
+    capitals = sum(w.isupper() for w in words)
+    if capitals >= 4 and capitals >= 0.6 * len(words):
+        return True
+    return (len(span) == 1 and len(name) >= 6 and name.isalpha()
+            and name.lower() in _vocabulary(context if context is not None else span.doc.text)[0])
+
+
 def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
-                  written: str | None = None, context: str | None = None) -> dict[int, Entity]:
+                  written: str | None = None, context: str | None = None,
+                  nlp: Any = None) -> dict[int, Entity]:
     """token index -> entity, longest mention first where mentions overlap. ``written`` is
     the chunk as written (``doc`` may have parsed a masked copy of the same length);
-    ``context`` the text whose words tell an ordinary word from a name (``_common_word``)."""
+    ``context`` the text whose words tell an ordinary word from a name (``_common_word``);
+    ``nlp`` the pipeline that parsed ``doc`` (its tagger reads a line's first word again:
+    ``_opens_with_verb``; the packaged one when None)."""
     owner: dict[int, Entity] = {}
+    if gates and nlp is None:
+        nlp = load_spacy()
     for m in sorted(mentions, key=lambda m: (m.start - m.end, m.start)):
         span = doc.char_span(m.start, m.end, alignment_mode="expand")
         if span is None:
@@ -268,12 +358,20 @@ def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
         while len(span) > 1 and (span[-1].tag_ == "POS"  # "Ada's" names Ada
                                  or span[-1].is_punct or span[-1].is_space):
             span = span[:-1]
+        if gates and len(span) > 2 and _OUTLINE.fullmatch(span[0].text) and \
+                _opens_with_verb(span[1:], nlp):
+            span = span[1:]  # "D. Install Python": an outline label, then a command
+        if gates and _opens_with_verb(span, nlp):
+            if len(span) == 1:
+                continue  # "Convert", "Ignore": a command, no name
+            span = span[1:]  # "Add GraalPy" names GraalPy
         name = " ".join(span.text.split())
         # Code, URLs, numbers and markup are not names (orchestrator.derive.quality), nor is
         # a run of words over two blocks, nor an ordinary word the model took for one.
         if gates and (not plausible_entity(name)
                       or _breaks(doc, written, span.start_char, span.end_char)
-                      or _common_word(span, m.entity_type, context)):
+                      or _common_word(span, m.entity_type, context)
+                      or _shouted(span, context)):
             continue
         if (not gates and not any(ch.isalnum() for ch in name)) or any(t.i in owner for t in span):
             continue
@@ -373,7 +471,7 @@ def _relations(verb: Any, owner: dict[int, Entity]) -> list[Relation]:
 
 def read(doc: Any, mentions: Sequence[Mention], anchor: date | None = None, *,
          gates: bool = True, original: str | None = None,
-         context: str | None = None) -> list[Sentence]:
+         context: str | None = None, nlp: Any = None) -> list[Sentence]:
     """The sentences of a parsed chunk that name at least one entity, with what they say.
     ``gates`` off (``derive_quality_gates``) accepts any mention with a letter or digit.
 
@@ -381,11 +479,12 @@ def read(doc: Any, mentions: Sequence[Mention], anchor: date | None = None, *,
     and markup as spaces of the same length): each sentence's text then gets its inline code
     back (``quality.sentence_as_written``), so a claim reads "trained by `train_ranker.py` on
     LoCoMo dev", not "trained by on LoCoMo dev". A blank line ends a sentence (``_paragraphs``).
-    ``context`` is the chunk's whole document, masked as the chunk was (``_common_word``)."""
+    ``context`` is the chunk's whole document, masked as the chunk was (``_common_word``);
+    ``nlp`` the pipeline that parsed ``doc`` (the packaged one when None)."""
     # Nothing masked (or not the same text): the parsed sentences are the text as written.
     written = (original if original is not None and len(original) == len(doc.text)
                and original != doc.text else None)
-    owner = _entity_spans(doc, mentions, gates, written, context)
+    owner = _entity_spans(doc, mentions, gates, written, context, nlp)
     dates = [(e.start, normalise_date(e.text, anchor)) for e in doc.ents if e.label_ == "DATE"]
     out: list[Sentence] = []
     for sent in (piece for parsed in doc.sents for piece in _paragraphs(doc, parsed, written)):

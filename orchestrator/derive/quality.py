@@ -53,6 +53,9 @@ _REF_DEF = re.compile(r"^[ \t]*\[[^\]\n]+\]:[^\n]*$", re.M)
 # boundary of a long run like "1.1.1.1..." scanned the rest of the run for an "@".
 _URL = re.compile(r"\b(?:https?|ftp|file)://\S+|\bwww\.\S+|\b[\w.+-]{1,64}@[\w-]+\.[\w.-]+")
 _HTML = re.compile(r"<[^>\n]{1,200}>")
+# A template's expressions and tags (Jinja, Liquid, Handlebars, Hugo): "{{ license |
+# default("[More Information Needed]", true) }}" is code, not the prose of a model card.
+_TEMPLATE = re.compile(r"\{\{[^\n]{0,1000}?\}\}|\{%[^\n]{0,1000}?%\}")
 # What HTML marks as code or preformatted, with its content.
 _HTML_CODE_OPEN = re.compile(r"<(code|pre|kbd|samp)\b[^>\n]{0,200}>", re.I)
 _HTML_CODE_CLOSE = {tag: re.compile(rf"</{tag}\s*>", re.I) for tag in ("code", "pre", "kbd", "samp")}
@@ -122,7 +125,7 @@ def mask_markup(text: str) -> str:
     """``text`` with code, URLs, markup and log lines overwritten by spaces (same length)."""
     out = _INDENTED.sub(_blank, mask_fences(text))
     out = _mask_html_code(out)
-    for pattern in (_MYST, _INLINE_CODE, _IMAGE, _LINK_TARGET, _REF_DEF, _URL, _HTML,
+    for pattern in (_MYST, _TEMPLATE, _INLINE_CODE, _IMAGE, _LINK_TARGET, _REF_DEF, _URL, _HTML,
                     _TABLE, _LOG, _SHELL):
         out = pattern.sub(_blank, out)
     out = _MARKERS.sub(_blank, out)
