@@ -206,6 +206,32 @@ def test_entities_claims_and_links_to_existing(app_engine: Engine, admin_engine:
     assert sources == ["sources.chunks"] and derived == len(claims)
 
 
+def test_where_an_entity_is_named_is_said_with_a_sentence_not_a_heading(
+        app_engine: Engine, tenant: TenantFixture) -> None:
+    """The ``mentioned_in`` claim is what the facts lane serves for an entity named in a
+    chunk: its text was the chunk's first sentence naming the entity, so a heading ("##
+    Locating Pyenv-provided Python installations") or a list of names was served as a
+    fact. It is now the first sentence that says something about the entity; a name named
+    only in a heading or a list keeps that line (nothing else names it)."""
+    body = ("## Grace Hopper and the Navy\n\n"
+            "Grace Hopper joined the Navy in 1943. She wrote the first compiler.\n\n"
+            "Microsoft\n=========\n\nThe team met at Microsoft in Redmond.\n\n"
+            "## Maintainers\n\n"
+            "* Ada Lovelace\n")
+    _put(app_engine, tenant, "hopper.md", body, ("team",))
+    with bound_session(app_engine, tenant.identity(write=("team",))) as s:
+        extract(s)
+        said = {r.canonical_name: r.text for r in s.execute(text(
+            "select e.canonical_name, t.text from knowledge.fact_claim c "
+            "join knowledge.entities e on e.id = c.subject_id "
+            "join knowledge.fact_content t on t.id = c.content_id "
+            "where c.predicate = 'mentioned_in'"))}
+    # An ATX heading and a setext heading name them first; the sentences below say something.
+    assert said["Grace Hopper"] == said["Navy"] == "Grace Hopper joined the Navy in 1943.", said
+    assert said["Microsoft"] == "The team met at Microsoft in Redmond.", said
+    assert said["Ada Lovelace"] == "Ada Lovelace", said  # named only in a list
+
+
 def test_relations_from_the_fixture_text_land_as_low_confidence_claims(
         app_engine: Engine, tenant: TenantFixture) -> None:
     _put(app_engine, tenant, "svo.md", SVO_TEXT, ("team",))

@@ -12,7 +12,9 @@ says becomes claims, confidence 0.3 and ``author_role = 'extractor'`` (a pattern
 matcher is not a witness), written through ``knowledge.assert_facts``, so the
 shape checks and quarantine apply:
 
-* ``mentioned_in``: the entity is named in ``collection/path`` (once per chunk);
+* ``mentioned_in``: the entity is named in ``collection/path`` (once per chunk; said with
+  the chunk's first sentence that says something about it: a heading or a list of names
+  only where nothing does);
 * ``mentioned_on`` / ``mentioned_in_month`` / ``mentioned_in_year``: a date of that
   precision named in the same sentence, typed (``date``, ``YYYY-MM``, integer);
 * ``co_mentioned_with``: two entities named in one sentence (the community graph);
@@ -340,7 +342,8 @@ def _fit_names(chunk: _Chunk, sentences: list[Sentence], report: ExtractReport) 
                 f"longest has {max(len(e.name.strip()) for e in too_long)}); the chunk's other "
                 "entities and claims are kept")
     return [Sentence(s.text, [e for e in s.entities if e not in too_long], s.dates,
-                     [r for r in s.relations if r.subject not in too_long and r.object not in too_long])
+                     [r for r in s.relations if r.subject not in too_long and r.object not in too_long],
+                     s.says)
             for s in sentences]
 
 
@@ -393,15 +396,25 @@ class _Writer:
                 subject_id=subject, predicate=predicate, text=sentence, scopes=scopes, value=value,
                 object_id=object_id, confidence=EXTRACTED_CONFIDENCE, author_role=AUTHOR_ROLE))
 
+        def ids_of(s: Sentence) -> list[uuid.UUID]:
+            return list(dict.fromkeys(self.entity_ids[(chunk.scopes, e.entity_type, e.name)]
+                                      for e in s.entities))
+
+        # Where an entity is named is said with the first sentence of the chunk that says
+        # something about it; a heading or a bare list of names only where nothing does.
+        said: dict[uuid.UUID, str] = {}
+        for s in sentences:
+            if s.says:
+                for eid in ids_of(s):
+                    said.setdefault(eid, s.text[:2000])
         mentioned: set[uuid.UUID] = set()
         for s in sentences:
             sentence = s.text[:2000]
-            ids = list(dict.fromkeys(self.entity_ids[(chunk.scopes, e.entity_type, e.name)]
-                                     for e in s.entities))
+            ids = ids_of(s)
             for eid in ids:
                 if eid not in mentioned:
                     mentioned.add(eid)
-                    add(eid, "mentioned_in", sentence, value=chunk.where)
+                    add(eid, "mentioned_in", said.get(eid, sentence), value=chunk.where)
                 for when in s.dates:
                     add(eid, when.predicate, sentence, value=when.value)
             ordered = sorted(ids)

@@ -172,6 +172,9 @@ class Sentence:
     entities: list[Entity] = field(default_factory=list)
     dates: list[When] = field(default_factory=list)
     relations: list[Relation] = field(default_factory=list)
+    # Whether it says something (a verb, outside a heading) or only labels: a heading
+    # ("Locating Pyenv-provided Python installations"), a list item of names ("Bryan Chen").
+    says: bool = True
 
 
 _DETERMINERS = {"the", "a", "an", "this", "that", "these", "those"}
@@ -504,8 +507,26 @@ def read(doc: Any, mentions: Sequence[Mention], anchor: date | None = None, *,
         inside = set(entities)  # the parse may tie a heading's words to the sentence below it
         relations = [r for r in relations
                      if r.subject in inside and (r.object is None or r.object in inside)]
-        out.append(Sentence(text, entities, when, list(dict.fromkeys(relations))))
+        says = (any(t.pos_ in ("VERB", "AUX") for t in sent)
+                and not _in_heading(written if written is not None else doc.text, sent.start_char))
+        out.append(Sentence(text, entities, when, list(dict.fromkeys(relations)), says))
     return out
+
+
+_SETEXT_UNDERLINE = re.compile(r"[ \t]*(?:=+|-+)[ \t]*$")
+
+
+def _in_heading(written: str, at: int) -> bool:
+    """Whether offset ``at`` of ``written`` lies on a heading line: an ATX heading ("## ...")
+    or a line a setext underline ("===", "---") follows."""
+    start = written.rfind("\n", 0, at) + 1
+    if _HEADING_LINE.match(written, start):
+        return True
+    end = written.find("\n", at)
+    if end < 0:
+        return False
+    after = written.find("\n", end + 1)
+    return bool(_SETEXT_UNDERLINE.fullmatch(written, end + 1, len(written) if after < 0 else after))
 
 
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
