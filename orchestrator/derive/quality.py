@@ -55,7 +55,8 @@ _URL = re.compile(r"\b(?:https?|ftp|file)://\S+|\bwww\.\S+|\b[\w.+-]{1,64}@[\w-]
 _HTML = re.compile(r"<[^>\n]{1,200}>")
 # A template's expressions and tags (Jinja, Liquid, Handlebars, Hugo): "{{ license |
 # default("[More Information Needed]", true) }}" is code, not the prose of a model card.
-_TEMPLATE = re.compile(r"\{\{[^\n]{0,1000}?\}\}|\{%[^\n]{0,1000}?%\}")
+# No brace inside: a run of openers ("{{{{...") fails at once instead of scanning ahead.
+_TEMPLATE = re.compile(r"\{\{[^\n{]{0,1000}?\}\}|\{%[^\n{]{0,1000}?%\}")
 # What HTML marks as code or preformatted, with its content.
 _HTML_CODE_OPEN = re.compile(r"<(code|pre|kbd|samp)\b[^>\n]{0,200}>", re.I)
 _HTML_CODE_CLOSE = {tag: re.compile(rf"</{tag}\s*>", re.I) for tag in ("code", "pre", "kbd", "samp")}
