@@ -56,6 +56,9 @@ def test_masking_keeps_offsets_and_prose_and_removes_code_urls_tables_and_logs()
     assert len(masked) == len(card)
     assert "More" not in masked and "base_model" not in masked and "endif" not in masked
     assert "License" in masked and "Fine-tuned from" in masked and "Ada Lovelace." in masked
+    # A setext heading's underline and a thematic break are markup, the heading stays.
+    setext = mask_markup("Release notes\n=============\n\nText.\n\n---\n\nMore\n----\n")
+    assert "=" not in setext and "-" not in setext and "Release notes" in setext and "More" in setext
 
 
 # Shapes that made a masking pattern scan the rest of the text from every position where it

@@ -55,6 +55,9 @@ _URL = re.compile(r"\b(?:https?|ftp|file)://\S+|\bwww\.\S+|\b[\w.+-]{1,64}@[\w-]
 _HTML = re.compile(r"<[^>\n]{1,200}>")
 # A template's expressions and tags (Jinja, Liquid, Handlebars, Hugo): "{{ license |
 # default("[More Information Needed]", true) }}" is code, not the prose of a model card.
+# A setext heading's underline and a thematic break: a line of "=", "-", "*" or "_" only
+# (left as text, a heading's claim read "Microsoft =========").
+_RULE_LINE = re.compile(r"^[ \t]*(?:={2,}|-{3,}|\*{3,}|_{3,})[ \t]*$", re.M)
 # No brace inside: a run of openers ("{{{{...") fails at once instead of scanning ahead.
 _TEMPLATE = re.compile(r"\{\{[^\n{]{0,1000}?\}\}|\{%[^\n{]{0,1000}?%\}")
 # What HTML marks as code or preformatted, with its content.
@@ -127,7 +130,7 @@ def mask_markup(text: str) -> str:
     out = _INDENTED.sub(_blank, mask_fences(text))
     out = _mask_html_code(out)
     for pattern in (_MYST, _TEMPLATE, _INLINE_CODE, _IMAGE, _LINK_TARGET, _REF_DEF, _URL, _HTML,
-                    _TABLE, _LOG, _SHELL):
+                    _TABLE, _LOG, _SHELL, _RULE_LINE):
         out = pattern.sub(_blank, out)
     out = _MARKERS.sub(_blank, out)
     # Control characters (an escape sequence of a pasted log, a form feed) are no prose: a
