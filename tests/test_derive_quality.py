@@ -286,7 +286,8 @@ def test_a_command_a_shout_or_a_lower_case_word_is_not_a_name():
     their sentence the tagger reads them as names. A licence's shouted disclaimer is no list
     of organisations ("EXPRESS", "DAMAGES", "LIABILITY"), acronyms in ordinary sentences
     (API, MIT, NVIDIA) are kept, and an organisation or place is never all lower case
-    ("stdin")."""
+    ("stdin"). A one-word heading the prose never capitalises mid-sentence is a section's
+    label ("# Changelog" was a place); Homebrew, named in a sentence, stays."""
     from orchestrator.derive.nlp import SpacyEntities, load_spacy, read
 
     body = ("# Changelog\n\n"
@@ -305,7 +306,7 @@ def test_a_command_a_shout_or_a_lower_case_word_is_not_a_name():
     doc = load_spacy()(text)
     mentions = SpacyEntities("x").mentions([text], [doc])[0]
     junk = {"Fix MacPorts", "Running Rustfmt", "D. Install Python", "EXPRESS",
-            "DAMAGES", "LIABILITY", "SOFTWARE", "stdin"}
+            "DAMAGES", "LIABILITY", "SOFTWARE", "stdin", "Changelog"}
     assert junk <= {text[m.start:m.end] for m in mentions}  # what NER says
     found = {e.name for s in read(doc, mentions, original=body, context=text) for e in s.entities}
     assert not found & junk, found & junk

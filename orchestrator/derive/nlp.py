@@ -68,8 +68,9 @@ RULES_VERSION = "rules-9"  # 4: markup masked over the whole document (stop 25);
 # 7: a one-word name that is an ordinary word is not an entity (``_common_word``, stop 28);
 # 8: nor is one the tagger reads as a verb, adjective, adverb or interjection (stop 31);
 # 9: a name loses the command or gerund that opens its line or sentence ("Add GraalPy"),
-# capitals in a shouted sentence are no acronym ("EXPRESS OR IMPLIED"), and no person,
-# place, group or organisation is all lower case ("stdin") (stop 32)
+# capitals in a shouted sentence are no acronym ("EXPRESS OR IMPLIED"), no person, place,
+# group or organisation is all lower case ("stdin"), a one-word heading is a label, and
+# ``mentioned_in`` is said with a sentence that says something (stop 32)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -340,6 +341,24 @@ def _shouted(span: Any, context: str | None) -> bool:
             and name.lower() in _vocabulary(context if context is not None else span.doc.text)[0])
 
 
+def _heading_word(span: Any, written: str, context: str | None) -> bool:
+    """Whether a one-word mention is a heading's whole text ("## Background", "Bug" over a
+    setext underline) that ``context`` never capitalises inside a sentence: a section's
+    label, not a name (a name is written in the prose too: "install Python with Homebrew")."""
+    if len(span) != 1:
+        return False
+    word = span[0].text
+    if not (word.isalpha() and word[0].isupper() and word[1:].islower()):
+        return False
+    if not _in_heading(written, span.start_char):
+        return False
+    start = written.rfind("\n", 0, span.start_char) + 1
+    end = written.find("\n", span.end_char)
+    if written[start:len(written) if end < 0 else end].strip("#*_` \t:") != word:
+        return False
+    return word not in _vocabulary(context if context is not None else span.doc.text)[1]
+
+
 def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
                   written: str | None = None, context: str | None = None,
                   nlp: Any = None) -> dict[int, Entity]:
@@ -374,7 +393,9 @@ def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
         if gates and (not plausible_entity(name)
                       or _breaks(doc, written, span.start_char, span.end_char)
                       or _common_word(span, m.entity_type, context)
-                      or _shouted(span, context)):
+                      or _shouted(span, context)
+                      or _heading_word(span, written if written is not None else doc.text,
+                                       context)):
             continue
         if (not gates and not any(ch.isalnum() for ch in name)) or any(t.i in owner for t in span):
             continue
