@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine, text
 
-from orchestrator.db.models import tenant_index_name
+from orchestrator.db.models import OWN_INDEX_PATTERN, tenant_index_name
 from orchestrator.errors import BadInput, NotFound
 
 FLAT_BELOW_ROWS = 50_000
@@ -226,8 +226,8 @@ def tenant_indexes(conn: Connection, org: str | None = None) -> list[TenantIndex
             "select n.nspname, c.relname, i.indisvalid and i.indisready, pg_relation_size(c.oid) "
             "from pg_index i join pg_class c on c.oid = i.indexrelid "
             "join pg_namespace n on n.oid = c.relnamespace "
-            "where c.relname ~ '_embedding_t_[0-9a-f]{32}$' and n.nspname = any(:schemas)"),
-            {"schemas": list(ENGRAM_SCHEMAS)}):
+            "where c.relname ~ :pattern and n.nspname = any(:schemas)"),
+            {"schemas": list(ENGRAM_SCHEMAS), "pattern": OWN_INDEX_PATTERN}):
         own.setdefault(str(name)[-32:], {})[f"{schema}.{name}"] = OwnIndex(
             f"{schema}.{name}", bool(valid), int(size))
     return [TenantIndex(str(org), uuid.UUID(str(tid)), int(chunks),

@@ -43,15 +43,22 @@ TIER_INDEXES = frozenset({
 })
 # A tenant's own vector indexes (`engram db tenant-index`, orchestrator/db/indexes.py):
 # ix_<table>_embedding_t_ and the tenant id's 32 hex digits (recall looks for the chunks'
-# one by TENANT_INDEX_PREFIX). Built by a DBA per tenant, and copied for a model change (the
+# one by its prefix). Built by a DBA per tenant, and copied for a model change (the
 # shadow column's name is in theirs, cut to 63 bytes); the drift check leaves them out too.
-TENANT_INDEX_PREFIX = "ix_chunks_embedding_t_"
+# Every tenant's own index (not its copy during a model change), as a regular expression
+# Python and PostgreSQL read alike; the last 32 characters are the tenant id's hex.
+OWN_INDEX_PATTERN = r"^ix_\w+_embedding_t_[0-9a-f]{32}$"
 _TENANT_INDEX = re.compile(r"^ix_\w+_embedding_(?:next_)?t_[0-9a-f]{28,32}$")
+
+
+def tenant_index_prefix(table: str = "chunks") -> str:
+    """What every tenant's own vector index on ``table`` is named before the tenant's id."""
+    return f"ix_{table}_embedding_t_"
 
 
 def tenant_index_name(tenant_id: uuid.UUID, table: str = "chunks") -> str:
     """The name of ``tenant_id``'s own vector index on ``table``."""
-    return f"ix_{table}_embedding_t_{tenant_id.hex}"
+    return tenant_index_prefix(table) + tenant_id.hex
 
 
 def is_tenant_index(name: str | None) -> bool:

@@ -54,7 +54,7 @@ from sqlalchemy import BigInteger, Boolean, cast, exists, func, literal, select,
 from sqlalchemy.orm import Session
 
 from orchestrator.config import Settings
-from orchestrator.db.models import TENANT_INDEX_PREFIX
+from orchestrator.db.models import tenant_index_prefix
 from orchestrator.recall.tables import LexicalStat
 
 # Decades of chunks: class 0 below 10 chunks, class 6 from a million on.
@@ -96,7 +96,7 @@ def tenant_size(session: Session) -> TenantSize:
            .where(text("x.relnamespace = 'sources'::regnamespace and i.indisvalid "
                        "and i.indisready"),
                   text("x.relname = :prefix || replace(auth.tenant_id()::text, '-', '')")
-                  .bindparams(prefix=TENANT_INDEX_PREFIX)))
+                  .bindparams(prefix=tenant_index_prefix())))
     chunks, tenant, has_own = session.execute(select(
         cast(func.coalesce(func.sum(LexicalStat.chunks), 0), BigInteger),
         func.auth.tenant_id(), exists(own))
