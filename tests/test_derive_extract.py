@@ -492,6 +492,45 @@ def test_bad_input_is_refused(app_engine: Engine, tenant: TenantFixture) -> None
         extract(s, settings=Settings(extract_batch_chunks=0))
 
 
+def test_a_chunk_no_rule_can_read_is_skipped_counted_and_shown(
+        app_engine: Engine, tenant: TenantFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading runs in the parsing thread over a batch; a rule that raises on one chunk's text
+    skipped nothing and stopped every batch of the tenant, on every run. Now that chunk is
+    skipped, counted and shown, and recorded as read with nothing taken (as a chunk whose
+    writes are refused); the others are read, and a new version of it is read afresh."""
+    import orchestrator.derive.extract as extract_module
+
+    t = tenant
+    good = _put(app_engine, t, "good.md", "Ada Lovelace met Grace Hopper in London.", ("team",))
+    bad = _put(app_engine, t, "bad.md", "Charles Babbage wrote to Ada Lovelace. POISONED", ("team",))
+    real_read = extract_module.read
+
+    def failing_read(doc: Any, *args: Any, **kwargs: Any) -> Any:
+        if "POISONED" in doc.text:
+            raise ValueError("a rule could not read this text")
+        return real_read(doc, *args, **kwargs)
+
+    monkeypatch.setattr(extract_module, "read", failing_read)
+    report = extract_all(lambda: bound_session(app_engine, t.identity(write=("team",))),
+                         Settings(), document_ids=[good, bad])
+    assert report.chunks == 1 and report.skipped_chunks == 1
+    assert any("bad.md" in k.item and "a rule could not read this text" in k.reason
+               for k in report.skipped), report.skipped
+    with bound_session(app_engine, t.identity(write=("team",))) as s:
+        names = set(s.execute(select(Entity.canonical_name)).scalars())
+    assert {"Ada Lovelace", "Grace Hopper"} <= names and "Charles Babbage" not in names
+    again = extract_all(lambda: bound_session(app_engine, t.identity(write=("team",))),
+                        Settings(), document_ids=[good, bad])
+    assert again.chunks == 0 and again.skipped_chunks == 0  # not stumbled on every tick
+    monkeypatch.setattr(extract_module, "read", real_read)
+    edited = _put(app_engine, t, "bad.md", "Charles Babbage wrote to Ada Lovelace again.", ("team",))
+    fresh = extract_all(lambda: bound_session(app_engine, t.identity(write=("team",))),
+                        Settings(), document_ids=[edited])
+    assert fresh.chunks == 1 and fresh.skipped_chunks == 0
+    with bound_session(app_engine, t.identity(write=("team",))) as s:
+        assert "Charles Babbage" in set(s.execute(select(Entity.canonical_name)).scalars())
+
+
 def test_runs_in_batches_until_nothing_waits(app_engine: Engine, tenant: TenantFixture) -> None:
     t = tenant
     ids = [_put(app_engine, t, f"doc{i}.md", f"Ada Lovelace met Grace Hopper in London. Note {i}.",

@@ -58,7 +58,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -260,12 +260,19 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
     gates = settings.derive_quality_gates
 
     def parse(batch: list[_Chunk], texts: list[str], contexts: list[str | None]
-              ) -> list[list[Sentence]]:
+              ) -> list[list[Sentence] | str]:
+        """Each chunk's sentences, or why reading it failed: one chunk whose text a rule
+        cannot read must not stop the batch (the caller skips, counts and shows it)."""
         docs = list(nlp.pipe(texts, batch_size=size))
         mentions = choice.backend.mentions(texts, docs)
-        # Parsed masked, read back as written: a claim's sentence keeps its inline code.
-        return [read(d, m, c.anchor, gates=gates, original=c.text, context=x, nlp=nlp)
-                for c, d, m, x in zip(batch, docs, mentions, contexts, strict=True)]
+        out: list[list[Sentence] | str] = []
+        for c, d, m, x in zip(batch, docs, mentions, contexts, strict=True):
+            try:
+                # Parsed masked, read back as written: a claim's sentence keeps its inline code.
+                out.append(read(d, m, c.anchor, gates=gates, original=c.text, context=x, nlp=nlp))
+            except Exception as exc:  # any rule's failure: the chunk's skip reason
+                out.append(poison.reason_of(exc))
+        return out
 
     # The next batch is parsed while this one is written: the writes wait on the
     # database's own process, so parsing and writing use both cores. spaCy objects
@@ -289,13 +296,23 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
         parsed = pool.submit(parse, *texts_of(batches[0])) if batches else None
         for k, batch in enumerate(batches):
             assert parsed is not None
-            sentences = [_fit_names(c, s, report) for c, s in zip(batch, parsed.result(), strict=True)]
+            readable: list[_Chunk] = []
+            sentences: list[list[Sentence]] = []
+            for c, read_ in zip(batch, parsed.result(), strict=True):
+                if isinstance(read_, str):
+                    poison.skip(f"chunk {c.id} of {c.where}", f"reading its text failed ({read_}); "
+                                "the other chunks are read, this one recorded as read with "
+                                "nothing taken (a new version of it is read afresh)")
+                    writer.nothing_taken(c)
+                else:
+                    readable.append(c)
+                    sentences.append(_fit_names(c, read_, report))
             parsed = (pool.submit(parse, *texts_of(batches[k + 1]))
                       if k + 1 < len(batches) else None)
             if poison.careful():
-                writer.write_each(batch, sentences)
+                writer.write_each(readable, sentences)
             else:
-                writer.write(batch, sentences)
+                writer.write(readable, sentences)
             done += len(batch)
             if on_progress is not None:
                 on_progress(done, len(chunks))
@@ -341,9 +358,9 @@ def _fit_names(chunk: _Chunk, sentences: list[Sentence], report: ExtractReport) 
                 f"longer than the {MAX_ENTITY_NAME_CHARS} characters an entity name may have (the "
                 f"longest has {max(len(e.name.strip()) for e in too_long)}); the chunk's other "
                 "entities and claims are kept")
-    return [Sentence(s.text, [e for e in s.entities if e not in too_long], s.dates,
-                     [r for r in s.relations if r.subject not in too_long and r.object not in too_long],
-                     s.says)
+    return [replace(s, entities=[e for e in s.entities if e not in too_long],
+                    relations=[r for r in s.relations
+                               if r.subject not in too_long and r.object not in too_long])
             for s in sentences]
 
 
@@ -396,21 +413,18 @@ class _Writer:
                 subject_id=subject, predicate=predicate, text=sentence, scopes=scopes, value=value,
                 object_id=object_id, confidence=EXTRACTED_CONFIDENCE, author_role=AUTHOR_ROLE))
 
-        def ids_of(s: Sentence) -> list[uuid.UUID]:
-            return list(dict.fromkeys(self.entity_ids[(chunk.scopes, e.entity_type, e.name)]
-                                      for e in s.entities))
-
+        named = [list(dict.fromkeys(self.entity_ids[(chunk.scopes, e.entity_type, e.name)]
+                                    for e in s.entities)) for s in sentences]
         # Where an entity is named is said with the first sentence of the chunk that says
         # something about it; a heading or a bare list of names only where nothing does.
         said: dict[uuid.UUID, str] = {}
-        for s in sentences:
+        for s, ids in zip(sentences, named, strict=True):
             if s.says:
-                for eid in ids_of(s):
+                for eid in ids:
                     said.setdefault(eid, s.text[:2000])
         mentioned: set[uuid.UUID] = set()
-        for s in sentences:
+        for s, ids in zip(sentences, named, strict=True):
             sentence = s.text[:2000]
-            ids = ids_of(s)
             for eid in ids:
                 if eid not in mentioned:
                     mentioned.add(eid)
@@ -508,11 +522,17 @@ class _Writer:
                 self.write([chunk], [sentences])
             if done.skipped:
                 self.entity_ids = known  # entities made in the rolled-back item are gone
-                self.report.skipped_chunks += 1
-                with poison.item(self.session, f"the extraction record of chunk {chunk.id}"):
-                    self._records([{"chunk_id": chunk.id, "content_hash": chunk.content_hash,
-                                    "scopes": list(chunk.scopes), "model": self.model, "entity_ids": [],
-                                    "claim_ids": [], "quarantine_ids": []}])
+                self.nothing_taken(chunk)
+
+    def nothing_taken(self, chunk: _Chunk) -> None:
+        """``chunk`` skipped (its writes refused, or no rule could read its text): recorded as
+        read with nothing taken from it, so the next run does not stumble on it again (a new
+        version of it is read afresh, and so is every chunk when the rules change)."""
+        self.report.skipped_chunks += 1
+        with poison.item(self.session, f"the extraction record of chunk {chunk.id}"):
+            self._records([{"chunk_id": chunk.id, "content_hash": chunk.content_hash,
+                            "scopes": list(chunk.scopes), "model": self.model, "entity_ids": [],
+                            "claim_ids": [], "quarantine_ids": []}])
 
     def _records(self, values: list[dict[str, Any]]) -> None:
         stmt = insert(Extraction).values(values)

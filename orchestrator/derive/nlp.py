@@ -380,13 +380,13 @@ def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
         while len(span) > 1 and (span[-1].tag_ == "POS"  # "Ada's" names Ada
                                  or span[-1].is_punct or span[-1].is_space):
             span = span[:-1]
-        if gates and len(span) > 2 and _OUTLINE.fullmatch(span[0].text) and \
-                _opens_with_verb(span[1:], nlp):
-            span = span[1:]  # "D. Install Python": an outline label, then a command
-        if gates and _opens_with_verb(span, nlp):
-            if len(span) == 1:
-                continue  # "Convert", "Ignore": a command, no name
-            span = span[1:]  # "Add GraalPy" names GraalPy
+        if gates:
+            # "D. Install Python": an outline label, then a command; one tagger pass.
+            label = 1 if len(span) > 2 and _OUTLINE.fullmatch(span[0].text) else 0
+            if _opens_with_verb(span[label:], nlp):
+                if len(span) == 1:
+                    continue  # "Convert", "Ignore": a command, no name
+                span = span[label + 1:]  # "Add GraalPy" names GraalPy
         name = " ".join(span.text.split())
         # Code, URLs, numbers and markup are not names (orchestrator.derive.quality), nor is
         # a run of words over two blocks, nor an ordinary word the model took for one.
