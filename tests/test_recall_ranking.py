@@ -38,7 +38,9 @@ from orchestrator.recall.result import FactRef, ScopeRef, SourceRef
 from orchestrator.recall.tail import (
     CLAIMS,
     Candidate,
+    discount_navigation,
     drop_redundant_derived,
+    navigational,
     order,
     suppress_duplicates,
     unit_rows,
@@ -95,6 +97,75 @@ def test_mmr_defers_a_documents_chunks_past_the_cap_and_keeps_direct_subjects_fi
         diversify(list(chunks), 1.5, 2)
     with pytest.raises(ValueError, match="discount"):
         diversify(list(chunks), 0.85, 2, cap_discount=2.0)
+
+
+# --- tables of contents ------------------------------------------------------------------------
+
+
+def test_a_table_of_contents_or_a_link_list_is_navigational_and_prose_is_not():
+    toc = "\n".join(f"{'  ' * (i % 2)}* [Building on {os} ({i})](#building-{i})"
+                    for i, os in enumerate(["Windows", "macOS", "Linux", "FreeBSD", "AIX", "SmartOS"]))
+    assert navigational(toc)
+    assert navigational("## Contents\n\n" + toc + "\n\nSee the sections below.")
+    # Reference-style links and numbered items are links too.
+    assert navigational("\n".join(f"{n}. [Step {n}][step-{n}]" for n in range(1, 7)))
+    # Prose with a few links, and a list whose items say something besides their link, are not.
+    assert not navigational("To build on Windows, install [Visual Studio](https://vs.example).\n"
+                            "Then run `vcbuild.bat`. See [Notes](#notes).\n" * 3)
+    assert not navigational("\n".join(f"* [Step {n}](#s{n}): run the installer and reboot"
+                                       for n in range(8)))
+    assert not navigational("* [One](#one)\n* [Two](#two)\n* [Three](#three)")  # too few
+    # A long link list among more prose than it: below 60% of the lines.
+    assert not navigational(toc + "\n" + "\n".join(f"Paragraph line {n}." for n in range(6)))
+
+    nav, prose, fact = (cand("n", toc, merit=1.0), cand("p", "Install the compiler.", merit=0.8),
+                        cand("f", toc, merit=1.0, kind="claim"))
+    assert discount_navigation([nav, prose, fact], 0.5) == 1
+    assert (nav.merit, prose.merit, fact.merit) == (0.5, 0.8, 1.0)  # source chunks only
+    assert discount_navigation([off := cand("n2", toc, merit=1.0)], 1.0) == 0 and off.merit == 1.0
+
+
+_SECTIONS = [f"{what} on {os}" for os in ("Windows", "Linux", "macOS", "FreeBSD")
+             for what in ("Prerequisites", "Building Widget", "Build options", "Testing a build",
+                          "Packaging Widget", "Debugging a build")]
+BUILDING = doc("building.md", "Building Widget", "# Building Widget\n\n## Contents\n\n" + "\n".join(
+    f"* [{name}](#{name.lower().replace(' ', '-')})" for name in _SECTIONS) + """
+
+## Building on Linux
+
+Install gcc 12 and make, then run `./configure && make -j4` in the checkout.
+""" + "\n".join(f"Paragraph {n} about release engineering, changelogs and tagging." for n in range(24))
+    + """
+
+## Building on Windows
+
+Install Visual Studio 2022 with the C++ workload and Python 3.12, open a developer
+prompt in the checkout and run `vcbuild.bat release`: it builds Widget into `out\\Release`.
+""")
+
+
+def test_a_table_of_contents_gives_way_to_the_chunks_it_points_at(
+        tenant_factory, app_engine, embedder, settings):
+    t = tenant_factory("team")
+    alice = t.identity("alice", write=("team",))
+    write_documents(app_engine, alice, embedder, [BUILDING], settings)
+    question = "how do I build Widget on Windows?"
+    served = {}
+    for discount in (1.0, 0.5):
+        recaller = recaller_with(app_engine, settings, embedder, recall_receipts=False,
+                                 rank_usage_rows=False, recall_navigation_discount=discount)
+        result, trace = recaller.trace(alice, question)
+        served[discount] = [e.text for e in result.evidence]
+        if discount == 1.0:
+            assert trace.navigation == ""
+        else:
+            assert trace.navigation.startswith("1 chunk(s) a table of contents")
+            assert "at 0.5 of their merit" in trace.format()
+    # Without the discount the table of contents (it repeats every heading's words) comes
+    # first; with it, it gives way (here to the chunk after it: three chunks, merit 1.0 ->
+    # 0.5 against 0.84; nothing is dropped).
+    assert "## Contents" in served[1.0][0]
+    assert "## Contents" not in served[0.5][0] and len(served[0.5]) == len(served[1.0])
 
 
 # --- duplicates and the shared unit embeddings ------------------------------------------------

@@ -161,6 +161,9 @@ class Settings(BaseSettings):
     # behind every other candidate).
     recall_mmr_cap_discount: float = Field(default=0.5, ge=0.0, le=1.0)
     recall_mmr_depth: int = 60
+    # A source chunk that is a table of contents or a list of links (recall.tail.navigational)
+    # competes at this share of its merit (1: as any other chunk).
+    recall_navigation_discount: float = Field(default=0.5, ge=0.0, le=1.0)
     rank_usage_rows: bool = True
     rank_usage_pooled: int = 20
     # engram rank train: the label window after a recall in which a mark_used counts, the

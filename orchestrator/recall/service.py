@@ -72,6 +72,7 @@ from orchestrator.recall.tail import (
     assign_merit,
     budget_cut,
     candidates_from_rows,
+    discount_navigation,
     drop_redundant_derived,
     keep_direct_best,
     order,
@@ -599,6 +600,9 @@ class Recaller:
             self._learn(session, org, req, vector, candidates, shape, trace)
             lap("ranker")
             assign_merit(candidates, s.recall_pin_boost)
+            if navigation := discount_navigation(candidates, s.recall_navigation_discount):
+                trace.navigation = (f"{navigation} chunk(s) a table of contents or a list of "
+                                    f"links, at {s.recall_navigation_discount:g} of their merit")
             if detail:
                 trace.fused = [item(c) for c in sorted(candidates, key=lambda c: (-c.rrf, c.key))]
             candidates, trace.precedence = apply_precedence(candidates)

@@ -353,6 +353,42 @@ def assign_merit(candidates: list[Candidate], pin_boost: float) -> None:
             c.merit += pin_boost
 
 
+# A list item that is only a link ("* [Windows](#windows-1)", "- [Labels][]",
+# "1. [Install](install.md)"): a line of a table of contents or a link list.
+_LINK_ITEM = re.compile(r"[ \t]*(?:[-*+]|\d{1,3}[.)])[ \t]+\[[^\]\n]{1,300}\]"
+                        r"(?:\([^)\s]{0,500}\)|\[[^\]\n]{0,300}\])?[ \t]*")
+NAVIGATION_MIN_ITEMS = 5
+NAVIGATION_SHARE = 0.6
+
+
+def navigational(text: str) -> bool:
+    """Whether a chunk is mostly a table of contents or a list of links: five or more list
+    items that are a link and nothing else, and at least 60% of its non-blank lines. Such a
+    chunk repeats a document's headings (every word a question shares with the document),
+    and says nothing the sections it links to do not."""
+    items = lines = 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        lines += 1
+        if _LINK_ITEM.fullmatch(line):
+            items += 1
+    return items >= NAVIGATION_MIN_ITEMS and items >= NAVIGATION_SHARE * lines
+
+
+def discount_navigation(candidates: Sequence[Candidate], discount: float) -> int:
+    """Scale the merit of every source chunk that is a table of contents or a link list
+    (``navigational``) by ``discount``; returns how many were (none at 1: the rule is off)."""
+    found = 0
+    if discount >= 1.0:
+        return found
+    for c in candidates:
+        if c.kind == "source" and navigational(c.text):
+            c.merit *= discount
+            found += 1
+    return found
+
+
 def stable_key(c: Candidate) -> tuple[Any, ...]:
     """What breaks a tie in merit and RRF: where the item is (collection, path, position),
     what it is and what it says; the random row id only when all of those are equal."""

@@ -64,6 +64,7 @@ class Trace:
     redundant: list[tuple[str, str, bool]] = field(default_factory=list)
     direct_lost: int = 0  # chunks of a named document past its best few: they compete on merit
     diversity: str = ""
+    navigation: str = ""  # chunks that are a table of contents or a link list, discounted
     ordered: list[TraceItem] = field(default_factory=list)
     suppressed: list[tuple[str, str, float]] = field(default_factory=list)
     kept: int = 0
@@ -144,8 +145,9 @@ class Trace:
                          f"{item(w).label if w is not None else c.contradicted_by}")
         lost = (f" (their best chunks; {self.direct_lost} more of their chunks compete on merit)"
                 if self.direct_lost else "")
+        navigation = f"; {self.navigation}" if self.navigation else ""
         lines.append(f"4. order (direct subjects first{lost}, then merit; diversity: "
-                     f"{self.diversity or 'not run'})")
+                     f"{self.diversity or 'not run'}{navigation})")
         for n, it in enumerate(self.ordered, 1):
             rr = "" if it.rerank is None else f", rerank {self._num(it.rerank)}"
             lines.append(f"     {n}. {it.label}: merit {self._num(it.merit)}{rr}" +
