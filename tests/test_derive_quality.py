@@ -317,6 +317,69 @@ def test_a_command_a_shout_or_a_lower_case_word_is_not_a_name():
     assert {"Fix MacPorts", "EXPRESS", "stdin"} <= ungated
 
 
+def test_a_comment_a_dash_a_verb_inside_or_shorthand_is_not_part_of_a_name():
+    """API references keep their change history in HTML comments ("<!-- YAML changes: ...
+    description: ... -->"), glossaries write "TERM - Expansion - definition", and NER runs a
+    name on into the verb or preposition after it ("Node.js supports", "Node.js via",
+    "Windows is Experimental"). Chat shorthand (WIP, LGTM) and a date format's placeholder
+    (YYYY) name nothing. Each of these was an entity of a folder of Node.js docs (stop 34)."""
+    from orchestrator.derive.nlp import SpacyEntities, _verb_form, _verbs, load_spacy, read
+
+    body = ("# Timers\n\n"
+            "<!-- YAML\nchanges:\n  - version: v6.8.0\n"
+            "    description: On Windows, the Node.js Permission Model now covers UNC paths.\n-->\n\n"
+            "This will build Node.js first (if necessary) and then use it to build the docs.\n"
+            "Node.js supports FIPS when linked with OpenSSL 3 via the shared library.\n"
+            "Furthermore, compiling on x86 Windows is Experimental and may break.\n\n"
+            "* TSC - Technical Steering Committee - Governing body of the project.\n\n"
+            "LGTM, thanks! AFAIK the WIP label stays until Ada Lovelace approves.\n\n"
+            "Dates are written as YYYY in the changelog kept by Grace Hopper.\n")
+    nlp = load_spacy()
+    # What NER says over the text unmasked and masked: the comment's names, and the rest.
+    raw_doc = nlp(body)
+    assert {"UNC", "the Node.js Permission Model"} <= {
+        body[m.start:m.end] for m in SpacyEntities("x").mentions([body], [raw_doc])[0]}
+    text = mask_markup(body)
+    assert "v6.8.0" not in text and "Permission Model" not in text and "Node.js first" in text
+    doc = nlp(text)
+    mentions = SpacyEntities("x").mentions([text], [doc])[0]
+    junk = {"Node.js first", "Node.js supports", "Windows is Experimental",
+            "TSC - Technical Steering Committee - Governing", "WIP", "YYYY"}
+    assert junk <= {text[m.start:m.end] for m in mentions}
+    found = {e.name for s in read(doc, mentions, original=body, context=text) for e in s.entities}
+    assert {"Node.js", "Windows", "TSC", "Ada Lovelace", "Grace Hopper"} <= found, found
+    assert not found & (junk | {"UNC", "Node.js Permission Model", "LGTM", "AFAIK"}), found
+    # A verb in the third person is a verb form, as its base and -ing forms are.
+    verbs = _verbs(nlp)
+    assert all(_verb_form(w, verbs) for w in ("Cancels", "applies", "pushes", "Returns"))
+    assert not any(_verb_form(w, verbs) for w in ("Jones", "Rogers", "Evans"))
+
+
+
+def test_a_person_whose_name_no_person_has_is_a_product():
+    """The small model types software, formats and units as people, and each got a person's
+    profile (35 of 173 "people" of a folder of Node.js, Debian and Python docs)."""
+    from orchestrator.derive.nlp import SpacyEntities, _person_or_product, load_spacy, read
+
+    for name in ("AArch64", "C++ API", "JSON", "KB", "ASan", "JsonCpp", "Node.js", "MacOS",
+                 "Zstandard CI", "encrypt2", "Tier 2"):
+        assert _person_or_product(name, "person") == "product", name
+    for name in ("Ada Lovelace", "B. Jackowski", "Mary-Jane O'Neil", "Ronald McDonald",
+                 "LeBron James", "J. R. R. Tolkien", "José Álvarez", "TJ Miller", "Louis XIV",
+                 "Martin Luther King Jr.", 'Huckleberry "Huck" Finn', "al-Shuja\u2018i"):
+        assert _person_or_product(name, "person") == "person", name
+    assert _person_or_product("JSON", "organization") == "organization"  # people only
+    body = ("Building an ASan build is easy, said Tavmjong Bah.\n\n"
+            "Zstandard CI testing is split up into three sections.\n")
+    nlp = load_spacy()
+    doc = nlp(body)
+    mentions = SpacyEntities("x").mentions([body], [doc])[0]
+    typed = {body[m.start:m.end]: m.entity_type for m in mentions}
+    assert typed == {"ASan": "person", "Tavmjong Bah": "person", "Zstandard CI": "person"}, typed
+    found = {e.name: e.entity_type for s in read(doc, mentions, context=body) for e in s.entities}
+    assert found == {"ASan": "product", "Tavmjong Bah": "person", "Zstandard CI": "product"}, found
+
+
 def _extracted(folder: Path, settings, tenant_factory, app_engine) -> tuple[set[str], set[str]]:
     """``folder`` ingested into a fresh tenant and extracted: (entity names, fact texts)."""
     t = tenant_factory("code")

@@ -61,7 +61,7 @@ ENTITY_TYPES = {
 }
 # Bumped whenever the rules below change what a chunk yields, so every chunk read under
 # older rules is read again (its stale claims retracted, the new ones written).
-RULES_VERSION = "rules-9"  # 4: markup masked over the whole document (stop 25); 5: a claim's
+RULES_VERSION = "rules-10"  # 4: markup masked over the whole document (stop 25); 5: a claim's
 # sentence keeps its inline code, and a blank line ends a sentence (stop 26); 6: inline code
 # that wraps over a line break is code, MyST roles and targets are markup, no name or sentence
 # runs over two Markdown blocks, names lose trailing punctuation and a leading "E.g." (stop 27);
@@ -70,7 +70,10 @@ RULES_VERSION = "rules-9"  # 4: markup masked over the whole document (stop 25);
 # 9: a name loses the command or gerund that opens its line or sentence ("Add GraalPy"),
 # capitals in a shouted sentence are no acronym ("EXPRESS OR IMPLIED"), no person, place,
 # group or organisation is all lower case ("stdin"), a one-word heading is a label, and
-# ``mentioned_in`` is said with a sentence that says something (stop 32)
+# ``mentioned_in`` is said with a sentence that says something (stop 32); 10: HTML comments
+# are masked, a verb in the third person opens a sentence ("Cancels the timeout"), a name is
+# cut at a spaced dash or a lower-case verb and loses lower-case words at its end that are
+# no nouns ("Node.js supports"), chat shorthand and date placeholders are no names (stop 34)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -275,10 +278,16 @@ def _verbs(nlp: Any) -> frozenset[str]:
 
 
 def _verb_form(word: str, verbs: frozenset[str]) -> bool:
-    """Whether ``word`` is a verb's base form or its -ing form ("locating", "running")."""
+    """Whether ``word`` is a verb's base form, its -ing form ("locating", "running") or its
+    third person ("cancels", "applies", "pushes": API references open descriptions so)."""
     w = word.lower()
     if w in verbs:
         return True
+    if len(w) >= 4 and w.endswith("s") and not w.endswith("ss"):
+        if w.endswith("ies") and w[:-3] + "y" in verbs:
+            return True
+        if w[:-1] in verbs or (w.endswith("es") and w[:-2] in verbs):
+            return True
     if not w.endswith("ing") or len(w) < 6:
         return False
     stem = w[:-3]
@@ -301,13 +310,14 @@ _OUTLINE = re.compile(r"[A-Z]\.")
 
 
 def _opens_with_verb(span: Any, nlp: Any) -> bool:
-    """Whether a mention that opens its line or sentence starts with a command or a gerund:
-    release notes and headings open with capitalised verbs ("Add GraalPy", "Install Python",
-    "Locating Pyenv", "Ignore user's site-packages"), which the model reads as part of a
-    name. The word must be a verb (or its -ing form) in the lemmatizer's index, and the
-    tagger must read it as a base form or gerund once it is written in lower case, in the
-    rest of its line: a name that is also a verb stays a name in its sentence ("mark said
-    the build is broken": a proper noun), and a noun that opens a line is no verb
+    """Whether a mention that opens its line or sentence starts with a command, a gerund or
+    a verb in the third person: release notes, headings and API references open with
+    capitalised verbs ("Add GraalPy", "Install Python", "Locating Pyenv", "Cancels the
+    timeout"), which the model reads as part of a name. The word must be a verb (or its -ing
+    or -s form) in the lemmatizer's index, and the tagger must read it as a base form,
+    gerund or third person once it is written in lower case, in the rest of its line: a
+    name that is also a verb stays a name in its sentence ("mark said the build is broken":
+    a proper noun; "rogers said": a plural noun), and a noun that opens a line is no verb
     ("Homebrew on macOS")."""
     first = span[0]
     word = first.text
@@ -321,7 +331,7 @@ def _opens_with_verb(span: Any, nlp: Any) -> bool:
         return False
     line_end = text.find("\n", first.idx)
     rest = text[first.idx + len(word):len(text) if line_end < 0 else line_end][:200]
-    return _first_tag(nlp, word.lower() + rest) in ("VB", "VBG")
+    return _first_tag(nlp, word.lower() + rest) in ("VB", "VBG", "VBZ")
 
 
 def _shouted(span: Any, context: str | None) -> bool:
@@ -359,6 +369,62 @@ def _heading_word(span: Any, written: str, context: str | None) -> bool:
     return word not in _vocabulary(context if context is not None else span.doc.text)[1]
 
 
+# What a name never holds: a dash between spaces (a glossary's "RFC - Request For
+# Comments - A Document"), or a lower-case verb ("Windows is Experimental"); nor does it end
+# in a lower-case word that is no noun ("Node.js supports", "Node.js via", "Node.js first").
+_DASHES = frozenset({"-", "--", "\u2013", "\u2014"})
+_NOT_NOUN_TAGS = frozenset({"VB", "VBD", "VBG", "VBN", "VBP", "VBZ", "IN", "TO", "RB", "RBR",
+                            "RBS", "RP", "DT", "PDT", "CC", "MD", "WDT", "WP", "WRB", "JJ",
+                            "JJR", "JJS", "PRP", "PRP$", "EX", "UH"})
+
+
+def _name_part(span: Any) -> Any:
+    """The part of a mention that can be a name: cut before a dash standing between spaces
+    or a lower-case verb after the first word, then without lower-case words at its end that
+    are no nouns. A mention with nothing left is returned as it is (the other gates judge
+    it)."""
+    for k in range(1, len(span)):
+        t = span[k]
+        if ((t.text in _DASHES and span[k - 1].whitespace_ and t.whitespace_)
+                or (t.text.islower() and t.tag_.startswith("VB"))):
+            span = span[:k]
+            break
+    while len(span) > 1 and span[-1].text.islower() and span[-1].tag_ in _NOT_NOUN_TAGS:
+        span = span[:-1]
+    while len(span) > 1 and (span[-1].is_punct or span[-1].is_space):
+        span = span[:-1]
+    return span
+
+
+# What no person's name holds: a digit or a symbol of code ("AArch64", "C++ API",
+# "encrypt2"), a full stop inside a word ("Node.js"), a capital inside a word after a
+# lower-case letter (JsonCpp, MacOS) but after the prefixes of family names that have one
+# (McDonald, MacLeod, DeShawn, LeBron), or two capitals before a lower-case letter (ASan).
+_NO_PERSON = re.compile(r"[\d+#/\\@&*=<>(){}\[\]:;!?_|~^$%]|\.[^\W\d_]"
+                        r"|(?<![^\W\d_])(?!(?:Mc|Mac|De|Di|Da|Du|La|Le|Van|Von|Fitz)[A-Z][a-z])"
+                        r"[^\W\d_]*[a-z][A-Z]|[A-Z]{2}[a-z]")
+_ROMAN = re.compile(r"[IVX]+")
+
+
+def _person_or_product(name: str, entity_type: str) -> str:
+    """``entity_type``, except that a "person" whose name no person has is a product: the
+    small model types software, formats and units as people ("AArch64", "C++ API", "JSON",
+    "KB", "ASan", "JsonCpp", "Node.js"), and each got a person's profile (``_NO_PERSON``;
+    and no word in capitals but a regnal number, "Louis XIV", or initials opening a longer
+    name, "TJ Miller": one capitals word alone is an acronym)."""
+    if entity_type != "person":
+        return entity_type
+    if _NO_PERSON.search(name):
+        return "product"
+    words = name.split()
+    for i, w in enumerate(words):
+        bare = w.strip(".,'\"\u2018\u2019")
+        if len(bare) > 1 and bare.isupper() and not (
+                (i > 0 and _ROMAN.fullmatch(bare)) or (i == 0 and len(words) > 1 and len(bare) == 2)):
+            return "product"
+    return entity_type
+
+
 def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
                   written: str | None = None, context: str | None = None,
                   nlp: Any = None) -> dict[int, Entity]:
@@ -381,6 +447,7 @@ def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
                                  or span[-1].is_punct or span[-1].is_space):
             span = span[:-1]
         if gates:
+            span = _name_part(span)
             # "D. Install Python": an outline label, then a command; one tagger pass.
             label = 1 if len(span) > 2 and _OUTLINE.fullmatch(span[0].text) else 0
             if _opens_with_verb(span[label:], nlp):
@@ -399,7 +466,7 @@ def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
             continue
         if (not gates and not any(ch.isalnum() for ch in name)) or any(t.i in owner for t in span):
             continue
-        entity = Entity(m.entity_type, name)
+        entity = Entity(_person_or_product(name, m.entity_type) if gates else m.entity_type, name)
         for t in span:
             owner[t.i] = entity
     return owner

@@ -3,7 +3,8 @@
 Order of work, where each gate sits:
 
 1. ``mask_markup`` (extraction, before parsing): fenced and indented code blocks,
-   inline code and HTML ``code``/``pre`` elements, URLs and e-mail addresses, Markdown
+   inline code and HTML ``code``/``pre`` elements, HTML comments (``<!-- ... -->``, over
+   any number of lines), URLs and e-mail addresses, Markdown
    images and badges, link targets, MyST roles and target lines (``{ref}`...```,
    ``(label)=``), HTML tags, table rows, heading/emphasis/list markers and log lines
    are overwritten with spaces of the same length. The parser then never sees
@@ -14,7 +15,8 @@ Order of work, where each gate sits:
 2. ``plausible_entity`` (extraction): a mention becomes an entity only when its
    name reads as a name: letters first, no URL, path, code punctuation or
    identifier shape (``snake_case``, ``camelCase``, ``a.b``), not mostly digits,
-   at most six words;
+   at most six words; not a shorthand of chat and review ("LGTM", "AFAIK", "WIP") nor a
+   date format's placeholder ("YYYY-MM-DD");
 3. ``plausible_statement`` (consolidation and profiles): a claim's sentence
    enters an observation or a profile only when it is prose: enough letters,
    enough words, no code punctuation, no URL, not a log line. A claim keeps its
@@ -115,6 +117,22 @@ def _mask_html_code(text: str) -> str:
     return "".join(parts) + text[at:] if parts else text
 
 
+def _mask_html_comments(text: str) -> str:
+    """``text`` with each HTML comment (``<!-- ... -->``, over any number of lines) overwritten
+    by spaces, newlines kept: a reader never sees it (API docs keep their change history
+    there, "<!-- YAML changes: - version: v6.8.0 pr-url: ..."). One pass with ``str.find``;
+    an opener with no closer after it is left as it is (nothing after it is hidden)."""
+    parts: list[str] = []
+    at = 0
+    while (start := text.find("<!--", at)) >= 0:
+        end = text.find("-->", start + 4)
+        if end < 0:
+            break
+        parts += [text[at:start], _spaces(text[start:end + 3])]
+        at = end + 3
+    return "".join(parts) + text[at:] if parts else text
+
+
 _TWO_LETTERS = re.compile(r"[^\W\d_]{2}")
 
 
@@ -128,7 +146,7 @@ def blank_without_words(text: str) -> str:
 def mask_markup(text: str) -> str:
     """``text`` with code, URLs, markup and log lines overwritten by spaces (same length)."""
     out = _INDENTED.sub(_blank, mask_fences(text))
-    out = _mask_html_code(out)
+    out = _mask_html_code(_mask_html_comments(out))
     for pattern in (_MYST, _TEMPLATE, _INLINE_CODE, _IMAGE, _LINK_TARGET, _REF_DEF, _URL, _HTML,
                     _TABLE, _LOG, _SHELL, _RULE_LINE):
         out = pattern.sub(_blank, out)
@@ -154,6 +172,15 @@ def inline_text(line: str) -> str:
     return " ".join(_EMPHASIS.sub("", out).split())
 
 
+# Shorthand of chat and code review, written in capitals like an acronym but naming nothing.
+_SHORTHAND = frozenset({"AFAIK", "AFAICT", "AFAICS", "IIRC", "IMO", "IMHO", "LGTM", "WIP",
+                        "FYI", "TBD", "TODO", "FIXME", "XXX", "PTAL", "ASAP", "RSVP", "TIA",
+                        "WFH", "EOD", "OOO", "NB", "TLDR", "BTW", "ICYMI", "YMMV"})
+# A date or time format's placeholder: "YYYY", "YYYY-MM-DD", "HH:MM".
+_DATE_FORMAT = re.compile(r"(?:Y{2,4}|M{1,2}|D{1,2}|H{1,2}|S{1,2})"
+                          r"(?:[-/.: ](?:Y{2,4}|M{1,2}|D{1,2}|H{1,2}|S{1,2}))*")
+
+
 def plausible_entity(name: str) -> bool:
     """Whether a mention's text reads as the name of something (see the module docstring)."""
     name = name.strip()
@@ -166,6 +193,8 @@ def plausible_entity(name: str) -> bool:
     if any(ch in _CODE_CHARS for ch in name) or ":" in name or _URL.search(name):
         return False
     if _IDENTIFIER.search(name) or _PATHISH.search(name) or _VERSION.search(name):
+        return False
+    if name in _SHORTHAND or _DATE_FORMAT.fullmatch(name):
         return False
     return len(name.split()) <= 6
 
