@@ -508,6 +508,46 @@ def test_disposing_an_engine_stops_its_recall_background(test_db: Any, settings:
     engine.dispose()
 
 
+def test_the_background_writes_through_a_pool_of_its_own(test_db: Any, tenant_factory: Any,
+                                                          app_engine: Engine, embedder: Any,
+                                                          settings: Any) -> None:
+    """Usage rows, access counts and receipt chaining never take a connection from the
+    recalls' pool: the background returned one moments after each recall returned its own,
+    LIFO handed it to the next recall, and at light load every other recall planned its
+    statement again (45-70 ms against 11-17, benchmarks/api_load.py's first recalls)."""
+    from sqlalchemy import event
+
+    from orchestrator.recall import Recaller
+
+    t = _corpus(tenant_factory, app_engine, embedder, settings, "lambda")
+    reader = t.identity("reader", read=("team",))
+    engine = make_app_engine(test_db.database.app_url(), pool_size=2)
+    checkouts: list[int] = []
+    event.listen(engine, "checkout", lambda conn, *_: checkouts.append(id(conn)))
+    try:
+        recaller = Recaller(engine, settings, embedder=embedder)
+        served = []
+        for question in ("lambda river bridge", "lambda harbour lights", "lambda budget",
+                         "lambda note 3"):
+            before = len(checkouts)
+            _, trace = recaller.trace(reader, question)
+            assert trace.receipt_id is not None and trace.usage_rows
+            served.append(checkouts[before:])
+            recaller.chainer.wake()  # the background writes now, between recalls
+            recaller.chainer.flush()
+        # The first recall also reads the installation's index tier and active model once.
+        # Every later one takes one connection, the one returned last: the same each time.
+        assert all(len(taken) == 1 for taken in served[1:]), served
+        assert len({taken[0] for taken in served[1:]}) == 1, served
+        recalls = len(checkouts)
+        recaller.settle()
+        assert len(checkouts) == recalls, "the background took a connection of the recalls"
+        with bound_session(app_engine, reader) as s:
+            assert s.execute(text("select count(*) from memory.rank_events")).scalar_one() >= 3
+    finally:
+        engine.dispose()
+
+
 def test_a_recaller_follows_its_engines_background_across_a_dispose(test_db: Any,
                                                                      settings: Any) -> None:
     """The recaller looks its background up on each use: after its engine is disposed (which
