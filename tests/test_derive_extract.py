@@ -18,6 +18,7 @@ from orchestrator.db.knowledge_models import Entity, FactClaim
 from orchestrator.db.session import bound_session
 from orchestrator.derive.extract import EXTRACTED_CONFIDENCE, ExtractOnIngest, extract, extract_all
 from orchestrator.derive.nlp import (
+    RULES_VERSION,
     SpacyEntities,
     When,
     choose_backend,
@@ -280,7 +281,7 @@ def test_extracted_claims_go_through_shapes(app_engine: Engine, admin_engine: En
 
 
 def test_running_twice_changes_nothing_and_a_new_reader_keeps_what_still_holds(
-        app_engine: Engine, admin_engine: Engine, tenant: TenantFixture) -> None:
+        app_engine: Engine, admin_engine: Engine, tenant: TenantFixture, caplog: Any) -> None:
     t = tenant
     _put(app_engine, t, "ada.md", TEAM_TEXT, ("team",))
     with bound_session(app_engine, t.identity(write=("team",))) as s:
@@ -296,9 +297,13 @@ def test_running_twice_changes_nothing_and_a_new_reader_keeps_what_still_holds(
     with admin_engine.begin() as conn:
         conn.execute(text("update memory.extractions set model = 'spacy:old|rules-1' where tenant_id = :t"),
                      {"t": t.id})
-    with bound_session(app_engine, t.identity(write=("team",))) as s:
+    with caplog.at_level("INFO", logger="engram.derive.extract"), \
+            bound_session(app_engine, t.identity(write=("team",))) as s:
         again = extract(s)
     assert (again.chunks, again.claims, again.retracted, again.kept) == (1, [], 0, len(first.claims))
+    # The log says why a tenant's whole corpus is read again (after an upgrade, every chunk).
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("extract: 1 chunks")]
+    assert said and "(1 read before, read again" in said[0] and RULES_VERSION in said[0], said
     assert _counts(admin_engine, t) == after_first
 
 

@@ -72,6 +72,7 @@ from orchestrator.db.derive_models import Extraction
 from orchestrator.db.models import Chunk, Document, Scope
 from orchestrator.derive import poison
 from orchestrator.derive.nlp import (
+    RULES_VERSION,
     SPACY_MODEL,
     BackendChoice,
     Entity,
@@ -246,7 +247,10 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
     if not chunks:
         report.seconds = time.monotonic() - started
         return report
-    log.info("extract: %d chunks, entities by %s", len(chunks), choice.description)
+    again = sum(c.read_before for c in chunks)
+    log.info("extract: %d chunks%s, entities by %s", len(chunks),
+             f" ({again} read before, read again: their text, scopes, the rules ({RULES_VERSION}) "
+             f"or the model changed)" if again else "", choice.description)
     begin_activity(session, "derive.extract", {"model": choice.model_key, "chunks": len(chunks)})
     writer = _Writer(session, choice.model_key, report)
     withdrawn = [c for c in chunks if c.opted_out]
