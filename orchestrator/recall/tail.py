@@ -357,6 +357,7 @@ def assign_merit(candidates: list[Candidate], pin_boost: float) -> None:
 # "1. [Install](install.md)"): a line of a table of contents or a link list.
 _LINK_ITEM = re.compile(r"[ \t]*(?:[-*+]|\d{1,3}[.)])[ \t]+\[[^\]\n]{1,300}\]"
                         r"(?:\([^)\s]{0,500}\)|\[[^\]\n]{0,300}\])?[ \t]*")
+_ITEM_MARKS = frozenset("-*+0123456789")
 NAVIGATION_MIN_ITEMS = 5
 NAVIGATION_SHARE = 0.6
 
@@ -366,12 +367,15 @@ def navigational(text: str) -> bool:
     items that are a link and nothing else, and at least 60% of its non-blank lines. Such a
     chunk repeats a document's headings (every word a question shares with the document),
     and says nothing the sections it links to do not."""
+    if text.count("]") < NAVIGATION_MIN_ITEMS:
+        return False  # too few links to be one (most chunks: one count, no scan)
     items = lines = 0
     for line in text.splitlines():
-        if not line.strip():
+        bare = line.lstrip()
+        if not bare:
             continue
         lines += 1
-        if _LINK_ITEM.fullmatch(line):
+        if bare[0] in _ITEM_MARKS and "[" in bare and _LINK_ITEM.fullmatch(line):
             items += 1
     return items >= NAVIGATION_MIN_ITEMS and items >= NAVIGATION_SHARE * lines
 
