@@ -120,9 +120,13 @@ def test_statement_is_one_round_trip(notes, recaller, app_engine):
     assert trace.statements == 1 and trace.side_effect_statements == 1
     assert trace.receipt_id is not None and trace.touched_claims == 0
     assert trace.usage_rows == 1 + len(result.served_rows())
-    with count_statements(app_engine) as written:
+    # ...which writes them through its own pool (the recalls' keeps its warm connections).
+    background = recaller.chainer.engine
+    assert background is not app_engine
+    with count_statements(app_engine) as ours, count_statements(background) as written:
         recaller.settle()
     assert any("memory.rank_events" in s and "memory.usage_ledger" in s for s in written)
+    assert not ours, ours
 
 
 def test_rls_other_tenant_and_scope_never_returned_counted_or_traced(
