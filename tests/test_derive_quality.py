@@ -67,7 +67,7 @@ def test_masking_keeps_offsets_and_prose_and_removes_code_urls_tables_and_logs()
 # <code> elements, and a long run of "1.1.1..." (an address's local part, looking for "@").
 POISON_SHAPES = {"table": "|1|2|3|\n", "images": "![ ", "links": "](", "code": "<code>",
                  "dotted": "1.", "image_open": "![a](", "link_open": "[a](", "template": "{{",
-                 "template_tag": "{% a "}
+                 "template_tag": "{% a ", "comment_open": "<!-- ", "comments": "<!-- a -->\n"}
 
 
 def test_masking_a_poisoned_document_does_not_hang():
