@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from typer.testing import CliRunner
 
+from orchestrator.auth.devkey import mint_token
 from orchestrator.cli.main import app
 from tests.support.api import api_settings, serve
 from tests.support.derive import cli_env
@@ -78,6 +80,17 @@ def test_the_cli_asks_a_running_api_server_and_says_so(cli_env, tenant_factory, 
         assert bad.exit_code == 2 and "the question is empty" in bad.output
         forced = runner.invoke(app, ["recall", question, *who, "--local"], env=env)
         assert forced.exit_code == 0 and "answered in this process (--local" in forced.output
+        # A token that expired an hour ago (ENGRAM_TOKEN, an hour after the quickstart): the
+        # server's refusal and the process's say when, and where a new one comes from.
+        now = int(time.time())
+        stale = mint_token(s, tenant=t.org_id, user="alice", scopes=["read:team"],
+                           extra={"iat": now - 7200, "nbf": now - 7200, "exp": now - 3600})
+        for extra in ([], ["--local"]):
+            refused = runner.invoke(app, ["recall", question, *extra],
+                                    env={**env, "ENGRAM_TOKEN": stale})
+            assert refused.exit_code != 0 and "the token has expired (at " in refused.output
+            assert "60 min ago" in refused.output or "59 min ago" in refused.output, refused.output
+            assert "engram auth token --tenant ORG" in refused.output, refused.output
 
 
 def test_the_cli_prints_the_rendered_string_exactly(cli_env, tenant_factory, app_engine, embedder,

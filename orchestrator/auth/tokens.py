@@ -30,8 +30,10 @@ nothing Engram understands is ``Forbidden`` (HTTP 403):
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import jwt
@@ -155,7 +157,8 @@ class TokenVerifier:
         except InvalidSignatureError as exc:
             raise Unauthenticated("the token's signature does not verify") from exc
         except ExpiredSignatureError as exc:
-            raise Unauthenticated("the token has expired") from exc
+            raise Unauthenticated(f"the token has expired{_expired_when(unverified.get('exp'))}"
+                                  ) from exc
         except ImmatureSignatureError as exc:
             raise Unauthenticated("the token is not valid yet (nbf/iat in the future)") from exc
         except InvalidAudienceError as exc:
@@ -181,3 +184,18 @@ def bearer_token(authorization: str | None) -> str:
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthenticated("the Authorization header must be 'Bearer <token>'")
     return token.strip()
+
+
+def _expired_when(exp: Any) -> str:
+    """" (at 2026-12-05 20:03:11 UTC, 34 min ago)" for a token's ``exp``; the holder's own
+    claim, read only to say when (the token was refused on its signature-checked ``exp``)."""
+    if isinstance(exp, bool) or not isinstance(exp, (int, float)):
+        return ""
+    try:
+        when = datetime.fromtimestamp(exp, UTC)
+    except (OverflowError, OSError, ValueError):
+        return ""
+    ago = max(0, int(time.time() - exp))
+    span = (f"{ago} s" if ago < 120 else f"{ago // 60} min" if ago < 7200
+            else f"{ago // 3600} h" if ago < 172800 else f"{ago // 86400} days")
+    return f" (at {when:%Y-%m-%d %H:%M:%S} UTC, {span} ago)"

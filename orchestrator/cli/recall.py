@@ -90,7 +90,12 @@ def _over_api(url: str, token: str, what: str, variables: dict[str, Any]) -> dic
     if body.get("errors"):
         first = body["errors"][0]
         code = (first.get("extensions") or {}).get("code")
-        _fail(f"{first.get('message')}" + (f" ({code})" if code else ""), exit_status(code))
+        message = str(first.get("message"))
+        if code == "UNAUTHENTICATED":
+            from orchestrator.cli.auth import token_hint
+
+            message = token_hint(message)
+        _fail(message + (f" ({code})" if code else ""), exit_status(code))
     answer: dict[str, Any] = body["data"]["answer"]
     return answer
 
