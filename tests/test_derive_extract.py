@@ -635,6 +635,12 @@ def test_ingest_hands_extraction_to_the_worker_or_extracts_when_told(
             "first)") in " ".join(later.output.split())
     with bound_session(app_engine, tenant.identity(write=("team",))) as s:
         assert extract(s).chunks == 1  # left for the worker
+    # A new title over the same text: the document is updated, nothing waits to be read again
+    # (the command counted every chunk of an updated document).
+    (root / "later.md").write_text("---\ntitle: Where Ada works\n---\nAda Lovelace works at Microsoft.")
+    retitled = CliRunner().invoke(app, ["ingest", str(root / "later.md"), *who], env=cli_env)
+    assert retitled.exit_code == 0 and "1 updated" in retitled.output, retitled.output
+    assert "handed to the worker" not in retitled.output, retitled.output
     bad = root / "bad.md"
     bad.write_text("---\nextract: sometimes\n---\nText.")
     refused = CliRunner().invoke(app, ["ingest", str(bad), *who], env=cli_env)

@@ -285,6 +285,15 @@ def test_the_progress_bar_is_drawn_on_a_terminal(cli_env: dict[str, str], tmp_pa
     ("# Title", "Title"), ("# Title ##", "Title"), ("## Title #hash", "Title #hash"),
     ("   ### Deep  ", "Deep"), ("# ###\n# Next", "Next"), ("#\nnot a heading\n# Real", "Real"),
     ("#NoSpace\n# Yes", "Yes"), ("    # indented code\n# H", "H"), ("no heading at all", ""),
+    # Setext headings (a paragraph over "===" or "---"), and a level-1 heading before the
+    # first heading of another level: "PyYAML" over "======" titles its README, not the
+    # "## Installation" below it (13 of 116 Markdown files had no title but their name).
+    ("PyYAML\n======\n\nA framework\n\n## Installation", "PyYAML"),
+    ("[![CI](https://ci.example/b.svg)](https://ci.example)\n\nGit - fast\n==========\n", "Git - fast"),
+    ("## Overview\n\nText.\n\nProject\n=======\n", "Project"), ("Multi\nline\n===", "Multi line"),
+    ("Intro\n---\n\n## Section", "Intro"), ("- item\n---\n\n## Section", "Section"),
+    ("---\nLICENSE 1.1\n---\n", "LICENSE 1.1"), ("```\nFoo\n===\n```\n## After", "After"),
+    ("> quoted\n===\n", ""), ("    code\n    ===\n# T", "T"),
 ])
 def test_the_first_heading_is_read_as_commonmark_writes_it(body: str, title: str) -> None:
     from orchestrator.cli.ingest import heading_title
@@ -297,7 +306,11 @@ def test_a_heading_with_a_long_run_of_spaces_does_not_hang_ingest() -> None:
     parts: "# a", 5,000 spaces, "b" took 118 s, 8,000 about eight minutes. In a process of its
     own, so a hang fails the test instead of holding the run."""
     script = ("from orchestrator.cli.ingest import heading_title\n"
-              "print(heading_title('# a' + ' ' * 8000 + 'b\\n' + 'x' * 10, 500))\n")
+              "print(heading_title('# a' + ' ' * 8000 + 'b\\n' + 'x' * 10, 500))\n"
+              # A paragraph of 200,000 lines under a setext underline, underlines alone.
+              "print(len(heading_title('a\\n' * 200_000 + '===\\n', 500)))\n"
+              "print(repr(heading_title('-\\n' * 200_000 + 'a\\n=\\n' * 50_000, 500)))\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=60, cwd=Path(__file__).parent.parent)
-    assert done.returncode == 0 and done.stdout.strip() == "a b", done.stderr
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:3] == ["a b", "79", "'a'"], done.stdout

@@ -41,7 +41,7 @@ import math
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -50,13 +50,13 @@ from typing import Annotated, Any
 import typer
 import yaml
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, select
 
 from orchestrator.auth import Identity
 from orchestrator.cli.auth import cli_identity, parse_scopes
 from orchestrator.cli.output import console, exit_status, styled
 from orchestrator.config import Settings
-from orchestrator.db.models import Chunk, Document
+from orchestrator.db.models import Document
 from orchestrator.db.session import bound_session
 from orchestrator.derive.quality import inline_text, mask_fences
 from orchestrator.errors import BadInput, EngramError
@@ -67,7 +67,13 @@ SUFFIXES = (".md", ".markdown", ".txt")
 # replaced, ``#{1,6}\s+(.+?)\s*#*\s*$``, tried every split of a run of spaces between its
 # three whitespace parts (a heading "# a", 5,000 spaces, "b" took 118 s), and its ``\s``
 # read the next line as the text of an empty heading.
-_HEADING = re.compile(r"^[ \t]{0,3}#{1,6}(?:[ \t]+([^\n]*))?$", re.MULTILINE)
+# An ATX heading line ("## Text ##") and a setext underline ("====" or "----" under a paragraph).
+_ATX = re.compile(r"[ \t]{0,3}(#{1,6})(?:[ \t]+(.*))?")
+_SETEXT = re.compile(r"[ \t]{0,3}(=+|-+)[ \t]*")
+# A line that opens a block of its own (a list item, a quote, a table row, indented code): no
+# paragraph line a setext underline could make a heading of.
+_TITLE_LINES = 40
+_NOT_PARAGRAPH = re.compile(r"[ \t]{4}|[ \t]{0,3}(?:[-*+>|]|\d{1,9}[.)])(?:[ \t]|$)")
 _KEY = re.compile(r"^([A-Za-z_][\w-]*)\s*:\s*(.*)$")
 
 out = console()
@@ -215,13 +221,50 @@ def _heading_text(raw: str) -> str:
     return text
 
 
+def _headings(body: str) -> Iterator[tuple[int, str]]:
+    """(level, text as written) of each heading outside code blocks, in order: ATX headings and
+    setext ones (a paragraph over a line of "=" is level 1, over "-" level 2: "PyYAML" over
+    "======" is the README's title, not the "## Installation" after it)."""
+    paragraph: list[str] = []
+    for line in mask_fences(body).splitlines():
+        if not line.strip():
+            paragraph = []
+            continue
+        atx = _ATX.fullmatch(line)
+        if atx:
+            paragraph = []
+            yield len(atx.group(1)), _heading_text(atx.group(2) or "")
+            continue
+        underline = _SETEXT.fullmatch(line)
+        if underline:
+            if paragraph:
+                yield (1 if underline.group(1)[0] == "=" else 2), " ".join(p.strip() for p in paragraph)
+            paragraph = []  # with no paragraph above, a thematic break (or a line of "=")
+            continue
+        if _NOT_PARAGRAPH.match(line):
+            paragraph = []
+        elif len(paragraph) < _TITLE_LINES:  # a title is cut to a few hundred characters anyway
+            paragraph.append(line)
+        else:
+            paragraph[-1] = line  # still a paragraph: an underline below it makes a heading
+
+
 def heading_title(body: str, limit: int) -> str:
-    """The first heading (outside code blocks) as a reader sees it (``quality.inline_text``: badges, link
-    targets and markup gone), cut at a word to ``limit`` characters with an ellipsis: a title
-    the file's author never wrote as one must not refuse the file. Empty without a heading or
-    when nothing but markup is in it."""
-    texts = (_heading_text(h.group(1) or "") for h in _HEADING.finditer(mask_fences(body)))
-    title = inline_text(next((t for t in texts if t), ""))
+    """The first level-1 heading (outside code blocks; ATX or setext), else the first heading,
+    as a reader sees it (``quality.inline_text``: badges, link targets and markup gone), cut
+    at a word to ``limit`` characters with an ellipsis: a title the file's author never
+    wrote as one must not refuse the file. Empty without a heading or when nothing but markup
+    is in it."""
+    first: str | None = None
+    for level, written in _headings(body):
+        text = inline_text(written)
+        if not text:
+            continue
+        if level == 1:
+            first = text
+            break
+        first = first or text
+    title = first or ""
     if len(title) > limit:
         title = title[:limit - 1].rsplit(" ", 1)[0].rstrip(" ,;:-") + "\u2026"
     return title
@@ -390,7 +433,7 @@ def ingest(
         else:
             extracted = True
             if not skip_extraction:
-                _handed_over(engine, identity, summary.changed_ids)
+                _handed_over(engine, identity, summary.changed_ids, settings)
     except EngramError as exc:
         err.print(styled("error:", "red", f" {exc}"))
         raise typer.Exit(1) from exc
@@ -400,21 +443,19 @@ def ingest(
         raise typer.Exit(1)
 
 
-def _handed_over(engine: Engine, identity: Identity, document_ids: list[uuid.UUID]) -> None:
-    """Say what waits for the worker: the chunks of what this run wrote, to extract (and, first,
-    to embed)."""
+def _handed_over(engine: Engine, identity: Identity, document_ids: list[uuid.UUID],
+                 settings: Settings) -> None:
+    """Say what waits for the worker: the chunks of what this run wrote that extraction will
+    read (or withdraw), and how many of them wait for their embedding first. A document whose
+    title changed but not its text has none."""
+    from orchestrator.derive.extract import waiting_chunks
+
     if not document_ids:
         return
-    wanted = Document.metadata_["extract"].astext.is_distinct_from("false")
     with bound_session(engine, identity) as session:
-        chunks, unembedded = session.execute(
-            select(func.count(), func.count().filter(Chunk.embed_state == "pending"))
-            .select_from(Chunk)
-            .join(Document, (Document.tenant_id == Chunk.tenant_id) & (Document.id == Chunk.document_id))
-            .where(Chunk.document_id.in_(document_ids), wanted)).one()
+        chunks, unembedded, docs = waiting_chunks(session, document_ids, settings)
     if not chunks:
         return
-    docs = len(document_ids)
     first = ("" if not unembedded else " (for its embedding first)" if chunks == 1 else
              f" ({unembedded} of them for their embedding first)")
     out.print(f"extraction handed to the worker: {chunks} chunk{'s' * (chunks != 1)} of {docs} "

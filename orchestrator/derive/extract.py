@@ -206,6 +206,20 @@ def pending_chunks(session: Session, *, document_ids: Sequence[uuid.UUID] | None
     return int(session.execute(select(func.count()).select_from(inner)).scalar_one())
 
 
+def waiting_chunks(session: Session, document_ids: Sequence[uuid.UUID],
+                   settings: Settings | None = None) -> tuple[int, int, int]:
+    """(how many chunks of ``document_ids`` a run would read or withdraw now, how many of them
+    wait for their embedding first, of how many documents): what ``engram ingest`` hands to
+    the worker. A document whose title changed but not its text has nothing to read again."""
+    model = choose_backend(settings or get_settings()).model_key
+    inner = _pending(model, document_ids).subquery()
+    waiting, unembedded, documents = session.execute(
+        select(func.count(), func.count().filter(Chunk.embed_state == "pending"),
+               func.count(func.distinct(Chunk.document_id)))
+        .select_from(inner.join(Chunk, Chunk.id == inner.c.id))).one()
+    return int(waiting), int(unembedded), int(documents)
+
+
 _backend_lock = threading.Lock()
 _announced: set[str] = set()
 
