@@ -95,8 +95,9 @@ class Trace:
             lines.append(f"question embedded by {self.embedding_model} (the active model, "
                          "checked in the statement's snapshot)")
         if "chunks" in self.corpus:
+            avg = self.corpus.get("avg_length")
             lines.append(f"lexical corpus (visible): {self.corpus.get('chunks')} chunks, average "
-                         f"length {self._num(self.corpus.get('avg_length'))}")
+                         f"length {'-' if avg is None else f'{float(avg):.1f}'} tokens")
         if self.corpus.get("terms"):
             terms = sorted(self.corpus["terms"], key=lambda t: (t[1], t[0]))
             lines.append("lexical terms, rarest first (df: chunks scored): " + ", ".join(
