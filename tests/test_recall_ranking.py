@@ -146,9 +146,13 @@ prompt in the checkout and run `vcbuild.bat release`: it builds Widget into `out
 
 def test_a_table_of_contents_gives_way_to_the_chunks_it_points_at(
         tenant_factory, app_engine, embedder, settings):
-    t = tenant_factory("team")
+    t = tenant_factory("team", "exec")
     alice = t.identity("alice", write=("team",))
     write_documents(app_engine, alice, embedder, [BUILDING], settings)
+    # A second table of contents alice may not read: the trace's count never counts it.
+    hidden = doc("hidden.md", "Building Widget for exec", BUILDING.body, scopes=("exec",))
+    write_documents(app_engine, t.identity("boss", write=("team", "exec")), embedder, [hidden],
+                    settings)
     question = "how do I build Widget on Windows?"
     served = {}
     for discount in (1.0, 0.5):
@@ -161,6 +165,9 @@ def test_a_table_of_contents_gives_way_to_the_chunks_it_points_at(
         else:
             assert trace.navigation.startswith("1 chunk(s) a table of contents")
             assert "at 0.5 of their merit" in trace.format()
+            # The boss reads both: the hidden one is pooled and counted where it is visible.
+            _, boss = recaller.trace(t.identity("boss", read=("team", "exec")), question)
+            assert boss.navigation.startswith("2 chunk(s) a table of contents"), boss.navigation
     # Without the discount the table of contents (it repeats every heading's words) comes
     # first; with it, it gives way (here to the chunk after it: three chunks, merit 1.0 ->
     # 0.5 against 0.84; nothing is dropped).

@@ -157,8 +157,7 @@ class TokenVerifier:
         except InvalidSignatureError as exc:
             raise Unauthenticated("the token's signature does not verify") from exc
         except ExpiredSignatureError as exc:
-            raise Unauthenticated(f"the token has expired{_expired_when(unverified.get('exp'))}"
-                                  ) from exc
+            raise Unauthenticated(f"{EXPIRED}{_expired_when(unverified.get('exp'))}") from exc
         except ImmatureSignatureError as exc:
             raise Unauthenticated("the token is not valid yet (nbf/iat in the future)") from exc
         except InvalidAudienceError as exc:
@@ -184,6 +183,10 @@ def bearer_token(authorization: str | None) -> str:
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthenticated("the Authorization header must be 'Bearer <token>'")
     return token.strip()
+
+
+# How a refusal of an expired token begins (the CLI adds where a new one comes from).
+EXPIRED = "the token has expired"
 
 
 def _expired_when(exp: Any) -> str:

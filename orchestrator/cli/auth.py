@@ -15,7 +15,7 @@ import typer
 
 from orchestrator.auth import Identity
 from orchestrator.auth.devkey import create_dev_key, jwks_path, mint_token
-from orchestrator.auth.tokens import ROLE_SCOPES, TokenVerifier, scope_grant
+from orchestrator.auth.tokens import EXPIRED, ROLE_SCOPES, TokenVerifier, scope_grant
 from orchestrator.cli.output import console, styled
 from orchestrator.config import Settings
 from orchestrator.errors import BadInput, EngramError, Unauthenticated
@@ -59,7 +59,6 @@ def cli_identity(settings: Settings, *, token: str | None, tenant: str | None, u
                 "one with the development key")
         token = mint_token(settings, tenant=tenant, user=user,
                            scopes=token_scopes(scopes or ""), ttl_s=ttl_s)
-        return TokenVerifier.from_settings(settings).verify(token)
     try:
         return TokenVerifier.from_settings(settings).verify(token)
     except Unauthenticated as exc:
@@ -70,7 +69,7 @@ def token_hint(message: str) -> str:
     """``message`` (a refusal of the caller's token), with where a new token comes from when it
     says the token has expired: a CLI user holds it in ENGRAM_TOKEN and meets this an hour
     after the quickstart."""
-    if "has expired" not in message:
+    if not message.startswith(EXPIRED):
         return message
     return (f"{message}: the token given by --token or ENGRAM_TOKEN; get a new one from your "
             "identity provider, or where the development key is trusted mint one: engram auth "

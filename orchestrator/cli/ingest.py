@@ -70,9 +70,10 @@ SUFFIXES = (".md", ".markdown", ".txt")
 # An ATX heading line ("## Text ##") and a setext underline ("====" or "----" under a paragraph).
 _ATX = re.compile(r"[ \t]{0,3}(#{1,6})(?:[ \t]+(.*))?")
 _SETEXT = re.compile(r"[ \t]{0,3}(=+|-+)[ \t]*")
+# Paragraph lines kept for a setext title (a title is cut to a few hundred characters anyway).
+_TITLE_LINES = 40
 # A line that opens a block of its own (a list item, a quote, a table row, indented code): no
 # paragraph line a setext underline could make a heading of.
-_TITLE_LINES = 40
 _NOT_PARAGRAPH = re.compile(r"[ \t]{4}|[ \t]{0,3}(?:[-*+>|]|\d{1,9}[.)])(?:[ \t]|$)")
 _KEY = re.compile(r"^([A-Za-z_][\w-]*)\s*:\s*(.*)$")
 
@@ -243,7 +244,7 @@ def _headings(body: str) -> Iterator[tuple[int, str]]:
             continue
         if _NOT_PARAGRAPH.match(line):
             paragraph = []
-        elif len(paragraph) < _TITLE_LINES:  # a title is cut to a few hundred characters anyway
+        elif len(paragraph) < _TITLE_LINES:
             paragraph.append(line)
         else:
             paragraph[-1] = line  # still a paragraph: an underline below it makes a heading

@@ -201,16 +201,15 @@ def _pending(model: str, document_ids: Sequence[uuid.UUID] | None) -> Any:
 def pending_chunks(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None,
                    settings: Settings | None = None) -> int:
     """How many chunks a run would read or withdraw now (for progress bars)."""
-    model = choose_backend(settings or get_settings()).model_key
-    inner = _pending(model, document_ids).subquery()
-    return int(session.execute(select(func.count()).select_from(inner)).scalar_one())
+    return waiting_chunks(session, document_ids, settings)[0]
 
 
-def waiting_chunks(session: Session, document_ids: Sequence[uuid.UUID],
+def waiting_chunks(session: Session, document_ids: Sequence[uuid.UUID] | None,
                    settings: Settings | None = None) -> tuple[int, int, int]:
-    """(how many chunks of ``document_ids`` a run would read or withdraw now, how many of them
-    wait for their embedding first, of how many documents): what ``engram ingest`` hands to
-    the worker. A document whose title changed but not its text has nothing to read again."""
+    """(how many chunks a run would read or withdraw now, of ``document_ids`` where given; how
+    many of them wait for their embedding first; of how many documents): what ``engram
+    ingest`` hands to the worker. A document whose title changed but not its text has nothing
+    to read again."""
     model = choose_backend(settings or get_settings()).model_key
     inner = _pending(model, document_ids).subquery()
     waiting, unembedded, documents = session.execute(

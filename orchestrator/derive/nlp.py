@@ -373,9 +373,8 @@ def _heading_word(span: Any, written: str, context: str | None) -> bool:
 # Comments - A Document"), or a lower-case verb ("Windows is Experimental"); nor does it end
 # in a lower-case word that is no noun ("Node.js supports", "Node.js via", "Node.js first").
 _DASHES = frozenset({"-", "--", "\u2013", "\u2014"})
-_NOT_NOUN_TAGS = frozenset({"VB", "VBD", "VBG", "VBN", "VBP", "VBZ", "IN", "TO", "RB", "RBR",
-                            "RBS", "RP", "DT", "PDT", "CC", "MD", "WDT", "WP", "WRB", "JJ",
-                            "JJR", "JJS", "PRP", "PRP$", "EX", "UH"})
+_NOT_NOUN_TAGS = _ORDINARY_TAGS | {"IN", "TO", "RP", "DT", "PDT", "CC", "MD", "WDT", "WP", "WRB",
+                                   "PRP", "PRP$", "EX"}
 
 
 def _name_part(span: Any) -> Any:
