@@ -105,6 +105,8 @@ def test_spacy_reads_relations_and_dates_from_a_fixture_text() -> None:
 @pytest.mark.parametrize(("mention", "anchor", "expected"), [
     ("5 June 1843", None, When("day", date(1843, 6, 5))),
     ("June 5th, 1843", None, When("day", date(1843, 6, 5))),
+    ("Dec. 24th, 2024", None, When("day", date(2024, 12, 24))),  # the full stop: rules-11
+    ("Sept. 2024", None, When("month", "2024-09")),
     ("the 5th of June 1843", None, When("day", date(1843, 6, 5))),
     ("2018-06-04", None, When("day", date(2018, 6, 4))),
     ("October 1994", None, When("month", "1994-10")),

@@ -356,6 +356,25 @@ def test_a_comment_a_dash_a_verb_inside_or_shorthand_is_not_part_of_a_name():
 
 
 
+def test_a_unit_after_its_quantity_is_no_name():
+    """An engineering note's "alert when the slot lags > 10 GB" made "GB" a place and a
+    product (stop 35); a unit or a currency code after a number names nothing, and the
+    same letters alone may still be a name."""
+    from orchestrator.derive.nlp import SpacyEntities, _unit, load_spacy, read
+
+    nlp = load_spacy()
+    body = ("Priya Raman set the alert at 10 GB of slot lag and pages at 30 GB.\n\n"
+            "Refunds total 18412 EUR, Marco Rossi says.\n")
+    doc = nlp(body)
+    mentions = SpacyEntities("x").mentions([body], [doc])[0]
+    assert {"GB", "EUR"} <= {body[m.start:m.end] for m in mentions}  # what NER says
+    found = {e.name for s in read(doc, mentions, original=body, context=body) for e in s.entities}
+    assert {"Priya Raman", "Marco Rossi"} <= found, found
+    assert not found & {"GB", "EUR"}, found
+    units = nlp("The 10 GB disk. GB won the match. EUR rates rose.")
+    assert _unit(units[2:3]) and not _unit(units[5:6]) and not _unit(units[10:11])
+
+
 def test_a_person_whose_name_no_person_has_is_a_product():
     """The small model types software, formats and units as people, and each got a person's
     profile (35 of 173 "people" of a folder of Node.js, Debian and Python docs)."""

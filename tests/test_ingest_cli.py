@@ -205,6 +205,26 @@ def test_a_yaml_front_matter_becomes_the_documents_fields(tmp_path: Path) -> Non
     assert doc.metadata == {"tags": ["a", "b"], "extract": False} and doc.body == "Body text.\n"
 
 
+def test_a_file_named_by_a_day_is_dated_that_day(tmp_path: Path) -> None:
+    # Daily notes (Obsidian), posts (Jekyll) and journals (Logseq) carry their day in the name.
+    midnight = datetime(2026, 12, 1, tzinfo=UTC)
+    for name in ("2026-12-01.md", "2026-12-01-release-notes.md", "2026_12_01.md",
+                 "2026.12.01 standup.md", "2026-12-01 Heron review.md"):
+        f = tmp_path / name
+        f.write_text("# A day\n\nText.\n")
+        assert to_document(SourceFile(f, "notes", name), ["team"]).occurred_at == midnight, name
+    for name in ("2026-13-45.md", "2026-12-011.md", "2026-12_01.md", "notes 2026-12-01.md",
+                 "20261201.md", "v2026-12-01.md"):
+        f = tmp_path / name
+        f.write_text("Text.\n")
+        assert to_document(SourceFile(f, "notes", name), ["team"]).occurred_at is None, name
+    # The front matter's date wins over the name's.
+    f = tmp_path / "2026-12-01.md"
+    f.write_text("---\ndate: 2025-03-04\n---\nText.\n")
+    assert to_document(SourceFile(f, "notes", f.name), ["team"]).occurred_at == \
+        datetime(2025, 3, 4, tzinfo=UTC)
+
+
 def test_a_title_from_a_heading_is_its_text_as_a_reader_sees_it(tmp_path: Path) -> None:
     # A README's first heading often carries badges: the title is the words, not 600
     # characters of image links (which the write refused, so the whole file failed).

@@ -65,7 +65,8 @@ def test_a_reused_plan_returns_the_fresh_plans_rows_for_two_tenants_and_two_scop
                    for scopes in (("team",), ("team", "exec"))]
         question = "what about the river bridge budget?"
         vector = embedder.embed_query(question)
-        params = {"question": question, "query_embedding": vector, "mode": None, "session": None}
+        params = {"question": question, "query_embedding": vector, "mode": None, "session": None,
+                  "days": None, "days_end": None}
 
         def klass(reader: Any) -> int:
             with bound_session(engine, reader) as s:
@@ -112,7 +113,7 @@ def test_a_long_question_is_split_once_not_once_per_n_gram(
         plan = "\n".join(r[0] for r in s.connection().exec_driver_sql(
             "explain (costs off) " + recaller.sql(FULL_PLAN, 1),
             {"question": question, "query_embedding": vector_text(vector), "mode": None,
-             "session": None}).all())
+             "session": None, "days": None, "days_end": None}).all())
     assert "CTE question_words" in plan and "CTE seed_words" in plan
     result, trace = recaller.trace(reader, question)
     assert trace.pools["title"] and result.evidence[0].source is not None

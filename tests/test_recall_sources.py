@@ -180,3 +180,68 @@ def test_near_duplicates_are_suppressed(tenant_factory, app_engine, embedder, se
     paths = [e.source.path for e in result.evidence if e.source]
     assert len({"one.md", "two.md"} & set(paths)) == 1
     assert len(trace.suppressed) == 1
+
+
+def test_a_day_the_question_names_makes_the_documents_dated_that_day_its_subjects(
+        tenant_factory, app_engine, embedder, settings, recaller):
+    from orchestrator.recall.dates import day_bounds
+
+    t = tenant_factory("team")
+    ident = t.identity(write=("team",))
+    day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=3)
+    other = day - timedelta(days=1)
+    busy = day - timedelta(days=30)
+    write_documents(app_engine, ident, embedder, [
+        doc("daily/a.md", f"{day:%Y-%m-%d}", "Fixed the flaky build; lunch with Marco.",
+            occurred_at=day + timedelta(hours=9)),
+        doc("daily/b.md", f"{other:%Y-%m-%d}", "Reviewed the billing migration plan.",
+            occurred_at=other),
+        doc("what.md", "What happened in the outage", "What happened: the disk filled up and "
+            "everything that happened after that happened because of it."),
+        *(doc(f"chat/{i}.md", f"Message {i}", f"Chat line {i} about lunch.",
+              occurred_at=busy + timedelta(minutes=i)) for i in range(settings.recall_title_docs + 1)),
+    ], settings)
+    asked = day.strftime("%B ") + str(day.day)  # "December 2": no year
+    result, trace = recaller.trace(ident, f"what happened on {asked}?")
+    assert direct_titles(trace) == {f"{day:%Y-%m-%d}"}
+    assert result.evidence[0].source.title == f"{day:%Y-%m-%d}"
+    assert f"the question names the day(s) {day:%Y-%m-%d}" in trace.format()
+    # The ISO form names it too, and two days name two documents.
+    _, t2 = recaller.trace(ident, f"notes from {day:%Y-%m-%d} and {other:%Y-%m-%d}")
+    assert direct_titles(t2) == {f"{day:%Y-%m-%d}", f"{other:%Y-%m-%d}"}
+    # A day more documents are dated than the title lane takes names none of them.
+    _, t3 = recaller.trace(ident, f"what did we say about lunch on {busy:%Y-%m-%d}?")
+    assert not any(it.label.startswith("Message") and it.direct for it in t3.pools["title"])
+    # No day named: the dated notes are no subjects (the same question without its date).
+    _, t4 = recaller.trace(ident, "what happened?")
+    assert not direct_titles(t4)
+    assert day_bounds("what happened?") == {"days": None, "days_end": None}
+
+
+def test_the_days_a_question_names() -> None:
+    from datetime import date
+
+    from orchestrator.recall.dates import MOST_DAYS, day_bounds, named_days
+
+    today = date(2026, 12, 5)
+
+    def days(q: str, on: date = today) -> list[str]:
+        return [f"{d:%Y-%m-%d}" for d in named_days(q, on)]
+
+    assert days("what happened on December 1?") == ["2026-12-01"]
+    assert days("notes from 2026-11-30") == ["2026-11-30"]
+    assert days("the 3rd of March 2025, and Dec. 24th, 2024") == ["2025-03-03", "2024-12-24"]
+    assert days("what did Priya say yesterday? and today?") == ["2026-12-04", "2026-12-05"]
+    # Without a year: the last occurrence, and the next when it is near (a plan).
+    assert days("May 5") == ["2026-05-05"]
+    assert days("the offsite on January 22") == ["2026-01-22", "2027-01-22"]
+    assert days("December 1", date(2027, 1, 5)) == ["2026-12-01"]
+    # No whole day, no day: a month, a year, an impossible date, "may" the verb, a version.
+    for q in ("in March 2025", "back in 2025", "on 2026-02-30", "you may 5 times",
+              "release 2026-12-01-rc1", "20261201", "February 29"):
+        assert days(q) == [], q
+    assert days("Feb 29 2028") == ["2028-02-29"]
+    assert len(days(" ".join(f"2026-01-{d:02d}" for d in range(1, 10)))) == MOST_DAYS
+    bounds = day_bounds("on 2026-12-01", today)
+    assert [f"{d:%Y-%m-%d %H:%M %Z}" for d in bounds["days"] + bounds["days_end"]] == \
+        ["2026-12-01 00:00 UTC", "2026-12-02 00:00 UTC"]

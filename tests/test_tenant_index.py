@@ -79,7 +79,7 @@ def _plan(engine: Engine, recaller: Any, reader: Any, size: TenantSize, question
             "explain (costs off) " + recaller.sql(FULL_PLAN, size_class(size.chunks),
                                                   size.own_index),
             {"question": question, "query_embedding": vector_text(vector), "mode": None,
-             "session": None}).all())
+             "session": None, "days": None, "days_end": None}).all())
 
 
 def test_a_tenant_with_its_own_index_is_served_from_it_and_serves_the_same_rows(

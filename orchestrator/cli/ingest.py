@@ -12,7 +12,10 @@ not YAML but is plain ``key: value`` lines (``title: Budget: Q3``) is read line 
 line, as before. ``kind``, ``state``, ``area``, ``title``, ``date`` (ISO 8601, when
 what the document describes happened; a date alone is midnight UTC) and ``scopes``
 (``[a, b]``, a YAML list or ``a, b``) are used, other keys go to the document's
-metadata (dates as ISO strings). The block is not part of the body.
+metadata (dates as ISO strings). The block is not part of the body. Without a
+``date``, a file name that starts with a calendar date (``2026-12-01.md``, as
+Obsidian's daily notes, Jekyll's posts ``2026-12-01-title.md`` and Logseq's
+journals ``2026_12_01.md`` are named) dates the document at midnight UTC of that day.
 
 Each file is its own transaction, so one bad file is reported and skipped and
 loses nothing of the others. Unchanged files write nothing (``put_document``
@@ -285,7 +288,7 @@ def to_document(src: SourceFile, default_scopes: list[str], *, extract: bool | N
     scopes = _list(meta.pop("scopes", "")) or default_scopes
     if not scopes:
         raise BadInput("no scopes: give --scope or a 'scopes:' front matter line")
-    occurred = _moment(meta.pop("date", ""))
+    occurred = _moment(meta.pop("date", "")) or named_day(src.file.stem)
     extra: dict[str, Any] = {k: v for k, v in meta.items() if k not in ("kind", "state", "area", "extract")}
     if "extract" in meta:
         extra["extract"] = _extract_flag(meta["extract"])
@@ -312,6 +315,23 @@ def _moment(value: Any) -> datetime | None:
     except ValueError:
         raise BadInput(f"front matter date {value.strip()!r} is not an ISO 8601 date or time") from None
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+# A calendar date at the start of a file name: 2026-12-01, 2026_12_01 or 2026.12.01, then
+# the end of the name or anything but a digit ("2026-12-01-title", "2026-10-20 Heron review").
+_NAMED_DAY = re.compile(r"(\d{4})([-_.])(\d{2})\2(\d{2})(?!\d)")
+
+
+def named_day(stem: str) -> datetime | None:
+    """The day a file's name starts with, at midnight UTC; None when it names none (or an
+    impossible one: "2026-13-45" is a name, not a date)."""
+    match = _NAMED_DAY.match(stem)
+    if match is None:
+        return None
+    try:
+        return datetime(int(match.group(1)), int(match.group(3)), int(match.group(4)), tzinfo=UTC)
+    except ValueError:
+        return None
 
 
 def ingest_paths(settings: Settings, engine: Engine, identity: Identity, paths: list[Path], *,

@@ -61,7 +61,7 @@ ENTITY_TYPES = {
 }
 # Bumped whenever the rules below change what a chunk yields, so every chunk read under
 # older rules is read again (its stale claims retracted, the new ones written).
-RULES_VERSION = "rules-10"  # 4: markup masked over the whole document (stop 25); 5: a claim's
+RULES_VERSION = "rules-11"  # 4: markup masked over the whole document (stop 25); 5: a claim's
 # sentence keeps its inline code, and a blank line ends a sentence (stop 26); 6: inline code
 # that wraps over a line break is code, MyST roles and targets are markup, no name or sentence
 # runs over two Markdown blocks, names lose trailing punctuation and a leading "E.g." (stop 27);
@@ -73,7 +73,8 @@ RULES_VERSION = "rules-10"  # 4: markup masked over the whole document (stop 25)
 # ``mentioned_in`` is said with a sentence that says something (stop 32); 10: HTML comments
 # are masked, a verb in the third person opens a sentence ("Cancels the timeout"), a name is
 # cut at a spaced dash or a lower-case verb and loses lower-case words at its end that are
-# no nouns ("Node.js supports"), chat shorthand and date placeholders are no names (stop 34)
+# no nouns ("Node.js supports"), chat shorthand and date placeholders are no names (stop 34);
+# 11: a unit after its quantity is no name ("10 GB"), "Dec. 24, 2024" is a day (stop 35)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -334,6 +335,21 @@ def _opens_with_verb(span: Any, nlp: Any) -> bool:
     return _first_tag(nlp, word.lower() + rest) in ("VB", "VBG", "VBZ")
 
 
+# Units and currencies written after a quantity: "10 GB", "50 GiB", "500 EUR", "3 kWh".
+_UNITS = frozenset({
+    "B", "KB", "kB", "MB", "GB", "TB", "PB", "KiB", "MiB", "GiB", "TiB", "PiB", "Kb", "Mb", "Gb",
+    "Kbps", "Mbps", "Gbps", "ms", "ns", "us", "Hz", "kHz", "MHz", "GHz", "W", "kW", "MW", "kWh",
+    "MWh", "V", "mV", "mA", "mAh", "km", "kg", "mg", "ml", "mm", "cm", "RPM", "FPS", "QPS",
+    "IOPS", "TPS", "RPS", "USD", "EUR", "GBP", "JPY", "CHF", "CNY", "INR", "CAD", "AUD"})
+
+
+def _unit(span: Any) -> bool:
+    """A unit after its quantity ("lags > 10 GB", "refunds of 500 EUR"): no name. "GB" alone
+    stays a possible name (Great Britain)."""
+    return (len(span) == 1 and span.text in _UNITS and span.start > 0
+            and span.doc[span.start - 1].like_num)
+
+
 def _shouted(span: Any, context: str | None) -> bool:
     """Whether an all-capitals mention is emphasis, not an acronym: it stands in a sentence
     written in capitals (a licence's "WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED",
@@ -459,7 +475,7 @@ def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
         if gates and (not plausible_entity(name)
                       or _breaks(doc, written, span.start_char, span.end_char)
                       or _common_word(span, m.entity_type, context)
-                      or _shouted(span, context)
+                      or _shouted(span, context) or _unit(span)
                       or _heading_word(span, written if written is not None else doc.text,
                                        context)):
             continue
@@ -723,7 +739,7 @@ def normalise_date(text: str, anchor: date | None = None) -> When | None:
     month: int | None = None
     day: int | None = None
     for token in re.findall(r"[a-z]+|\d+(?:st|nd|rd|th)?|[^\sa-z\d]", clean):
-        bare = token.rstrip(".")
+        bare = token.rstrip(".") or token  # "Dec." is "dec"; a full stop alone stays one
         if bare in _MONTHS and month is None:
             month = _MONTHS[bare]
         elif re.fullmatch(r"\d{4}", bare) and year is None and 1000 <= int(bare) <= 2999:

@@ -42,6 +42,7 @@ from orchestrator.db.session import bound_session, prepared_at_once
 from orchestrator.errors import BadInput, EngramError
 from orchestrator.inputs import text_problem
 from orchestrator.recall.access import AccessCounts, UsageRows
+from orchestrator.recall.dates import day_bounds
 from orchestrator.recall.features import RankContext
 from orchestrator.recall.mmr import diversify
 from orchestrator.recall.plan import FULL_PLAN, PlanShape
@@ -297,7 +298,7 @@ class Recaller:
         # The text recall sends (compiled once: every size class's text is it behind a
         # comment), run unprepared and planned for this call only.
         params = {"question": "warm up", "query_embedding": vector_text(vector), "mode": None,
-                  "session": None}
+                  "session": None, "days": None, "days_end": None}
         with self.engine.connect() as conn, conn.begin():
             conn.exec_driver_sql(self.sql(FULL_PLAN, 0), params).mappings().all()
         lap("statement")
@@ -522,11 +523,16 @@ class Recaller:
                                    f"the statistics){own}, "
                                    + ("reused plan" if s.recall_plan_reuse
                                       else "planned for this call"))
+                days = day_bounds(req.question)
+                if days["days"]:
+                    trace.plan_note += ("; the question names the day(s) "
+                                        + ", ".join(f"{d:%Y-%m-%d}" for d in days["days"])
+                                        + ": documents dated them are subjects it names")
                 with prepared_at_once(connection):
                     rows = _loaded(connection.exec_driver_sql(
                         self.sql(shape, klass, size.own_index),
                         {"question": req.question, "query_embedding": vector_text(vector),
-                         "mode": req.mode, "session": req.session}))
+                         "mode": req.mode, "session": req.session, **days}))
             if rows and rows[0][MODEL_GENERATION] != model.generation:
                 raise _ModelChanged()
             trace.statements = len(sent)

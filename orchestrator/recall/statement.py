@@ -312,6 +312,12 @@ class _Builder:
         self.query_embedding: BindParameter[Any] = bindparam("query_embedding", type_=Vector())
         self.mode: BindParameter[str | None] = bindparam("mode", None, type_=Text())
         self.session: BindParameter[str | None] = bindparam("session", None, type_=Text())
+        # The calendar days the question names (``recall.dates.day_bounds``): each day's first
+        # instant and the next day's, in UTC.
+        self.days: BindParameter[Any] = bindparam("days", None,
+                                                  type_=ARRAY(TIMESTAMP(timezone=True)))
+        self.days_end: BindParameter[Any] = bindparam("days_end", None,
+                                                      type_=ARRAY(TIMESTAMP(timezone=True)))
         self.rrf_k = bindparam("rrf_k", lim.rrf_k, type_=Double)
         # RLS already limits every scan to the bound tenant; saying so in the
         # statement lets the planner use the tenant-leading indexes the same way
@@ -421,7 +427,31 @@ class _Builder:
                 other.c.key != named.c.key,
                 func.strpos(padded + other.c.key + padded, padded + named.c.key + padded) > 0,
             )
-            titled = select(named.c.document_id, (~contained).label("direct")).cte("title_subjects")
+            # A document dated a day the question names is a subject it names too ("what
+            # happened on December 1?" names the daily note of that day). One probe of
+            # (tenant_id, collection, occurred_at) per day: PostgreSQL 18 skips over the
+            # collections; no day, no probe. Both bounds come in as values: "day + interval
+            # '1 day'" (a stable function of the day) was only a filter, so the probe read
+            # every document dated after the day. A day more than ``title_docs`` documents
+            # are dated (a chat's turns, a busy feed) names none of them: it is a period, and
+            # which eight of its documents went first would be arbitrary.
+            day = func.unnest(self.days, self.days_end).table_valued(
+                "first", "after").render_derived(name="named_day")
+            dated = (
+                select(d.id.label("document_id"))
+                .select_from(day)
+                .join(Document.__table__, and_(
+                    d.tenant_id == tenant, d.occurred_at >= day.c.first,
+                    d.occurred_at < day.c.after, _current(d)))
+                .limit(lim.title_docs + 1)
+                .cte("dated_subjects")
+            )
+            few = select(func.count()).select_from(dated).scalar_subquery() <= lim.title_docs
+            subjects = union_all(select(named.c.document_id, (~contained).label("direct")),
+                                 select(dated.c.document_id, true().label("direct")).where(few)
+                                 ).subquery("subjects")
+            titled = (select(subjects.c.document_id, func.bool_or(subjects.c.direct).label("direct"))
+                      .group_by(subjects.c.document_id).cte("title_subjects"))
             ranked = (
                 select(
                     c.id.label("chunk_id"), c.document_id,
@@ -1226,7 +1256,8 @@ def vector_from_bytes(value: Any) -> Any:
 
 
 # The statement's only bind parameters: what changes from one recall to the next.
-RUNTIME_PARAMETERS = frozenset({"question", "query_embedding", "mode", "session"})
+RUNTIME_PARAMETERS = frozenset({"question", "query_embedding", "mode", "session", "days",
+                                "days_end"})
 
 
 def _inline_constants(stmt: Select[Any]) -> Select[Any]:
@@ -1235,7 +1266,8 @@ def _inline_constants(stmt: Select[Any]) -> Select[Any]:
     A reused (generic) plan is made without the values of bind parameters: a ``LIMIT $1``
     the planner cannot see is estimated as a tenth of the input, which can turn an index
     walk into a sort. With the constants in the text, only the question, its embedding, the
-    mode and the session are unknown to the plan, and none of them decides a plan's shape.
+    mode, the session and the days it names are unknown to the plan, and none of them decides
+    a plan's shape.
     """
     # Every element once (CTEs are shared by several lanes: a plain walk revisits them).
     seen: set[int] = set()
@@ -1270,7 +1302,8 @@ def build_recall_statement(shape: PlanShape = FULL_PLAN,
                            size_class: int | None = None,
                            own_index: uuid.UUID | None = None) -> Select[Any]:
     """The recall statement for ``shape``; parameters ``question``, ``query_embedding``, ``mode``,
-    ``session``; every other value is a literal in its text.
+    ``session``, ``days`` and ``days_end`` (``recall.dates.day_bounds``); every other value is a
+    literal in its text.
 
     Production passes ``FULL_PLAN``, the installation's index tier (``engram.installation``)
     and the caller's tenant size class (``recall.plan_cache``): the class is a comment in the
