@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.support.recall import doc, embedder, recaller, write_documents
+from tests.support.recall import doc, embedder, recaller, recaller_with, write_documents
 
 __all__ = ["embedder", "recaller"]
 
@@ -209,9 +209,18 @@ def test_a_day_the_question_names_makes_the_documents_dated_that_day_its_subject
     # The ISO form names it too, and two days name two documents.
     _, t2 = recaller.trace(ident, f"notes from {day:%Y-%m-%d} and {other:%Y-%m-%d}")
     assert direct_titles(t2) == {f"{day:%Y-%m-%d}", f"{other:%Y-%m-%d}"}
-    # A day more documents are dated than the title lane takes names none of them.
-    _, t3 = recaller.trace(ident, f"what did we say about lunch on {busy:%Y-%m-%d}?")
+    # A day more documents are dated than the title lane takes names none of them; what the
+    # lanes found of that day comes first after the direct subjects (merit + recall_day_boost).
+    r3, t3 = recaller.trace(ident, f"what did we say about lunch on {busy:%Y-%m-%d}?")
     assert not any(it.label.startswith("Message") and it.direct for it in t3.pools["title"])
+    messages = [n for n, it in enumerate(t3.ordered) if it.label.startswith("Message")]
+    assert messages and messages == list(range(len(messages)))  # (near-equal lines suppressed)
+    assert r3.evidence[0].source.title.startswith("Message")
+    assert f"{settings.recall_title_docs + 1} item(s) from a day the question names, merit +1" \
+        in t3.format()
+    off = recaller_with(app_engine, settings, embedder, recall_day_boost=0.0)
+    _, t5 = off.trace(ident, f"what did we say about lunch on {busy:%Y-%m-%d}?")
+    assert "from a day the question names" not in t5.format()
     # No day named: the dated notes are no subjects (the same question without its date).
     _, t4 = recaller.trace(ident, "what happened?")
     assert not direct_titles(t4)
@@ -245,3 +254,22 @@ def test_the_days_a_question_names() -> None:
     bounds = day_bounds("on 2026-12-01", today)
     assert [f"{d:%Y-%m-%d %H:%M %Z}" for d in bounds["days"] + bounds["days_end"]] == \
         ["2026-12-01 00:00 UTC", "2026-12-02 00:00 UTC"]
+
+
+def test_an_item_of_a_named_day_gains_the_day_boost() -> None:
+    from orchestrator.recall.tail import Candidate, boost_named_days
+
+    day = datetime(2023, 10, 13, tzinfo=UTC)
+
+    def item(key: str, at: datetime | None, until: datetime | None = None) -> Candidate:
+        return Candidate(key=key, kind="source", text=key, scopes=(), occurred_at=at,
+                         ended_at=until, merit=0.5)
+
+    items = [item("on", day + timedelta(hours=13)), item("naive", datetime(2023, 10, 13, 23, 59)),
+             item("before", day - timedelta(seconds=1)), item("after", day + timedelta(days=1)),
+             item("span", day - timedelta(days=2), day + timedelta(hours=1)),
+             item("undated", None)]
+    assert boost_named_days(items, [day], 1.0) == 3
+    assert {c.key: c.merit for c in items} == {"on": 1.5, "naive": 1.5, "before": 0.5,
+                                               "after": 0.5, "span": 1.5, "undated": 0.5}
+    assert boost_named_days(items, [day], 0.0) == 0 and boost_named_days(items, [], 1.0) == 0

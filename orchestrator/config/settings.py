@@ -164,6 +164,10 @@ class Settings(BaseSettings):
     # A source chunk that is a table of contents or a list of links (recall.tail.navigational)
     # competes at this share of its merit (1: as any other chunk).
     recall_navigation_discount: float = Field(default=0.5, ge=0.0, le=1.0)
+    # Added to the merit of an item that happened on a day the question names
+    # (recall.tail.boost_named_days; merit is in [0, 1], so 1 puts them first after the
+    # direct subjects; 0: off).
+    recall_day_boost: float = Field(default=1.0, ge=0.0, le=10.0)
     rank_usage_rows: bool = True
     rank_usage_pooled: int = 20
     # engram rank train: the label window after a recall in which a mark_used counts, the

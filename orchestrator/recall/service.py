@@ -42,7 +42,7 @@ from orchestrator.db.session import bound_session, prepared_at_once
 from orchestrator.errors import BadInput, EngramError
 from orchestrator.inputs import text_problem
 from orchestrator.recall.access import AccessCounts, UsageRows
-from orchestrator.recall.dates import day_bounds
+from orchestrator.recall.dates import day_bounds, named_days
 from orchestrator.recall.features import RankContext
 from orchestrator.recall.mmr import diversify
 from orchestrator.recall.plan import FULL_PLAN, PlanShape
@@ -71,6 +71,7 @@ from orchestrator.recall.tail import (
     Candidate,
     apply_precedence,
     assign_merit,
+    boost_named_days,
     budget_cut,
     candidates_from_rows,
     discount_navigation,
@@ -606,6 +607,9 @@ class Recaller:
             self._learn(session, org, req, vector, candidates, shape, trace)
             lap("ranker")
             assign_merit(candidates, s.recall_pin_boost)
+            if dated := boost_named_days(candidates, named_days(req.question), s.recall_day_boost):
+                trace.named_day = (f"{dated} item(s) from a day the question names, merit "
+                                   f"+{s.recall_day_boost:g}")
             if navigation := discount_navigation(candidates, s.recall_navigation_discount):
                 trace.navigation = (f"{navigation} chunk(s) a table of contents or a list of "
                                     f"links, at {s.recall_navigation_discount:g} of their merit")

@@ -36,7 +36,7 @@ import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any
 
@@ -391,6 +391,34 @@ def discount_navigation(candidates: Sequence[Candidate], discount: float) -> int
             c.merit *= discount
             found += 1
     return found
+
+
+def boost_named_days(candidates: Sequence[Candidate], days: Sequence[datetime],
+                     boost: float) -> int:
+    """Add ``boost`` to the merit of every candidate that happened on one of ``days`` (the
+    days the question names, midnight UTC: ``recall.dates.named_days``): its ``occurred_at``
+    to its ``ended_at`` (an episode's span) meets the day. Returns how many (none at 0).
+
+    A day with few documents makes them direct subjects in the statement; this is for the
+    rest: "what did Melanie show Caroline on October 13, 2023?" asks about one session of
+    a long conversation, and its turns the lanes found are what answers it."""
+    found = 0
+    if boost <= 0.0 or not days:
+        return found
+    spans = [(d, d + timedelta(days=1)) for d in days]
+    for c in candidates:
+        if c.occurred_at is None:
+            continue
+        start = _aware(c.occurred_at)
+        end = max(start, _aware(c.ended_at)) if c.ended_at is not None else start
+        if any(start < after and end >= first for first, after in spans):
+            c.merit += boost
+            found += 1
+    return found
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def stable_key(c: Candidate) -> tuple[Any, ...]:

@@ -65,6 +65,7 @@ class Trace:
     direct_lost: int = 0  # chunks of a named document past its best few: they compete on merit
     diversity: str = ""
     navigation: str = ""  # chunks that are a table of contents or a link list, discounted
+    named_day: str = ""  # items that happened on a day the question names, boosted
     ordered: list[TraceItem] = field(default_factory=list)
     suppressed: list[tuple[str, str, float]] = field(default_factory=list)
     kept: int = 0
@@ -146,7 +147,7 @@ class Trace:
                          f"{item(w).label if w is not None else c.contradicted_by}")
         lost = (f" (their best chunks; {self.direct_lost} more of their chunks compete on merit)"
                 if self.direct_lost else "")
-        navigation = f"; {self.navigation}" if self.navigation else ""
+        navigation = "".join(f"; {note}" for note in (self.named_day, self.navigation) if note)
         lines.append(f"4. order (direct subjects first{lost}, then merit; diversity: "
                      f"{self.diversity or 'not run'}{navigation})")
         for n, it in enumerate(self.ordered, 1):
