@@ -757,3 +757,60 @@ def test_a_chunk_without_words_reaches_the_parser_as_blanks_and_is_read(
     assert any("Ada" in p for p in parsed)
     with bound_session(app_engine, t.identity(write=("team",))) as s:
         assert extract(s).chunks == 0, "both were recorded as read"
+
+
+def test_a_first_name_alone_stands_for_the_only_known_person_of_that_name(
+        app_engine: Engine, tenant: TenantFixture) -> None:
+    """Notes name a colleague in full once and by first name after; the small model types the
+    first name alone as a person, a group or an organisation, and each was its own entity
+    with its own profile ("Priya" beside "Priya Raman", four "Tomás", stop 35)."""
+    _put(app_engine, tenant, "people.md",
+         "Priya Raman leads the platform team in Bangalore. Tomás Ortega runs the staff meeting.\n\n"
+         "Sam Okafor and Sam Altman met in Lisbon.\n\nAda Quinn reviews the invoices.\n", ("team",))
+    _put(app_engine, tenant, "daily.md",
+         "Lunch with Priya and Tomás went well.\n\n"
+         "On-call: Sam is out until March.\n", ("team",))
+    _put(app_engine, tenant, "exec.md", "Lena Fischer chairs the board.\n", ("exec",))
+    writer = tenant.identity(write=("team", "exec"))
+    with bound_session(app_engine, writer) as s:
+        extract(s)
+    _put(app_engine, tenant, "later.md",
+         "I asked Priya about the design doc.\n\nI asked Ada about the invoices.\n\n"
+         "On-call: Lena is out until March.\n", ("team",))
+    with bound_session(app_engine, writer) as s:
+        extract(s)  # a later run: Priya Raman is known from the database, not this batch
+        entities = {e.canonical_name: e for e in s.execute(select(Entity)).scalars()}
+        said = {(r.name, r.text) for r in s.execute(text(
+            "select e.canonical_name as name, t.text from knowledge.fact_claim c "
+            "join knowledge.entities e on e.id = c.subject_id "
+            "join knowledge.fact_content t on t.id = c.content_id "
+            "where c.predicate = 'mentioned_in' and c.superseded_at is null"))}
+    assert "Priya" not in entities and "Tomás" not in entities, sorted(entities)
+    assert entities["Priya Raman"].aliases == ["Priya"]
+    assert entities["Tomás Ortega"].aliases == ["Tomás"]
+    assert ("Priya Raman", "Lunch with Priya and Tomás went well.") in said
+    assert ("Tomás Ortega", "Lunch with Priya and Tomás went well.") in said
+    assert ("Priya Raman", "I asked Priya about the design doc.") in said
+    # Ada Quinn was known before this run, under no alias: found in the database.
+    assert ("Ada Quinn", "I asked Ada about the invoices.") in said
+    assert entities["Ada Quinn"].aliases == ["Ada"]
+    assert ("Sam", "On-call: Sam is out until March.") in said
+    # Two known Sams: "Sam" stands for neither.
+    assert entities["Sam Okafor"].aliases == [] and entities["Sam Altman"].aliases == []
+    # A person known only in a scope the chunk's readers may not read is no one it names.
+    assert entities["Lena Fischer"].aliases == [] and "Lena" in entities, sorted(entities)
+
+
+def test_which_known_person_a_one_word_name_stands_for() -> None:
+    from orchestrator.derive.nlp import Entity as Named
+    from orchestrator.derive.nlp import short_name_targets
+
+    people = ["Priya Raman", "Tomás Ortega", "Sam Okafor", "Sam Altman", "Lena", "Ada King"]
+    assert short_name_targets([
+        Named("person", "Priya"), Named("group", "Priya"), Named("organization", "Tomás"),
+        Named("place", "Tomás"), Named("person", "Sam"), Named("person", "Okafor"),
+        Named("organization", "Okafor"), Named("person", "Lena"), Named("person", "priya"),
+        Named("person", "Ada-Lovelace"), Named("person", "TOMÁS"),
+    ], people) == {Named("person", "Priya"): "Priya Raman", Named("group", "Priya"): "Priya Raman",
+                   Named("organization", "Tomás"): "Tomás Ortega",
+                   Named("person", "Okafor"): "Sam Okafor", Named("person", "TOMÁS"): "Tomás Ortega"}

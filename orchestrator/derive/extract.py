@@ -79,7 +79,10 @@ from orchestrator.derive.nlp import (
     Sentence,
     choose_backend,
     load_spacy,
+    name_word_key,
     read,
+    short_name,
+    short_name_targets,
 )
 from orchestrator.derive.quality import blank_without_words, mask_markup
 from orchestrator.derive.service import ServiceTenant, job_lock, service_session, service_tenants
@@ -398,11 +401,16 @@ class _Writer:
             r[0]: r[1] for r in session.execute(select(Scope.id, Scope.name))}
 
     def _resolve(self, batch: Sequence[_Chunk], read_: Sequence[list[Sentence]]) -> None:
+        stands_for = self._short_names(batch, read_)
         wanted: dict[tuple[uuid.UUID, ...], set[Entity]] = defaultdict(set)
         for chunk, sentences in zip(batch, read_, strict=True):
             for s in sentences:
-                wanted[chunk.scopes].update(e for e in s.entities
-                                            if (chunk.scopes, e.entity_type, e.name) not in self.entity_ids)
+                for e in s.entities:
+                    full = stands_for.get((chunk.scopes, e))
+                    if full is not None:
+                        e = Entity("person", full)  # resolved as the person it stands for
+                    if (chunk.scopes, e.entity_type, e.name) not in self.entity_ids:
+                        wanted[chunk.scopes].add(e)
         for scopes, entities in wanted.items():
             if not entities:
                 continue
@@ -418,6 +426,53 @@ class _Writer:
                                       "n": [e.name for e in ordered]}).all()
             for (_, eid), e in zip(ids, ordered, strict=True):
                 self.entity_ids[(scopes, e.entity_type, e.name)] = eid
+        aliases: list[tuple[uuid.UUID, str]] = []
+        for (scopes, short), full in stands_for.items():
+            eid = self.entity_ids[(scopes, "person", full)]
+            self.entity_ids[(scopes, short.entity_type, short.name)] = eid
+            aliases.append((eid, short.name))
+        if aliases:
+            # The first name becomes the person's alias, so a question that says "Priya" seeds
+            # "Priya Raman" and later mentions resolve to her in SQL too (within the cap of
+            # ck_entities_aliases_count; an entity this run may not write keeps its aliases).
+            with savepoint(self.session):
+                self.session.execute(text(
+                    "update knowledge.entities e set aliases = e.aliases || a.name "
+                    "from (select distinct u.id, u.name from unnest(cast(:ids as uuid[]), "
+                    "cast(:names as text[])) as u(id, name)) a "
+                    "where e.tenant_id = auth.tenant_id() and e.id = a.id "
+                    "and not (knowledge.normalize_name(a.name) = any(e.alias_keys)) "
+                    "and e.name_key <> knowledge.normalize_name(a.name) "
+                    "and cardinality(e.aliases) < 200"),
+                    {"ids": [i for i, _ in aliases], "names": [n for _, n in aliases]})
+
+    def _short_names(self, batch: Sequence[_Chunk], read_: Sequence[list[Sentence]]
+                     ) -> dict[tuple[tuple[uuid.UUID, ...], Entity], str]:
+        """(scopes, one-word mention) -> the known person it stands for (``nlp.short_name_targets``):
+        the people of two or more words this batch names in the same scopes, and those of the
+        tenant every reader of the chunk can read (one query per scope set)."""
+        people: dict[tuple[uuid.UUID, ...], set[str]] = defaultdict(set)
+        shorts: dict[tuple[uuid.UUID, ...], set[Entity]] = defaultdict(set)
+        for chunk, sentences in zip(batch, read_, strict=True):
+            for s in sentences:
+                for e in s.entities:
+                    if e.entity_type == "person" and " " in e.name:
+                        people[chunk.scopes].add(e.name)
+                    elif short_name(e) and (chunk.scopes, e.entity_type, e.name) not in self.entity_ids:
+                        shorts[chunk.scopes].add(e)
+        out: dict[tuple[tuple[uuid.UUID, ...], Entity], str] = {}
+        for scopes, mentions in shorts.items():
+            words = sorted({name_word_key(e.name) for e in mentions})
+            known = self.session.execute(text(
+                "select canonical_name from knowledge.entities "
+                "where tenant_id = auth.tenant_id() and entity_type = 'person' "
+                "and merged_into is null and scopes @> cast(:s as uuid[]) "
+                "and strpos(name_key, ' ') > 0 and (split_part(name_key, ' ', 1) = any(:w) "
+                "or regexp_replace(name_key, '^.* ', '') = any(:w))"),
+                {"s": list(scopes), "w": words}).scalars().all()
+            for e, full in short_name_targets(mentions, people[scopes] | set(known)).items():
+                out[(scopes, e)] = full
+        return out
 
     def _facts(self, chunk: _Chunk, sentences: list[Sentence]) -> list[FactInput]:
         scopes = tuple(self.scope_names[s] for s in chunk.scopes)

@@ -42,7 +42,8 @@ from __future__ import annotations
 import itertools
 import logging
 import re
-from collections.abc import Sequence
+import unicodedata
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from functools import lru_cache
@@ -74,7 +75,8 @@ RULES_VERSION = "rules-11"  # 4: markup masked over the whole document (stop 25)
 # are masked, a verb in the third person opens a sentence ("Cancels the timeout"), a name is
 # cut at a spaced dash or a lower-case verb and loses lower-case words at its end that are
 # no nouns ("Node.js supports"), chat shorthand and date placeholders are no names (stop 34);
-# 11: a unit after its quantity is no name ("10 GB"), "Dec. 24, 2024" is a day (stop 35)
+# 11: a unit after its quantity is no name ("10 GB"), "Dec. 24, 2024" is a day, and a first
+# name alone stands for the only known person of that first name (stop 35)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -485,6 +487,52 @@ def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
         for t in span:
             owner[t.i] = entity
     return owner
+
+
+# One-word mentions of these types may be a known person's first name: the small model
+# types a first name alone as a group or an organisation as often as a person ("Priya",
+# "Tomás"). Never a place: "Jordan", "Georgia" and "Paris" are places and first names.
+SHORT_NAME_TYPES = ("person", "organization", "group")
+
+
+def name_word_key(word: str) -> str:
+    """A word as ``knowledge.normalize_name`` keys it (NFKC, lower case)."""
+    return unicodedata.normalize("NFKC", word).lower()
+
+
+def short_name(entity: Entity) -> bool:
+    """A one-word name, all letters, with a capital: what may stand for a known person."""
+    return (entity.entity_type in SHORT_NAME_TYPES and entity.name.isalpha()
+            and entity.name[:1].isupper())
+
+
+def short_name_targets(shorts: Iterable[Entity], people: Iterable[str]) -> dict[Entity, str]:
+    """Which one-word mentions (``short_name``) stand for a known person of two or more words
+    (``people``), and whom: the only one whose first name it is ("Priya" for "Priya Raman",
+    typed person, group or organisation), or, typed person, the only one whose last name it
+    is ("Okafor" for "Sam Okafor"). A word two known people share stands for neither."""
+    canonical: dict[str, str] = {}
+    by_first: dict[str, set[str]] = {}
+    by_last: dict[str, set[str]] = {}
+    for full in people:
+        words = full.split()
+        if len(words) < 2:
+            continue
+        key = " ".join(name_word_key(w) for w in words)
+        canonical.setdefault(key, full)
+        by_first.setdefault(name_word_key(words[0]), set()).add(key)
+        by_last.setdefault(name_word_key(words[-1]), set()).add(key)
+    out: dict[Entity, str] = {}
+    for e in shorts:
+        if not short_name(e):
+            continue
+        word = name_word_key(e.name)
+        found = set(by_first.get(word, ()))
+        if e.entity_type == "person":
+            found |= by_last.get(word, set())
+        if len(found) == 1:
+            out[e] = canonical[found.pop()]
+    return out
 
 
 def third_person(lemma: str) -> str:
