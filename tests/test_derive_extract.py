@@ -814,3 +814,21 @@ def test_which_known_person_a_one_word_name_stands_for() -> None:
     ], people) == {Named("person", "Priya"): "Priya Raman", Named("group", "Priya"): "Priya Raman",
                    Named("organization", "Tomás"): "Tomás Ortega",
                    Named("person", "Okafor"): "Sam Okafor", Named("person", "TOMÁS"): "Tomás Ortega"}
+
+
+def test_a_first_name_becomes_an_alias_only_of_a_person_shared_into_exactly_its_scopes(
+        app_engine: Engine, tenant: TenantFixture) -> None:
+    # Priya Raman is known to team and exec; a team-only note calls her "Priya": the claim
+    # names her, but exec's readers do not learn what a team note calls her.
+    writer = tenant.identity(write=("team", "exec"))
+    with bound_session(app_engine, writer) as s:
+        shared = resolve_entity(s, "person", "Priya Raman", ("team", "exec"))
+    _put(app_engine, tenant, "daily.md", "I asked Priya about the design doc.\n", ("team",))
+    with bound_session(app_engine, writer) as s:
+        extract(s)
+        entity = s.execute(select(Entity).where(Entity.id == shared)).scalar_one()
+        subjects = s.execute(text(
+            "select distinct e.canonical_name from knowledge.fact_claim c "
+            "join knowledge.entities e on e.id = c.subject_id "
+            "where c.predicate = 'mentioned_in' and c.superseded_at is null")).scalars().all()
+    assert subjects == ["Priya Raman"] and entity.aliases == []

@@ -426,25 +426,30 @@ class _Writer:
                                       "n": [e.name for e in ordered]}).all()
             for (_, eid), e in zip(ids, ordered, strict=True):
                 self.entity_ids[(scopes, e.entity_type, e.name)] = eid
-        aliases: list[tuple[uuid.UUID, str]] = []
+        aliases: list[tuple[uuid.UUID, str, list[uuid.UUID]]] = []
         for (scopes, short), full in stands_for.items():
             eid = self.entity_ids[(scopes, "person", full)]
             self.entity_ids[(scopes, short.entity_type, short.name)] = eid
-            aliases.append((eid, short.name))
+            aliases.append((eid, short.name, list(scopes)))
         if aliases:
             # The first name becomes the person's alias, so a question that says "Priya" seeds
-            # "Priya Raman" and later mentions resolve to her in SQL too (within the cap of
-            # ck_entities_aliases_count; an entity this run may not write keeps its aliases).
+            # "Priya Raman" and later mentions resolve to her in SQL too. Only on a person
+            # shared into exactly the chunk's scopes: one shared wider would show readers of
+            # other scopes what this chunk calls her. Within the cap of
+            # ck_entities_aliases_count; an entity this run may not write keeps its aliases.
             with savepoint(self.session):
                 self.session.execute(text(
                     "update knowledge.entities e set aliases = e.aliases || a.name "
-                    "from (select distinct u.id, u.name from unnest(cast(:ids as uuid[]), "
-                    "cast(:names as text[])) as u(id, name)) a "
-                    "where e.tenant_id = auth.tenant_id() and e.id = a.id "
+                    "from (select distinct on (u.id, u.name) u.id, u.name, "
+                    "cast(string_to_array(u.scopes, ',') as uuid[]) as scopes "
+                    "from unnest(cast(:ids as uuid[]), cast(:names as text[]), "
+                    "cast(:scopes as text[])) as u(id, name, scopes)) a "
+                    "where e.tenant_id = auth.tenant_id() and e.id = a.id and e.scopes <@ a.scopes "
                     "and not (knowledge.normalize_name(a.name) = any(e.alias_keys)) "
                     "and e.name_key <> knowledge.normalize_name(a.name) "
                     "and cardinality(e.aliases) < 200"),
-                    {"ids": [i for i, _ in aliases], "names": [n for _, n in aliases]})
+                    {"ids": [i for i, _, _ in aliases], "names": [n for _, n, _ in aliases],
+                     "scopes": [",".join(str(x) for x in sc) for _, _, sc in aliases]})
 
     def _short_names(self, batch: Sequence[_Chunk], read_: Sequence[list[Sentence]]
                      ) -> dict[tuple[tuple[uuid.UUID, ...], Entity], str]:

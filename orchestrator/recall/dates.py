@@ -73,7 +73,6 @@ def _occurrences(day: date, today: date) -> list[date]:
     return past[-1:] + ahead[:1]
 
 
-
 def day_bounds(question: str, today: date | None = None) -> dict[str, list[datetime] | None]:
     """The recall statement's ``days`` and ``days_end`` parameters: the first instant of each
     day ``question`` names and of the day after it (None and None when it names none)."""
