@@ -75,8 +75,9 @@ RULES_VERSION = "rules-11"  # 4: markup masked over the whole document (stop 25)
 # are masked, a verb in the third person opens a sentence ("Cancels the timeout"), a name is
 # cut at a spaced dash or a lower-case verb and loses lower-case words at its end that are
 # no nouns ("Node.js supports"), chat shorthand and date placeholders are no names (stop 34);
-# 11: a unit after its quantity is no name ("10 GB"), "Dec. 24, 2024" is a day, and a first
-# name alone stands for the only known person of that first name (stop 35)
+# 11: a unit after its quantity is no name ("10 GB"), "Dec. 24, 2024" is a day, a first name
+# alone stands for the only known person of that first name, a name the parser ran a heading
+# into is the part below the heading, and a task's checkbox is markup (stop 35)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -455,6 +456,8 @@ def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
         nlp = load_spacy()
     for m in sorted(mentions, key=lambda m: (m.start - m.end, m.start)):
         span = doc.char_span(m.start, m.end, alignment_mode="expand")
+        if span is not None and gates and _breaks(doc, written, span.start_char, span.end_char):
+            span = _below_heading(doc, span, written)  # "Discussion\n  Lena asked ..."
         if span is None:
             continue
         while len(span) > 1 and (span[0].lower_ in _DETERMINERS
@@ -533,6 +536,28 @@ def short_name_targets(shorts: Iterable[Entity], people: Iterable[str]) -> dict[
         if len(found) == 1:
             out[e] = canonical[found.pop()]
     return out
+
+
+def _below_heading(doc: Any, span: Any, written: str | None) -> Any:
+    """The part of a mention that runs over a block boundary which is not on a heading line,
+    when exactly one part is: the parser runs a heading into the name that opens the line
+    below it ("## Discussion" then "Lena asked whether ..." gave "Discussion\n  Lena", which
+    was dropped whole). None when no part or several parts are left (a list's names)."""
+    text = written if written is not None else doc.text
+    parts: list[list[Any]] = [[]]
+    for t in span:  # parts split at line breaks (a token of blanks, or a token's trailing ones)
+        if t.is_space:
+            if "\n" in t.text:
+                parts.append([])
+            continue
+        parts[-1].append(t)
+        if "\n" in t.whitespace_:
+            parts.append([])
+    kept = [p for p in parts if p and not _in_heading(text, p[0].idx)]
+    if len(kept) != 1:
+        return None
+    piece = doc[kept[0][0].i:kept[0][-1].i + 1]
+    return None if _breaks(doc, written, piece.start_char, piece.end_char) else piece
 
 
 def third_person(lemma: str) -> str:

@@ -71,7 +71,9 @@ _LOG = re.compile(r"^[^\n]*(?:\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}|\b\d{2}:\d{2}:\
                   r"|^[ \t]*(?:INFO|WARN|WARNING|ERROR|DEBUG|TRACE|FATAL)\b[:\s])[^\n]*$", re.M)
 _SHELL = re.compile(r"^[ \t]*(?:\$|>|#!|C:\\)[ \t]+[^\n]*$", re.M)
 _CONTROL = re.compile(CONTROL_CHARACTERS)
-_MARKERS = re.compile(r"^[ \t]*(?:#{1,6}|[-*+]|\d+[.)]|>)[ \t]+|[*_~]{1,3}(?=\S)|(?<=\S)[*_~]{1,3}", re.M)
+# Line markers (a task's checkbox "- [x]" with its item's) and emphasis.
+_MARKERS = re.compile(r"^[ \t]*(?:#{1,6}|[-*+]|\d+[.)]|>)[ \t]+(?:\[[ xX]\][ \t]+)?"
+                      r"|[*_~]{1,3}(?=\S)|(?<=\S)[*_~]{1,3}", re.M)
 
 _CODE_CHARS = set("{}[]()<>=;`$|\\^~#@*")
 # snake_case, camelCase, a call (x.y(), a dotted name (os.path).
