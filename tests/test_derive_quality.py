@@ -380,13 +380,15 @@ def test_a_name_the_parser_ran_a_heading_into_is_the_part_below_it():
     """Meeting notes: "## Discussion" over "- Lena asked whether ..." was read as one name
     "Discussion\n  Lena" and dropped whole (a name never runs over two blocks), so the one
     sentence that says what Lena did named no one; a done task's "[x]" stayed in the
-    sentence ("x Tomás: get security sign-off", stop 35)."""
+    sentence ("x Tomás: get security sign-off"), and a label was cut from its line ("Lena:",
+    stop 35)."""
     from orchestrator.derive.nlp import SpacyEntities, load_spacy, read
 
     body = ("## Context\nNightly export is 26h stale by the time analysts read it. Finance "
             "closes the month on stale numbers.\n\n## Discussion\n- Lena asked whether logical "
             "replication adds load on the primary.\n\n"
             "## Action items\n- [ ] Priya: staging deployment by week 45\n"
+            "- [ ] Lena: BigQuery dataset and service account\n"
             "- [x] Tomás: get security sign-off for the replication user\n")
     text = mask_markup(body)
     assert "[x]" not in text and " x " not in text
@@ -397,6 +399,9 @@ def test_a_name_the_parser_ran_a_heading_into_is_the_part_below_it():
             for s in read(doc, mentions, original=body, context=text)}
     assert said["Lena asked whether logical replication adds load on the primary."] == ["Lena"]
     assert said["Tomás: get security sign-off for the replication user"] == ["Tomás"], said
+    # The parser cut "Lena:" from the rest of its line: a label and its line are one sentence.
+    assert said["Lena: BigQuery dataset and service account"] == ["Lena"], said
+    assert "Lena:" not in said
 
 
 def test_a_person_whose_name_no_person_has_is_a_product():
@@ -405,11 +410,14 @@ def test_a_person_whose_name_no_person_has_is_a_product():
     from orchestrator.derive.nlp import SpacyEntities, _person_or_product, load_spacy, read
 
     for name in ("AArch64", "C++ API", "JSON", "KB", "ASan", "JsonCpp", "Node.js", "MacOS",
-                 "Zstandard CI", "encrypt2", "Tier 2"):
+                 "Zstandard CI", "encrypt2", "Tier 2", "Project Heron", "Operation Overlord"):
         assert _person_or_product(name, "person") == "product", name
+    for name in ("Team Payments", "Committee on Budgets"):  # stop 35
+        assert _person_or_product(name, "person") == "organization", name
     for name in ("Ada Lovelace", "B. Jackowski", "Mary-Jane O'Neil", "Ronald McDonald",
                  "LeBron James", "J. R. R. Tolkien", "José Álvarez", "TJ Miller", "Louis XIV",
-                 "Martin Luther King Jr.", 'Huckleberry "Huck" Finn', "al-Shuja\u2018i"):
+                 "Martin Luther King Jr.", 'Huckleberry "Huck" Finn', "al-Shuja\u2018i",
+                 "Board", "Milestone Jones"):
         assert _person_or_product(name, "person") == "person", name
     assert _person_or_product("JSON", "organization") == "organization"  # people only
     body = ("Building an ASan build is easy, said Tavmjong Bah.\n\n"

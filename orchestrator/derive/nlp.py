@@ -422,6 +422,12 @@ _NO_PERSON = re.compile(r"[\d+#/\\@&*=<>(){}\[\]:;!?_|~^$%]|\.[^\W\d_]"
                         r"|(?<![^\W\d_])(?!(?:Mc|Mac|De|Di|Da|Du|La|Le|Van|Von|Fitz)[A-Z][a-z])"
                         r"[^\W\d_]*[a-z][A-Z]|[A-Z]{2}[a-z]")
 _ROMAN = re.compile(r"[IVX]+")
+# A "person" whose first word names an undertaking or a body of people is none: "Project
+# Heron", "Operation Overlord"; "Team Payments", "Committee on Budgets".
+_UNDERTAKINGS = frozenset({"project", "operation", "program", "programme", "initiative",
+                           "campaign"})
+_BODIES = frozenset({"team", "committee", "department", "office", "council", "board",
+                     "squad", "guild", "group", "taskforce"})
 
 
 def _person_or_product(name: str, entity_type: str) -> str:
@@ -429,12 +435,18 @@ def _person_or_product(name: str, entity_type: str) -> str:
     small model types software, formats and units as people ("AArch64", "C++ API", "JSON",
     "KB", "ASan", "JsonCpp", "Node.js"), and each got a person's profile (``_NO_PERSON``;
     and no word in capitals but a regnal number, "Louis XIV", or initials opening a longer
-    name, "TJ Miller": one capitals word alone is an acronym)."""
+    name, "TJ Miller": one capitals word alone is an acronym); a name that opens with an
+    undertaking or a body of people ("Project Heron", "Team Payments") is a product or an
+    organisation."""
     if entity_type != "person":
         return entity_type
     if _NO_PERSON.search(name):
         return "product"
     words = name.split()
+    if len(words) > 1 and words[0].lower() in _UNDERTAKINGS:
+        return "product"
+    if len(words) > 1 and words[0].lower() in _BODIES:
+        return "organization"
     for i, w in enumerate(words):
         bare = w.strip(".,'\"\u2018\u2019")
         if len(bare) > 1 and bare.isupper() and not (
@@ -666,7 +678,8 @@ def read(doc: Any, mentions: Sequence[Mention], anchor: date | None = None, *,
     owner = _entity_spans(doc, mentions, gates, written, context, nlp)
     dates = [(e.start, normalise_date(e.text, anchor)) for e in doc.ents if e.label_ == "DATE"]
     out: list[Sentence] = []
-    for sent in (piece for parsed in doc.sents for piece in _paragraphs(doc, parsed, written)):
+    for sent in _labels_joined(doc, [piece for parsed in doc.sents
+                                     for piece in _paragraphs(doc, parsed, written)]):
         entities = list(dict.fromkeys(owner[t.i] for t in sent if t.i in owner))
         if not entities:
             continue
@@ -690,6 +703,20 @@ def read(doc: Any, mentions: Sequence[Mention], anchor: date | None = None, *,
 
 
 _SETEXT_UNDERLINE = re.compile(r"[ \t]*(?:=+|-+)[ \t]*$")
+
+
+def _labels_joined(doc: Any, pieces: list[Any]) -> list[Any]:
+    """A sentence that ends with a colon and the one after it on the same line are one: the
+    parser cuts "- [ ] Lena: BigQuery dataset and service account" after "Lena:", and the
+    label alone became the sentence claims about Lena were said with."""
+    out: list[Any] = []
+    for piece in pieces:
+        if (out and out[-1].text.rstrip().endswith(":")
+                and "\n" not in doc.text[out[-1].end_char:piece.start_char]):
+            out[-1] = doc[out[-1].start:piece.end]
+        else:
+            out.append(piece)
+    return out
 
 
 def _in_heading(written: str, at: int) -> bool:
