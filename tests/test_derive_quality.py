@@ -402,6 +402,14 @@ def test_a_name_the_parser_ran_a_heading_into_is_the_part_below_it():
     # The parser cut "Lena:" from the rest of its line: a label and its line are one sentence.
     assert said["Lena: BigQuery dataset and service account"] == ["Lena"], said
     assert "Lena:" not in said
+    # A label over a block of code is no label of the sentence after the block.
+    body = ("On Windows:\n\n```js\n'foo\\\\bar'.split(path.sep);\n```\n\n"
+            "On Windows, both the forward slash and the backward slash are accepted.\n")
+    text = mask_markup(body)
+    doc = load_spacy()(text)
+    said = [s.text for s in read(doc, SpacyEntities("x").mentions([text], [doc])[0],
+                                 original=body, context=text)]
+    assert said and not [t for t in said if t.startswith("On Windows: On Windows")], said
 
 
 def test_a_person_whose_name_no_person_has_is_a_product():

@@ -679,7 +679,7 @@ def read(doc: Any, mentions: Sequence[Mention], anchor: date | None = None, *,
     dates = [(e.start, normalise_date(e.text, anchor)) for e in doc.ents if e.label_ == "DATE"]
     out: list[Sentence] = []
     for sent in _labels_joined(doc, [piece for parsed in doc.sents
-                                     for piece in _paragraphs(doc, parsed, written)]):
+                                     for piece in _paragraphs(doc, parsed, written)], written):
         entities = list(dict.fromkeys(owner[t.i] for t in sent if t.i in owner))
         if not entities:
             continue
@@ -705,15 +705,24 @@ def read(doc: Any, mentions: Sequence[Mention], anchor: date | None = None, *,
 _SETEXT_UNDERLINE = re.compile(r"[ \t]*(?:=+|-+)[ \t]*$")
 
 
-def _labels_joined(doc: Any, pieces: list[Any]) -> list[Any]:
-    """A sentence that ends with a colon and the one after it on the same line are one: the
-    parser cuts "- [ ] Lena: BigQuery dataset and service account" after "Lena:", and the
-    label alone became the sentence claims about Lena were said with."""
+# A label before a colon: a name or a few words ("Lena:", "Action item:"), not a sentence.
+LABEL_WORDS = 3
+
+
+def _labels_joined(doc: Any, pieces: list[Any], written: str | None = None) -> list[Any]:
+    """A label (at most ``LABEL_WORDS`` words and a colon) and the sentence after it on the
+    same line as written are one: the parser cuts "- [ ] Lena: BigQuery dataset and service
+    account" after "Lena:", and the label alone became the sentence claims about Lena were
+    said with. ``written`` as in ``read`` (a masked code block is still its lines there)."""
+    text = written if written is not None else doc.text
     out: list[Any] = []
     for piece in pieces:
-        if (out and out[-1].text.rstrip().endswith(":")
-                and "\n" not in doc.text[out[-1].end_char:piece.start_char]):
-            out[-1] = doc[out[-1].start:piece.end]
+        last = out[-1] if out else None
+        # (a sentence's span may end in the blank lines after it: look from the colon on)
+        if (last is not None and last.text.rstrip().endswith(":")
+                and len(last.text.split()) <= LABEL_WORDS
+                and "\n" not in text[last.start_char + len(last.text.rstrip()):piece.start_char]):
+            out[-1] = doc[last.start:piece.end]
         else:
             out.append(piece)
     return out
