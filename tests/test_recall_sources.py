@@ -184,7 +184,7 @@ def test_near_duplicates_are_suppressed(tenant_factory, app_engine, embedder, se
 
 def test_a_day_the_question_names_makes_the_documents_dated_that_day_its_subjects(
         tenant_factory, app_engine, embedder, settings, recaller):
-    from orchestrator.recall.dates import day_bounds
+    from orchestrator.recall.dates import day_bounds, named_days
 
     t = tenant_factory("team")
     ident = t.identity(write=("team",))
@@ -224,7 +224,7 @@ def test_a_day_the_question_names_makes_the_documents_dated_that_day_its_subject
     # No day named: the dated notes are no subjects (the same question without its date).
     _, t4 = recaller.trace(ident, "what happened?")
     assert not direct_titles(t4)
-    assert day_bounds("what happened?") == {"days": None, "days_end": None}
+    assert day_bounds(named_days("what happened?")) == {"days": None, "days_end": None}
 
 
 def test_the_days_a_question_names() -> None:
@@ -251,7 +251,7 @@ def test_the_days_a_question_names() -> None:
         assert days(q) == [], q
     assert days("Feb 29 2028") == ["2028-02-29"]
     assert len(days(" ".join(f"2026-01-{d:02d}" for d in range(1, 10)))) == MOST_DAYS
-    bounds = day_bounds("on 2026-12-01", today)
+    bounds = day_bounds(named_days("on 2026-12-01", today))
     assert [f"{d:%Y-%m-%d %H:%M %Z}" for d in bounds["days"] + bounds["days_end"]] == \
         ["2026-12-01 00:00 UTC", "2026-12-02 00:00 UTC"]
 
@@ -273,3 +273,29 @@ def test_an_item_of_a_named_day_gains_the_day_boost() -> None:
     assert {c.key: c.merit for c in items} == {"on": 1.5, "naive": 1.5, "before": 0.5,
                                                "after": 0.5, "span": 1.5, "undated": 0.5}
     assert boost_named_days(items, [day], 0.0) == 0 and boost_named_days(items, [], 1.0) == 0
+
+
+def test_what_a_named_day_does_counts_only_what_the_reader_may_see(
+        tenant_factory, app_engine, embedder, settings, recaller):
+    """Isolation of the day subjects and the day boost: documents of that day in a scope the
+    reader lacks neither count toward the day's "too many to name" bound nor appear in the
+    trace's count of boosted items."""
+    t = tenant_factory("team", "exec")
+    day = datetime(2026, 3, 4, tzinfo=UTC)
+    write_documents(app_engine, t.identity(write=("team", "exec")), embedder, [
+        doc("team/day.md", "Team day note", "The team shipped the harbour release.",
+            occurred_at=day + timedelta(hours=9)),
+        *(doc(f"exec/{i}.md", f"Board memo {i}", f"Board memo {i} on the harbour budget.",
+              scopes=("exec",), occurred_at=day + timedelta(hours=10, minutes=i))
+          for i in range(settings.recall_title_docs + 1)),
+    ], settings)
+    question = "what happened on 2026-03-04?"
+    team_reader = t.identity("reader", read=("team",))
+    _, trace = recaller.trace(team_reader, question)
+    assert direct_titles(trace) == {"Team day note"}
+    assert "1 item(s) from a day the question names" in trace.format()
+    assert "Board memo" not in trace.format()
+    # A reader of both scopes sees ten documents that day: too many to name any of them.
+    _, both = recaller.trace(t.identity("reader", read=("team", "exec")), question)
+    assert not direct_titles(both)
+    assert "Board memo" in both.format()

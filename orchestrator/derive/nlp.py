@@ -488,9 +488,9 @@ def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
                 span = span[label + 1:]  # "Add GraalPy" names GraalPy
         name = " ".join(span.text.split())
         # Code, URLs, numbers and markup are not names (orchestrator.derive.quality), nor is
-        # a run of words over two blocks, nor an ordinary word the model took for one.
+        # an ordinary word the model took for one. (A run of words over two blocks was cut to
+        # its part below a heading, or left out, by ``_below_heading`` above.)
         if gates and (not plausible_entity(name)
-                      or _breaks(doc, written, span.start_char, span.end_char)
                       or _common_word(span, m.entity_type, context)
                       or _shouted(span, context) or _unit(span)
                       or _heading_word(span, written if written is not None else doc.text,
@@ -775,7 +775,7 @@ def _paragraphs(doc: Any, sent: Any, written: str | None = None) -> list[Any]:
 
 # --- dates -------------------------------------------------------------------------------
 
-_MONTHS = {name: i + 1 for i, names in enumerate((
+MONTHS = {name: i + 1 for i, names in enumerate((
     ("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"), ("may",),
     ("june", "jun"), ("july", "jul"), ("august", "aug"), ("september", "sep", "sept"),
     ("october", "oct"), ("november", "nov"), ("december", "dec"))) for name in names}
@@ -849,8 +849,8 @@ def normalise_date(text: str, anchor: date | None = None) -> When | None:
     day: int | None = None
     for token in re.findall(r"[a-z]+|\d+(?:st|nd|rd|th)?|[^\sa-z\d]", clean):
         bare = token.rstrip(".") or token  # "Dec." is "dec"; a full stop alone stays one
-        if bare in _MONTHS and month is None:
-            month = _MONTHS[bare]
+        if bare in MONTHS and month is None:
+            month = MONTHS[bare]
         elif re.fullmatch(r"\d{4}", bare) and year is None and 1000 <= int(bare) <= 2999:
             year = int(bare)
         elif re.fullmatch(r"\d{1,2}(st|nd|rd|th)?", bare) and day is None:

@@ -18,16 +18,17 @@ by ``derive.nlp.normalise_date``, the reader extraction dates claims with.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import UTC, date, datetime, timedelta
 
-from orchestrator.derive.nlp import normalise_date
+from orchestrator.derive.nlp import MONTHS, normalise_date
 
 # At most this many days a question: more is a list of dates, not a subject.
 MOST_DAYS = 4
 # A day written without its year is also looked for this far ahead of today.
 AHEAD_DAYS = 92
-_MONTH = (r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
-          r"|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?")
+# The month names (and abbreviations) extraction's date reader knows, longest first.
+_MONTH = "(?:" + "|".join(sorted(MONTHS, key=len, reverse=True)) + r")\.?"
 _DAY = r"(?:[12]\d|3[01]|0?[1-9])(?:st|nd|rd|th)?"
 _YEAR = r"(?:,?\s+(?P<{}>[12]\d{{3}}))?"
 _PHRASES = re.compile(
@@ -73,10 +74,9 @@ def _occurrences(day: date, today: date) -> list[date]:
     return past[-1:] + ahead[:1]
 
 
-def day_bounds(question: str, today: date | None = None) -> dict[str, list[datetime] | None]:
+def day_bounds(days: Sequence[datetime]) -> dict[str, list[datetime] | None]:
     """The recall statement's ``days`` and ``days_end`` parameters: the first instant of each
-    day ``question`` names and of the day after it (None and None when it names none)."""
-    days = named_days(question, today)
+    of ``days`` (``named_days``) and of the day after it (None and None for no day)."""
     if not days:
         return {"days": None, "days_end": None}
-    return {"days": days, "days_end": [d + timedelta(days=1) for d in days]}
+    return {"days": list(days), "days_end": [d + timedelta(days=1) for d in days]}

@@ -29,6 +29,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
@@ -506,6 +507,7 @@ class Recaller:
         s = self.settings
         size = self.sizes.entry(identity.org_id)
         usage: dict[str, Any] | None = None
+        days = named_days(req.question)  # the statement's dated subjects and the tail's boost
         with bound_session(self.engine, identity,
                            settings=None if size is None else transaction_settings(size, s)
                            ) as session:
@@ -524,16 +526,15 @@ class Recaller:
                                    f"the statistics){own}, "
                                    + ("reused plan" if s.recall_plan_reuse
                                       else "planned for this call"))
-                days = day_bounds(req.question)
-                if days["days"]:
+                if days:
                     trace.plan_note += ("; the question names the day(s) "
-                                        + ", ".join(f"{d:%Y-%m-%d}" for d in days["days"])
+                                        + ", ".join(f"{d:%Y-%m-%d}" for d in days)
                                         + ": documents dated them are subjects it names")
                 with prepared_at_once(connection):
                     rows = _loaded(connection.exec_driver_sql(
                         self.sql(shape, klass, size.own_index),
                         {"question": req.question, "query_embedding": vector_text(vector),
-                         "mode": req.mode, "session": req.session, **days}))
+                         "mode": req.mode, "session": req.session, **day_bounds(days)}))
             if rows and rows[0][MODEL_GENERATION] != model.generation:
                 raise _ModelChanged()
             trace.statements = len(sent)
@@ -557,7 +558,7 @@ class Recaller:
                 # Shallow copies: the tail changes only scalar fields (merit, scores, bits).
                 trace.replay = (req, vector, [copy.copy(c) for c in candidates])
             ordered = self._order(session, identity.org_id, req, vector, candidates, shape, trace,
-                                  lap, detail)
+                                  lap, detail, days=days)
 
             result = finish(req, ordered, trace)
             lap("budget_render")
@@ -597,9 +598,11 @@ class Recaller:
 
     def _order(self, session: Any, org: str, req: RecallRequest, vector: Any,
                candidates: list[Candidate], shape: PlanShape, trace: Trace,
-               lap: Callable[[str], None], detail: bool = True) -> list[Candidate]:
+               lap: Callable[[str], None], detail: bool = True,
+               days: Sequence[datetime] = ()) -> list[Candidate]:
         """The tail's ranking: cross-encoder, learned ranker, merit, precedence, the
-        identity-aware order, duplicates, redundant derived items, MMR."""
+        identity-aware order, duplicates, redundant derived items, MMR. ``days``: the days the
+        question names (``recall.dates.named_days``), read once per recall."""
         s = self.settings
         self._rerank(req.question, candidates, shape, trace)
         lap("rerank")
@@ -607,7 +610,7 @@ class Recaller:
             self._learn(session, org, req, vector, candidates, shape, trace)
             lap("ranker")
             assign_merit(candidates, s.recall_pin_boost)
-            if dated := boost_named_days(candidates, named_days(req.question), s.recall_day_boost):
+            if dated := boost_named_days(candidates, days, s.recall_day_boost):
                 trace.named_day = (f"{dated} item(s) from a day the question names, merit "
                                    f"+{s.recall_day_boost:g}")
             if navigation := discount_navigation(candidates, s.recall_navigation_discount):
@@ -648,7 +651,8 @@ class Recaller:
         again = Trace(req.question, req.asker, shape.name, req.mode, req.budget_tokens,
                       session=req.session, corpus=dict(trace.corpus))
         candidates = [copy.copy(c) for c in kept]
-        ordered = self._order(None, "", req, vector, candidates, shape, again, lambda _: None)
+        ordered = self._order(None, "", req, vector, candidates, shape, again, lambda _: None,
+                              days=named_days(req.question))
         return self._cut(req, ordered, again), again
 
     def _learn(self, session: Any, org: str, req: RecallRequest, vector: Any,
