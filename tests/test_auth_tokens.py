@@ -157,6 +157,12 @@ def test_auth_cli_dev_key_token_and_whoami(tmp_path: Path) -> None:
     result = runner.invoke(app, ["auth", "token", "--tenant", "org-9", "--scopes",
                                  "read:team engram:auditor"], env=env)
     assert result.exit_code == 0 and result.output.count(".") == 2
+    # The recall commands' option names mint the same token (`engram recall --org X --as U`).
+    result = runner.invoke(app, ["auth", "token", "--org", "org-9", "--as", "ann",
+                                 "--scopes", "read:team"], env=env)
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["auth", "whoami", "--token", result.output.strip()], env=env)
+    assert "organization org-9, user ann" in result.output
 
 
 def _outage_verifier(issuer: Issuer, now: list[float]) -> tuple[TokenVerifier, KeySet]:

@@ -52,9 +52,11 @@ BOOKKEEPING = {"mentioned_in", "co_mentioned_with", "mentioned_on", "mentioned_i
 
 
 def _put(app_engine: Engine, t: TenantFixture, path: str, body: str, scopes: tuple[str, ...], *,
-         occurred_at: datetime | None = None, metadata: dict[str, Any] | None = None) -> uuid.UUID:
+         occurred_at: datetime | None = None, metadata: dict[str, Any] | None = None,
+         title: str | None = None) -> uuid.UUID:
     with bound_session(app_engine, t.identity(write=scopes)) as s:
-        return put_document(s, DocumentInput(collection="notes", path=path, title=path, body=body,
+        return put_document(s, DocumentInput(collection="notes", path=path, title=title or path,
+                                             body=body,
                                              scopes=scopes, occurred_at=occurred_at,
                                              metadata=metadata)).document_id
 
@@ -799,6 +801,42 @@ def test_a_first_name_alone_stands_for_the_only_known_person_of_that_name(
     assert entities["Sam Okafor"].aliases == [] and entities["Sam Altman"].aliases == []
     # A person known only in a scope the chunk's readers may not read is no one it names.
     assert entities["Lena Fischer"].aliases == [] and "Lena" in entities, sorted(entities)
+
+
+def test_front_matter_aliases_become_aliases_of_the_entity_the_title_names(
+        app_engine: Engine, tenant: TenantFixture) -> None:
+    """Obsidian's ``aliases: [Priya, PR]`` on the note "Priya Raman": the names its writer
+    calls her by, so a question that says "PR" names her (and her note: the title lane)."""
+    writer = tenant.identity(write=("team", "exec"))
+    with bound_session(app_engine, writer) as s:
+        wide = resolve_entity(s, "organization", "Acme Corp", ("team", "exec"))
+    # Her name is nowhere in the body: the title is read as a name.
+    _put(app_engine, tenant, "people/priya.md", "- Works on the billing migration\n"
+         "- Based in Bangalore\n", ("team",), title="Priya Raman",
+         metadata={"aliases": ["Priya", " PR ", "", True]})
+    _put(app_engine, tenant, "billing.md", "Cut over reads per cohort.\n", ("team",),
+         title="Billing migration", metadata={"aliases": ["Billing"]})
+    # An entity shared wider than the note keeps its names (exec's readers would learn what
+    # a team note calls it).
+    _put(app_engine, tenant, "acme.md", "Our biggest customer.\n", ("team",), title="Acme Corp",
+         metadata={"alias": "ACME"})
+    with bound_session(app_engine, writer) as s:
+        extract(s)
+        entities = {e.canonical_name: e for e in s.execute(select(Entity)).scalars()}
+    assert entities["Priya Raman"].entity_type == "person"
+    assert sorted(entities["Priya Raman"].aliases) == ["PR", "Priya"]
+    assert "Billing migration" not in entities and "Billing" not in entities, sorted(entities)
+    assert entities["Acme Corp"].id == wide and entities["Acme Corp"].aliases == []
+
+
+def test_the_aliases_a_document_gives_its_subject() -> None:
+    from orchestrator.derive.extract import MAX_DOCUMENT_ALIASES, document_aliases
+
+    assert document_aliases(["Priya", " PR ", "", "Priya", True, None, 2027]) == ("Priya", "PR", "2027")
+    assert document_aliases("Tomás  Ortega") == ("Tomás Ortega",)
+    assert document_aliases({"a": 1}) == () and document_aliases(None) == ()
+    assert document_aliases(["x" * 201, "ok"]) == ("ok",)
+    assert len(document_aliases([f"n{i}" for i in range(50)])) == MAX_DOCUMENT_ALIASES
 
 
 def test_which_known_person_a_one_word_name_stands_for() -> None:

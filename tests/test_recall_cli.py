@@ -91,6 +91,15 @@ def test_the_cli_asks_a_running_api_server_and_says_so(cli_env, tenant_factory, 
             assert refused.exit_code != 0 and "the token has expired (at " in refused.output
             assert "60 min ago" in refused.output or "59 min ago" in refused.output, refused.output
             assert "engram auth token --tenant ORG" in refused.output, refused.output
+        # An error message stored as the token (`export ENGRAM_TOKEN=$(engram auth token
+        # --bad-option)` keeps the error box): refused with what is wrong, no traceback.
+        boxed = "\u256d\u2500 Error \u2500\u256e No such option: --org"
+        for extra in ([], ["--local"]):
+            garbled = runner.invoke(app, ["recall", question, *extra],
+                                    env={**env, "ENGRAM_TOKEN": boxed})
+            assert garbled.exit_code == 1, garbled.output
+            assert "the bearer token is not a well-formed JWT" in garbled.output, garbled.output
+            assert garbled.exception is None or isinstance(garbled.exception, SystemExit)
 
 
 def test_the_cli_prints_the_rendered_string_exactly(cli_env, tenant_factory, app_engine, embedder,

@@ -48,6 +48,42 @@ def test_title_containment_longest_keeps_direct_bit_and_peers_stay(
     assert not any(it.direct for it in st.ordered)
 
 
+def test_an_entity_named_by_its_alias_names_the_document_titled_by_its_name(
+        tenant_factory, app_engine, embedder, settings, recaller):
+    from orchestrator.db.session import bound_session
+    from orchestrator.ingest import knowledge as kn
+
+    t = tenant_factory("team", "exec")
+    alice = t.identity("alice", write=("team",))
+    carol = t.identity("carol", write=("team", "exec"))
+    write_documents(app_engine, alice, embedder, [
+        doc("people/priya.md", "Priya Raman", "Staff engineer on the platform team. Works on "
+            "Project Heron and the billing migration."),
+        doc("people/marco.md", "Marco Rossi", "Joined the on-call rotation in November."),
+        doc("daily.md", "2026-12-01", "Priya asked for the design doc; Marco paged twice."),
+    ], settings)
+    with bound_session(app_engine, carol) as s:
+        kn.add_aliases(s, kn.resolve_entity(s, "person", "Priya Raman", ["team"]), ["Priya"])
+        # Marco's entity (and so his alias) only the exec scope may read.
+        kn.add_aliases(s, kn.resolve_entity(s, "person", "Marco Rossi", ["exec"]), ["Marco"])
+
+    result, trace = recaller.trace(alice, "what does Priya work on?")
+    assert trace.corpus["seeds"] == ["Priya Raman"]
+    assert direct_titles(trace) == {"Priya Raman"}
+    assert result.evidence[0].source.title == "Priya Raman"
+    # A reader who cannot see the entity gets no document through it: alice's question
+    # names no "Marco" she may read, so his note is no subject of hers; carol's is.
+    _, trace = recaller.trace(alice, "what does Marco do?")
+    assert trace.corpus["seeds"] == [] and named_titles(trace) == set()
+    _, trace = recaller.trace(carol, "what does Marco do?")
+    assert direct_titles(trace) == {"Marco Rossi"}
+    # Without the title lane the entity names nothing.
+    from orchestrator.recall import PLAN_STUDY
+
+    _study, st = recaller.study(alice, "what does Priya work on?", PLAN_STUDY["no-title"])
+    assert not any(it.direct for it in st.ordered)
+
+
 def test_a_long_named_document_puts_its_best_chunks_first_and_the_rest_compete(
         tenant_factory, app_engine, embedder, settings, recaller):
     t = tenant_factory("team")

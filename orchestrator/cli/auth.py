@@ -91,9 +91,9 @@ def dev_key(force: Annotated[bool, typer.Option("--force", help="replace an exis
 
 @auth_app.command("token")
 def token(
-    tenant: Annotated[str, typer.Option(help="organization id of the tenant")],
+    tenant: Annotated[str, typer.Option("--tenant", "--org", help="organization id of the tenant")],
     scopes: Annotated[str, typer.Option(help="e.g. read:team,write:team")],
-    user: Annotated[str, typer.Option(help="the subject (user id)")] = "dev",
+    user: Annotated[str, typer.Option("--user", "--as", help="the subject (user id)")] = "dev",
     ttl: Annotated[int, typer.Option(help="lifetime in seconds")] = 3600,
 ) -> None:
     """Mint a token signed by the development key; prints only the token."""

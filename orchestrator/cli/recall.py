@@ -78,6 +78,11 @@ def _over_api(url: str, token: str, what: str, variables: dict[str, Any]) -> dic
     """The server's answer; None when the server stopped answering (the caller falls back)."""
     import httpx
 
+    if not token.isascii() or any(ch.isspace() or not ch.isprintable() for ch in token):
+        # httpx would fail to encode the header with a traceback; the server says this too.
+        _fail("the bearer token is not a well-formed JWT: it holds spaces or characters no "
+              "token has (non-ASCII); was a command's error message stored in ENGRAM_TOKEN?",
+              exit_status("UNAUTHENTICATED"))
     try:
         response = httpx.post(f"{url}/graphql", json={"query": QUERIES[what], "variables": variables},
                               headers={"authorization": f"Bearer {token}"}, timeout=120)

@@ -83,6 +83,7 @@ from orchestrator.derive.nlp import (
     read,
     short_name,
     short_name_targets,
+    title_entity,
 )
 from orchestrator.derive.quality import blank_without_words, mask_markup
 from orchestrator.derive.service import ServiceTenant, job_lock, service_session, service_tenants
@@ -173,6 +174,22 @@ class _Chunk:
     read_before: bool
     document_id: uuid.UUID | None = None
     start: int = 0  # where the chunk's text starts in its document's body
+    title: str = ""  # the document's
+    aliases: tuple[str, ...] = ()  # the document's front matter ``aliases`` (Obsidian's)
+    subject: Entity | None = None  # the title read as one entity (set after parsing)
+
+
+# Front matter aliases taken per document: Obsidian's ``aliases`` (or ``alias``), a list or
+# one name; each within the length of an entity name.
+MAX_DOCUMENT_ALIASES = 20
+
+
+def document_aliases(value: Any) -> tuple[str, ...]:
+    """The names a document's front matter gives its subject besides its title."""
+    items = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+    out = [" ".join(str(v).split()) for v in items if isinstance(v, str | int | float)
+           and not isinstance(v, bool)]
+    return tuple(dict.fromkeys(a for a in out if 0 < len(a) <= 200))[:MAX_DOCUMENT_ALIASES]
 
 
 def _opted_out() -> Any:
@@ -191,7 +208,8 @@ def _pending(model: str, document_ids: Sequence[uuid.UUID] | None) -> Any:
         select(Chunk.id, Chunk.text, Chunk.content_hash, Chunk.scopes, Document.collection, Document.path,
                Document.occurred_at, out.label("opted_out"),
                Extraction.chunk_id.is_not(None).label("read_before"), Chunk.document_id,
-               Chunk.char_start)
+               Chunk.char_start, Document.title,
+               func.coalesce(Document.metadata_["aliases"], Document.metadata_["alias"]).label("aliases"))
         .join(Document, (Document.tenant_id == Chunk.tenant_id) & (Document.id == Chunk.document_id))
         .outerjoin(Extraction, (Extraction.tenant_id == Chunk.tenant_id) & (Extraction.chunk_id == Chunk.id))
         .where(writable, or_(and_(not_(out), stale), and_(out, Extraction.chunk_id.is_not(None))))
@@ -258,7 +276,7 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
     report.more = len(found) > limit
     chunks = [_Chunk(r.id, r.text, bytes(r.content_hash), tuple(r.scopes), f"{r.collection}/{r.path}"[:2000],
                      r.occurred_at.date() if r.occurred_at else None, bool(r.opted_out), bool(r.read_before),
-                     r.document_id, r.char_start)
+                     r.document_id, r.char_start, r.title, document_aliases(r.aliases))
               for r in found[:limit]]
     if not chunks:
         report.seconds = time.monotonic() - started
@@ -280,11 +298,23 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
     gates = settings.derive_quality_gates
 
     def parse(batch: list[_Chunk], texts: list[str], contexts: list[str | None]
-              ) -> list[list[Sentence] | str]:
+              ) -> tuple[list[list[Sentence] | str], dict[uuid.UUID, Entity | str]]:
         """Each chunk's sentences, or why reading it failed: one chunk whose text a rule
-        cannot read must not stop the batch (the caller skips, counts and shows it)."""
+        cannot read must not stop the batch (the caller skips, counts and shows it); and the
+        title of each document with front matter aliases, read as one entity where it is one
+        (``_Writer._document_aliases``), or why reading it failed."""
         docs = list(nlp.pipe(texts, batch_size=size))
         mentions = choice.backend.mentions(texts, docs)
+        subjects: dict[uuid.UUID, Entity | str] = {}
+        for c in batch:
+            if c.aliases and c.document_id is not None and c.document_id not in subjects:
+                try:
+                    found = title_entity(nlp, choice.backend, c.title, gates=gates)
+                except Exception as exc:  # a title no rule can read names no subject
+                    subjects[c.document_id] = poison.reason_of(exc)
+                    continue
+                if found is not None:
+                    subjects[c.document_id] = found
         out: list[list[Sentence] | str] = []
         for c, d, m, x in zip(batch, docs, mentions, contexts, strict=True):
             try:
@@ -292,7 +322,7 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
                 out.append(read(d, m, c.anchor, gates=gates, original=c.text, context=x, nlp=nlp))
             except Exception as exc:  # any rule's failure: the chunk's skip reason
                 out.append(poison.reason_of(exc))
-        return out
+        return out, subjects
 
     # The next batch is parsed while this one is written: the writes wait on the
     # database's own process, so parsing and writing use both cores. spaCy objects
@@ -318,7 +348,14 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
             assert parsed is not None
             readable: list[_Chunk] = []
             sentences: list[list[Sentence]] = []
-            for c, read_ in zip(batch, parsed.result(), strict=True):
+            results, subjects = parsed.result()
+            for document_id, why in subjects.items():
+                if isinstance(why, str):
+                    where = next(c.where for c in batch if c.document_id == document_id)
+                    poison.skip(f"the title of {where}", f"reading it as a name failed ({why}); "
+                                "its front matter aliases name an entity of that name only")
+            batch = [replace(c, subject=_subject(subjects, c)) if c.aliases else c for c in batch]
+            for c, read_ in zip(batch, results, strict=True):
                 if isinstance(read_, str):
                     poison.skip(f"chunk {c.id} of {c.where}", f"reading its text failed ({read_}); "
                                 "the other chunks are read, this one recorded as read with "
@@ -339,6 +376,12 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
     end_activity(session)
     report.seconds = time.monotonic() - started
     return report
+
+
+def _subject(subjects: dict[uuid.UUID, Entity | str], chunk: _Chunk) -> Entity | None:
+    """The entity ``chunk``'s document title reads as, where parsing found one."""
+    found = subjects.get(chunk.document_id) if chunk.document_id is not None else None
+    return found if isinstance(found, Entity) else None
 
 
 def masked_texts(session: Session, batch: Sequence[_Chunk],
@@ -431,22 +474,66 @@ class _Writer:
             eid = self.entity_ids[(scopes, "person", full)]
             self.entity_ids[(scopes, short.entity_type, short.name)] = eid
             aliases.append((eid, short.name, list(scopes)))
-        if aliases:
-            # The first name becomes the person's alias, so a question that says "Priya" seeds
-            # "Priya Raman" and later mentions resolve to her in SQL too. Only on a person
-            # shared into exactly the chunk's scopes: one shared wider would show readers of
-            # other scopes what this chunk calls her. Within the cap of
-            # ck_entities_aliases_count; an entity this run may not write keeps its aliases.
+        # The first name becomes the person's alias, so a question that says "Priya" seeds
+        # "Priya Raman" and later mentions resolve to her in SQL too.
+        self._add_aliases(aliases + self._document_aliases(batch))
+
+    def _document_aliases(self, batch: Sequence[_Chunk]) -> list[tuple[uuid.UUID, str, list[uuid.UUID]]]:
+        """A document's front matter aliases (Obsidian's ``aliases: [Priya, PR]`` on the note
+        "Priya Raman") as aliases of the entity its title names: the one of that name shared
+        into exactly the document's scopes (a person first), else the title read as one
+        entity (``nlp.title_entity``), resolved or made in those scopes. A title that is no
+        name ("Billing migration") and no entity's names nothing."""
+        out: list[tuple[uuid.UUID, str, list[uuid.UUID]]] = []
+        seen: set[uuid.UUID] = set()
+        for chunk in batch:
+            if not chunk.aliases or chunk.document_id is None or chunk.document_id in seen:
+                continue
+            seen.add(chunk.document_id)
+            scopes = list(chunk.scopes)
             with savepoint(self.session):
+                eid = self.session.execute(text(
+                    "select e.id from knowledge.entities e where e.tenant_id = auth.tenant_id() "
+                    "and e.merged_into is null and e.name_key = knowledge.normalize_name(:t) "
+                    "and e.scopes @> cast(:s as uuid[]) and e.scopes <@ cast(:s as uuid[]) "
+                    "order by (e.entity_type = 'person') desc, e.created_at, e.id limit 1"),
+                    {"t": chunk.title, "s": scopes}).scalar()
+                if eid is None and chunk.subject is not None:
+                    eid = self.session.execute(text(
+                        "select knowledge.resolve_entity_within(:t, :n, cast(:s as uuid[]), true)"),
+                        {"t": chunk.subject.entity_type, "n": chunk.subject.name, "s": scopes}
+                    ).scalar()
+            if eid is not None:
+                out += [(eid, a, scopes) for a in chunk.aliases]
+        return out
+
+    def _add_aliases(self, aliases: list[tuple[uuid.UUID, str, list[uuid.UUID]]]) -> None:
+        """Each (entity, name, scopes of the text that gives it): the name becomes the entity's
+        alias only when the entity is shared into exactly those scopes (one shared wider would
+        show readers of other scopes what this text calls it), within the cap of
+        ck_entities_aliases_count; an entity this run may not write keeps its aliases."""
+        if aliases:
+            with savepoint(self.session):
+                # One row per entity (an UPDATE ... FROM applies one matching row per target:
+                # a person given two names in one run kept one), each name once by its key.
                 self.session.execute(text(
-                    "update knowledge.entities e set aliases = e.aliases || a.name "
-                    "from (select distinct on (u.id, u.name) u.id, u.name, "
+                    "with given as (select u.id, u.name, "
                     "cast(string_to_array(u.scopes, ',') as uuid[]) as scopes "
                     "from unnest(cast(:ids as uuid[]), cast(:names as text[]), "
-                    "cast(:scopes as text[])) as u(id, name, scopes)) a "
-                    "where e.tenant_id = auth.tenant_id() and e.id = a.id and e.scopes <@ a.scopes "
-                    "and not (knowledge.normalize_name(a.name) = any(e.alias_keys)) "
-                    "and e.name_key <> knowledge.normalize_name(a.name) "
+                    "cast(:scopes as text[])) as u(id, name, scopes)), "
+                    "fresh as (select e.id, array_agg(g.name order by g.name) as names "
+                    "from knowledge.entities e cross join lateral ("
+                    "select distinct on (knowledge.normalize_name(g.name)) g.name from given g "
+                    "where g.id = e.id and e.scopes <@ g.scopes "
+                    "and knowledge.normalize_name(g.name) is not null "
+                    "and not (knowledge.normalize_name(g.name) = any(e.alias_keys)) "
+                    "and e.name_key <> knowledge.normalize_name(g.name) "
+                    "order by knowledge.normalize_name(g.name), g.name) g "
+                    "where e.tenant_id = auth.tenant_id() and e.id = any(cast(:ids as uuid[])) "
+                    "group by e.id) "
+                    "update knowledge.entities e "
+                    "set aliases = e.aliases || f.names[1:200 - cardinality(e.aliases)] "
+                    "from fresh f where e.tenant_id = auth.tenant_id() and e.id = f.id "
                     "and cardinality(e.aliases) < 200"),
                     {"ids": [i for i, _, _ in aliases], "names": [n for _, n, _ in aliases],
                      "scopes": [",".join(str(x) for x in sc) for _, _, sc in aliases]})

@@ -62,7 +62,7 @@ ENTITY_TYPES = {
 }
 # Bumped whenever the rules below change what a chunk yields, so every chunk read under
 # older rules is read again (its stale claims retracted, the new ones written).
-RULES_VERSION = "rules-11"  # 4: markup masked over the whole document (stop 25); 5: a claim's
+RULES_VERSION = "rules-12"  # 4: markup masked over the whole document (stop 25); 5: a claim's
 # sentence keeps its inline code, and a blank line ends a sentence (stop 26); 6: inline code
 # that wraps over a line break is code, MyST roles and targets are markup, no name or sentence
 # runs over two Markdown blocks, names lose trailing punctuation and a leading "E.g." (stop 27);
@@ -77,7 +77,8 @@ RULES_VERSION = "rules-11"  # 4: markup masked over the whole document (stop 25)
 # no nouns ("Node.js supports"), chat shorthand and date placeholders are no names (stop 34);
 # 11: a unit after its quantity is no name ("10 GB"), "Dec. 24, 2024" is a day, a first name
 # alone stands for the only known person of that first name, a name the parser ran a heading
-# into is the part below the heading, and a task's checkbox is markup (stop 35)
+# into is the part below the heading, and a task's checkbox is markup (stop 35); 12: a
+# document's front matter aliases are aliases of the entity its title names (stop 36)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -548,6 +549,20 @@ def short_name_targets(shorts: Iterable[Entity], people: Iterable[str]) -> dict[
         if len(found) == 1:
             out[e] = canonical[found.pop()]
     return out
+
+
+def title_entity(nlp: Any, backend: EntityBackend, title: str, *, gates: bool = True
+                 ) -> Entity | None:
+    """A document's title read as one entity, when the whole title is one ("Priya Raman": a
+    person) under the same rules as a chunk's mentions; None for a title that is no name
+    ("Billing migration") or holds more than one."""
+    title = " ".join(title.split())
+    if not title:
+        return None
+    doc = nlp(title)
+    found = [e for s in read(doc, backend.mentions([title], [doc])[0], gates=gates, nlp=nlp)
+             for e in s.entities]
+    return found[0] if len(found) == 1 and found[0].name == title else None
 
 
 def _below_heading(doc: Any, span: Any, written: str | None) -> Any:

@@ -364,8 +364,9 @@ class _Builder:
 
     # -- 1-3. source lanes, fusion, hydration ----------------------------------------
 
-    def sources(self) -> Any:
-        """Dense, lexical and title lanes fused per chunk; returns the ``fused`` CTE or None."""
+    def sources(self, seeds: Any | None = None) -> Any:
+        """Dense, lexical and title lanes fused per chunk; returns the ``fused`` CTE or None.
+        ``seeds`` (the entity seeds' CTE) names documents too: see the title lane."""
         s, lim = self.shape, self.lim
         c = Chunk.__table__.c
         d = Document.__table__.c
@@ -412,7 +413,16 @@ class _Builder:
             # array is one probe of (tenant_id, title_key) per n-gram.
             doc_key = d.title_key
             # (the cast makes ANY take the array, not the rows of a subquery)
-            ngram_keys = cast(select(func.array_agg(ngrams.c.key)).scalar_subquery(), ARRAY(Text()))
+            ngram_keys: Any = cast(select(func.array_agg(ngrams.c.key)).scalar_subquery(),
+                                   ARRAY(Text()))
+            if seeds is not None:
+                # An entity the question names by one of its aliases names the document
+                # titled by the entity's name: "what does Priya work on?" names the note
+                # "Priya Raman" once "Priya" is her alias. Same probe, more keys; the
+                # entity and the document are each read under their own RLS.
+                seed_keys = cast(select(func.array_agg(func.recall.title_key(seeds.c.canonical_name)))
+                                 .scalar_subquery(), ARRAY(Text()))
+                ngram_keys = func.array_cat(ngram_keys, seed_keys, type_=ARRAY(Text()))
             named = (
                 select(d.id.label("document_id"), doc_key.label("key"))
                 .where(d.tenant_id == tenant, doc_key == any_(ngram_keys), doc_key != "",
@@ -1156,8 +1166,9 @@ class _Builder:
 
     def build(self) -> Select[Any]:
         s = self.shape
-        self.sources()
-        seeds = self.seeds() if (s.keyed or s.graph or s.communities or s.profiles) else None
+        seeds = (self.seeds() if (s.keyed or s.graph or s.communities or s.profiles or s.title)
+                 else None)
+        self.sources(seeds if s.title else None)
         self.knowledge(seeds)
         self.derived(seeds)
         self.timeline()
