@@ -47,6 +47,10 @@ def test_budget_keeps_the_longest_fitting_prefix_and_never_exceeds(notes, recall
     assert result.rendered == render(result.question, result.evidence)
     kept = len(result.evidence)
     assert kept == trace.kept
+    # Every item is whole but the last, which may be a part of its chunk cut to fit.
+    assert not any(e.clipped for e in result.evidence[:-1])
+    if result.evidence and result.evidence[-1].clipped:
+        kept -= 1
     if kept < len(trace.ordered):
         # One more item of the same order would not fit.
         _, full = recaller.trace(notes, "what did we discuss about the budget?",
@@ -56,6 +60,47 @@ def test_budget_keeps_the_longest_fitting_prefix_and_never_exceeds(notes, recall
         assert kept == len(trace.ordered)
     if budget == 1:
         assert result.evidence == () and result.rendered == ""
+
+
+LONG_NOTE = (
+    "The offsite planning started in October. Several cities were on the list at first, and "
+    "the team compared flights, hotel prices and the weather in each of them for a week. "
+    "Berlin was too cold in January and Madrid too expensive for the dates we wanted. "
+    "In the end the venue is in Lisbon, a converted warehouse near the river with room for "
+    "forty people. The catering contract is still open and two quotes are due on Friday. "
+    "Travel is booked by each person through the usual portal, economy class only, and "
+    "receipts go to finance within two weeks of the trip. The agenda has three blocks: the "
+    "roadmap review, the hiring plan and a long afternoon for the platform migration. "
+    "Lena collects topics for the open session until the end of the month.")
+
+
+def test_the_item_the_budget_stops_at_is_cut_to_the_part_that_fits(
+        tenant_factory, app_engine, embedder, settings, recaller):
+    """A chunk longer than a small budget served nothing at all (an empty string): the item
+    the cut stops at is now its part that holds the question's terms, within the budget."""
+    t = tenant_factory("team")
+    ident = t.identity(write=("team",))
+    write_documents(app_engine, ident, embedder, [doc("offsite.md", "Offsite", LONG_NOTE)],
+                    settings)
+    cpt = settings.recall_chars_per_token
+    question = "where is the offsite venue?"
+    budget = 90
+    assert token_cost(LONG_NOTE, cpt) > budget, "the note must be longer than the budget"
+    result, trace = recaller.trace(ident, question, budget_tokens=budget)
+    assert len(result.evidence) == 1 and trace.kept == 1
+    part = result.evidence[0]
+    assert part.clipped and "the venue is in Lisbon" in part.text and part.text != LONG_NOTE
+    assert LONG_NOTE[part.char_start:part.char_end] == part.text
+    assert token_cost(result.rendered, cpt) == result.used_tokens <= budget
+    assert result.rendered == render(result.question, result.evidence)
+    assert "| part, cut to fit the budget" in result.rendered
+    assert "the last is a part of its chunk" in trace.format()
+    # Room enough: the whole chunk, not a part.
+    whole = recaller.recall(ident, question, budget_tokens=2000)
+    assert whole.evidence[0].text == LONG_NOTE and not whole.evidence[0].clipped
+    assert "cut to fit" not in whole.rendered
+    # Too little room for a part of any use: nothing, as before.
+    assert recaller.recall(ident, question, budget_tokens=20).evidence == ()
 
 
 def test_budget_prefix_is_longest(notes, recaller, settings):

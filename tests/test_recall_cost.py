@@ -405,6 +405,56 @@ def test_the_budget_cut_is_the_longest_fitting_prefix_whatever_its_first_guess()
         assert text == render("q?", evidence[:kept]) and cost == token_cost(text, 4.0) <= budget
 
 
+def test_the_part_cut_to_fit_never_exceeds_the_budget_and_is_the_chunks_own_text() -> None:
+    """``excerpt.fit_next`` over random orders and budgets: the rendering with the part is
+    the template's, within the budget, and the part is a slice of its item at the offsets
+    it names."""
+    import random
+
+    from orchestrator.recall.excerpt import MIN_ROOM_TOKENS, best_run, fit_next, parts
+    from orchestrator.recall.render import render, render_prefixes
+    from orchestrator.recall.result import Evidence, Provenance, SourceRef
+    from orchestrator.recall.tail import budget_cut, token_cost
+
+    rng = random.Random(5)
+    words = ["venue", "Lisbon", "budget", "hiring", "plan", "the", "river", "quote", "x" * 30]
+    fitted = 0
+    for _ in range(300):
+        evidence = []
+        for i in range(rng.randint(1, 6)):
+            text = " ".join(
+                " ".join(rng.choice(words) for _ in range(rng.randint(1, 25))) + rng.choice(".!?\n")
+                for _ in range(rng.randint(1, 12))).strip()
+            at = rng.randint(0, 500)
+            evidence.append(Evidence(text=text, provenance=Provenance.SOURCE_EXCERPT, scopes=(),
+                                     source=SourceRef("notes", f"n{i}.md", f"Note {i}"),
+                                     char_start=at, char_end=at + len(text)))
+        budget = rng.randint(1, 600)
+        kept, text, cost = budget_cut(evidence, budget, 4.0, lambda ev: render_prefixes("venue?", ev))
+        got = fit_next("venue?", evidence, kept, budget, 4.0, cost,
+                       lambda ev: render_prefixes("venue?", ev))
+        if got is None:
+            continue
+        fitted += 1
+        part, rendered, used = got
+        assert budget - cost >= MIN_ROOM_TOKENS and part.clipped
+        assert rendered == render("venue?", [*evidence[:kept], part])
+        assert used == token_cost(rendered, 4.0) <= budget
+        whole = evidence[kept]
+        offset = part.char_start - whole.char_start
+        assert part.text and whole.text[offset:offset + len(part.text)] == part.text
+        assert part.char_end - part.char_start == len(part.text)
+    assert fitted > 50
+    text = "# Title\n\n- one. Two! three?\n\nfour"
+    assert [text[a:b] for a, b in parts(text)] == ["# Title", "- one.", "Two!", "three?", "four"]
+    # The run with the most question terms; the title's own words count only alone.
+    text = "Offsite planning began. Berlin was cold. The venue is in Lisbon."
+    a, b = best_run(text, "where is the offsite venue?", 30, shown="Offsite")
+    assert text[a:b] == "The venue is in Lisbon."
+    a, b = best_run(text, "offsite?", 30, shown="Offsite")
+    assert text[a:b] == "Offsite planning began."
+
+
 def test_every_prefix_renders_as_the_template_renders_it() -> None:
     """``render_prefixes`` (each item rendered once) gives, for every k, exactly what the
     template renders for the first k items, over every kind of item the macro formats."""

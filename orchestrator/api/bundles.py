@@ -26,7 +26,7 @@ def evidence_view(ev: Evidence) -> dict[str, Any]:
         "chunkId": str(ev.chunk_id) if ev.chunk_id else None,
         "charStart": ev.char_start, "charEnd": ev.char_end, "kind": ev.kind,
         "occurredAt": ev.occurred_at, "endedAt": ev.ended_at, "itemTable": ev.item_table,
-        "itemId": str(ev.item_id) if ev.item_id else None,
+        "itemId": str(ev.item_id) if ev.item_id else None, "clipped": ev.clipped,
         "fact": ({"subject": ev.fact.subject, "predicate": ev.fact.predicate,
                   "object": ev.fact.object, "epistemicKind": ev.fact.epistemic_kind,
                   "perspectiveKey": ev.fact.perspective_key, "authorRole": ev.fact.author_role,

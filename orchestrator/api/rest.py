@@ -165,7 +165,7 @@ _SCHEMAS: dict[str, Any] = {
         "type": "object",
         "required": ["text", "provenance", "kind", "scopes", "source", "fact", "author",
                      "createdAt", "updatedAt", "occurredAt", "endedAt", "documentId", "chunkId",
-                     "charStart", "charEnd", "itemTable", "itemId"],
+                     "charStart", "charEnd", "itemTable", "itemId", "clipped"],
         "properties": {
             "text": {"type": "string"},
             "provenance": {"enum": ["source excerpt", "derived memory", "recent session memory"]},
@@ -179,6 +179,7 @@ _SCHEMAS: dict[str, Any] = {
             "chunkId": _nullable("string", format="uuid"),
             "charStart": _nullable("integer"), "charEnd": _nullable("integer"),
             "itemTable": _nullable("string"), "itemId": _nullable("string", format="uuid"),
+            "clipped": {"type": "boolean"},
         },
     },
     "DocumentRef": {

@@ -70,6 +70,9 @@ class Evidence:
     char_end: int | None = None
     item_table: str | None = None
     item_id: uuid.UUID | None = None
+    # Part of the chunk, cut to fit the budget's room (``recall.excerpt``); char_start and
+    # char_end locate the part.
+    clipped: bool = False
 
 
 class Served(Protocol):

@@ -44,6 +44,7 @@ from orchestrator.errors import BadInput, EngramError
 from orchestrator.inputs import text_problem
 from orchestrator.recall.access import AccessCounts, UsageRows
 from orchestrator.recall.dates import day_bounds, named_days
+from orchestrator.recall.excerpt import fit_next
 from orchestrator.recall.features import RankContext
 from orchestrator.recall.mmr import diversify
 from orchestrator.recall.plan import FULL_PLAN, PlanShape
@@ -449,11 +450,19 @@ class Recaller:
         return self._run(identity, question, asker, budget_tokens, mode, shape, self._cut, session)
 
     def _cut(self, req: RecallRequest, ordered: list[Candidate], trace: Trace) -> RecallResult:
-        """Recall's end: the longest prefix of the order whose rendering fits the budget."""
+        """Recall's end: the longest prefix of the order whose rendering fits the budget,
+        and the item after it cut to the part that fits the room left (``recall.excerpt``)."""
         evidence = trim_overlaps([c.evidence() for c in ordered])
-        kept, rendered, used = budget_cut(evidence, req.budget_tokens,
-                                          self.settings.recall_chars_per_token,
+        cpt = self.settings.recall_chars_per_token
+        kept, rendered, used = budget_cut(evidence, req.budget_tokens, cpt,
                                           lambda ev: render_prefixes(req.question, ev))
+        fitted = fit_next(req.question, evidence, kept, req.budget_tokens, cpt, used,
+                          lambda ev: render_prefixes(req.question, ev))
+        if fitted is not None:
+            part, rendered, used = fitted
+            trace.clipped = (len(part.text), len(evidence[kept].text))
+            evidence[kept] = part
+            kept += 1
         trace.kept, trace.used_tokens = kept, used
         return RecallResult(req.question, req.asker, req.budget_tokens, used,
                             tuple(evidence[:kept]), rendered)

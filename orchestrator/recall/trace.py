@@ -70,6 +70,7 @@ class Trace:
     suppressed: list[tuple[str, str, float]] = field(default_factory=list)
     kept: int = 0
     used_tokens: int = 0
+    clipped: tuple[int, int] | None = None  # the last item's part: (its chars, the item's)
     statements: int = 0
     precedence: Precedence = field(default_factory=Precedence)
     side_effect_statements: int = 0
@@ -160,7 +161,10 @@ class Trace:
             lines.append(f"     dropped {key}: its text is in {holder}, "
                          + ("which takes its place" if raised else "ranked above it"))
         lines.append(f"5. budget: kept the first {self.kept} of {len(self.ordered)}, "
-                     f"{self.used_tokens} of {self.budget_tokens} tokens")
+                     f"{self.used_tokens} of {self.budget_tokens} tokens"
+                     + (f"; the last is a part of its chunk, {self.clipped[0]} of "
+                        f"{self.clipped[1]} characters, cut to fit the room left"
+                        if self.clipped else ""))
         lines.append(f"6. side effects: {self.touched_claims} fact access counter(s) to bump "
                      "(in the background); "
                      + (f"receipt {self.receipt_id}" if self.receipt_id else "no receipt")

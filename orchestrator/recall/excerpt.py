@@ -1,0 +1,107 @@
+"""The item the budget cut stops at, cut to the part of it that fits.
+
+``tail.budget_cut`` keeps the longest prefix of the order whose rendering fits the
+budget. A source chunk is up to ``chunk_size_chars`` long (1,200 characters, some 300
+tokens), so a small budget served nothing at all when the best item was one long chunk
+(a 200-token budget over a vault of notes: an empty string), and a large one left the
+room after its last whole item unused. ``fit_next`` cuts the next item, a source
+excerpt, to its run of sentences that holds the most of the question's terms and fits
+the room the prefix leaves (at least ``MIN_ROOM_TOKENS``), verified on the rendered
+string like the cut itself, so the result never exceeds the budget. Only the next item,
+so the serving order holds; only source excerpts, whose ``char_start``/``char_end`` then
+still locate the text in the document's body (``body[char_start:char_end]``). The item
+is marked ``clipped`` and its header says so.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from orchestrator.recall.features import terms
+from orchestrator.recall.result import Evidence
+from orchestrator.recall.tail import token_cost
+
+# Less room than this is left unused: a part of a few words is no evidence.
+MIN_ROOM_TOKENS = 24
+
+# Where a part may start or end: after a sentence's end, or at a line break (list items,
+# headings and table rows are each their own part).
+_BREAK = re.compile(r"(?<=[.!?])[ \t]+|\n+")
+
+
+def parts(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each sentence or line of ``text``, surrounding blanks left out."""
+    out, at = [], 0
+    for m in [*_BREAK.finditer(text), None]:
+        end = len(text) if m is None else m.start()
+        piece = text[at:end]
+        if piece.strip():
+            lead = len(piece) - len(piece.lstrip())
+            out.append((at + lead, at + len(piece.rstrip())))
+        if m is not None:
+            at = m.end()
+    return out
+
+
+def best_run(text: str, question: str, room_chars: int, shown: str = "") -> tuple[int, int] | None:
+    """(start, end) of the run of consecutive parts within ``room_chars`` that holds the
+    most distinct question terms (the earliest on a tie: the text's opening when no part
+    holds one); a term ``shown`` already holds (the item's header shows its title) counts
+    only when nothing else of the question does. When no part is that short (one long
+    sentence, a code block), the part holding the most terms, cut at the last space within
+    ``room_chars``; None when not even a word fits."""
+    spans = parts(text)
+    wanted = terms(question) - terms(shown) or terms(question)
+    found = [terms(text[s:e]) & wanted for s, e in spans]
+    best: tuple[int, int, int] | None = None  # (terms held, start, end)
+    for i, (start, _) in enumerate(spans):
+        held: set[str] = set()
+        end = None
+        for j in range(i, len(spans)):
+            if spans[j][1] - start > room_chars:
+                break
+            held |= found[j]
+            end = spans[j][1]
+        if end is not None and (best is None or len(held) > best[0]):
+            best = (len(held), start, end)
+    if best is not None:
+        return best[1], best[2]
+    if not spans:
+        return None
+    start, end = spans[max(range(len(spans)), key=lambda i: (len(found[i]), -i))]
+    cut = text.rfind(" ", start, start + room_chars + 1)
+    return None if cut <= start else (start, len(text[:cut].rstrip()))
+
+
+def fit_next(question: str, evidence: Sequence[Evidence], kept: int, budget_tokens: int,
+             chars_per_token: float, used_tokens: int,
+             prefixes: Callable[[Sequence[Evidence]], Callable[[int], str]]
+             ) -> tuple[Evidence, str, int] | None:
+    """(the item after the ``kept`` prefix cut to fit, the rendering of the prefix and it,
+    its cost), or None when that item is no source excerpt, the room is under
+    ``MIN_ROOM_TOKENS``, or no part of it fits."""
+    if kept >= len(evidence) or budget_tokens - used_tokens < MIN_ROOM_TOKENS:
+        return None
+    e = evidence[kept]
+    if (e.kind != "excerpt" or e.char_start is None or e.char_end is None
+            or e.char_end - e.char_start != len(e.text)):
+        return None
+    # The first guess leaves room for the item's header; the rendering decides.
+    room = int((budget_tokens - used_tokens) * chars_per_token) - 200
+    for _ in range(8):
+        if room < MIN_ROOM_TOKENS * chars_per_token / 2:
+            return None
+        span = best_run(e.text, question, room, e.source.title if e.source else "")
+        if span is None:
+            return None
+        start, end = span
+        cut = replace(e, text=e.text[start:end], char_start=e.char_start + start,
+                      char_end=e.char_start + end, clipped=True)
+        rendered = prefixes([*evidence[:kept], cut])(kept + 1)
+        cost = token_cost(rendered, chars_per_token)
+        if cost <= budget_tokens:
+            return cut, rendered, cost
+        room = end - start - int((cost - budget_tokens) * chars_per_token) - 1
+    return None
