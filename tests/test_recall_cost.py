@@ -430,9 +430,9 @@ def test_the_part_cut_to_fit_never_exceeds_the_budget_and_is_the_chunks_own_text
                                      source=SourceRef("notes", f"n{i}.md", f"Note {i}"),
                                      char_start=at, char_end=at + len(text)))
         budget = rng.randint(1, 600)
-        kept, text, cost = budget_cut(evidence, budget, 4.0, lambda ev: render_prefixes("venue?", ev))
-        got = fit_next("venue?", evidence, kept, budget, 4.0, cost,
-                       lambda ev: render_prefixes("venue?", ev))
+        prefixes = render_prefixes("venue?", evidence)
+        kept, text, cost = budget_cut(evidence, budget, 4.0, lambda _, p=prefixes: p)
+        got = fit_next("venue?", evidence, kept, budget, 4.0, cost, prefixes)
         if got is None:
             continue
         fitted += 1
@@ -458,6 +458,7 @@ def test_the_part_cut_to_fit_never_exceeds_the_budget_and_is_the_chunks_own_text
 def test_every_prefix_renders_as_the_template_renders_it() -> None:
     """``render_prefixes`` (each item rendered once) gives, for every k, exactly what the
     template renders for the first k items, over every kind of item the macro formats."""
+    from dataclasses import replace
     from datetime import UTC, datetime
 
     from orchestrator.recall.render import render, render_prefixes
@@ -484,6 +485,12 @@ def test_every_prefix_renders_as_the_template_renders_it() -> None:
     for k in (3, 0, 5, 1, 4, 2):  # any order: entries are rendered once, as they are needed
         assert prefix(k) == render(question, evidence[:k]), k
     assert prefix(0) == "" and prefix(5).startswith(f"Relevant memory for: {question}\n")
+    # Any prefix followed by another item (the part the cut's last item is cut to), a
+    # clipped one included.
+    part = replace(evidence[0], text="The roof costs 4,200 euros.", clipped=True)
+    for k in (0, 2, 5):
+        assert prefix.then(k, part) == render(question, [*evidence[:k], part]), k
+    assert "| part, cut to fit the budget" in prefix.then(0, part)
 
 
 def test_a_failing_task_never_holds_the_chain_back(tenant_factory: Any, app_engine: Engine,

@@ -16,10 +16,11 @@ is marked ``clipped`` and its header says so.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from orchestrator.recall.features import terms
+from orchestrator.recall.render import Prefixes
 from orchestrator.recall.result import Evidence
 from orchestrator.recall.tail import token_cost
 
@@ -76,12 +77,12 @@ def best_run(text: str, question: str, room_chars: int, shown: str = "") -> tupl
 
 
 def fit_next(question: str, evidence: Sequence[Evidence], kept: int, budget_tokens: int,
-             chars_per_token: float, used_tokens: int,
-             prefixes: Callable[[Sequence[Evidence]], Callable[[int], str]]
+             chars_per_token: float, used_tokens: int, prefixes: Prefixes
              ) -> tuple[Evidence, str, int] | None:
     """(the item after the ``kept`` prefix cut to fit, the rendering of the prefix and it,
     its cost), or None when that item is no source excerpt, the room is under
-    ``MIN_ROOM_TOKENS``, or no part of it fits."""
+    ``MIN_ROOM_TOKENS``, or no part of it fits. ``prefixes``: the budget cut's renderings
+    of ``evidence`` (the prefix is not rendered again)."""
     if kept >= len(evidence) or budget_tokens - used_tokens < MIN_ROOM_TOKENS:
         return None
     e = evidence[kept]
@@ -99,7 +100,7 @@ def fit_next(question: str, evidence: Sequence[Evidence], kept: int, budget_toke
         start, end = span
         cut = replace(e, text=e.text[start:end], char_start=e.char_start + start,
                       char_end=e.char_start + end, clipped=True)
-        rendered = prefixes([*evidence[:kept], cut])(kept + 1)
+        rendered = prefixes.then(kept, cut)
         cost = token_cost(rendered, chars_per_token)
         if cost <= budget_tokens:
             return cut, rendered, cost

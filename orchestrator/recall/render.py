@@ -8,7 +8,7 @@ output is plain text for a model, not HTML.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, Template
@@ -50,7 +50,7 @@ def render(question: str, evidence: Sequence[Evidence]) -> str:
     return _template().render(question=question, evidence=list(evidence))
 
 
-def render_prefixes(question: str, evidence: Sequence[Evidence]) -> Callable[[int], str]:
+class Prefixes:
     """``k -> render(question, evidence[:k])``, with each item rendered at most once.
 
     ``budget_cut`` renders several prefixes of one evidence list (the longest that fits);
@@ -58,16 +58,28 @@ def render_prefixes(question: str, evidence: Sequence[Evidence]) -> Callable[[in
     template's body is its ``head`` macro followed by its ``entry`` macro for each item, so
     the prefix of ``k`` items is the head and the first ``k`` entries joined; the macros are
     the template's own, so the two cannot drift apart (a test compares them)."""
-    module = _template().make_module({"question": question, "evidence": []})
-    macro_head, macro_entry = getattr(module, "head"), getattr(module, "entry")  # noqa: B009
-    head = str(macro_head(question))
-    entries: list[str] = []
 
-    def prefix(k: int) -> str:
+    def __init__(self, question: str, evidence: Sequence[Evidence]) -> None:
+        module = _template().make_module({"question": question, "evidence": []})
+        self._entry = getattr(module, "entry")  # noqa: B009
+        self._head = str(getattr(module, "head")(question))  # noqa: B009
+        self._evidence = evidence
+        self._entries: list[str] = []
+
+    def __call__(self, k: int) -> str:
         if k <= 0:
             return ""  # no evidence renders nothing
-        while len(entries) < k:
-            entries.append(str(macro_entry(len(entries) + 1, evidence[len(entries)])))
-        return head + "".join(entries[:k])
+        while len(self._entries) < k:
+            n = len(self._entries)
+            self._entries.append(str(self._entry(n + 1, self._evidence[n])))
+        return self._head + "".join(self._entries[:k])
 
-    return prefix
+    def then(self, k: int, item: Evidence) -> str:
+        """The rendering of the first ``k`` items followed by ``item`` (``recall.excerpt``:
+        the item the cut stopped at, cut to a part), the ``k`` rendered once as before."""
+        return (self(k) if k > 0 else self._head) + str(self._entry(k + 1, item))
+
+
+def render_prefixes(question: str, evidence: Sequence[Evidence]) -> Prefixes:
+    """``Prefixes`` of ``evidence``: call it with ``k`` for the first ``k`` items' string."""
+    return Prefixes(question, evidence)

@@ -454,10 +454,9 @@ class Recaller:
         and the item after it cut to the part that fits the room left (``recall.excerpt``)."""
         evidence = trim_overlaps([c.evidence() for c in ordered])
         cpt = self.settings.recall_chars_per_token
-        kept, rendered, used = budget_cut(evidence, req.budget_tokens, cpt,
-                                          lambda ev: render_prefixes(req.question, ev))
-        fitted = fit_next(req.question, evidence, kept, req.budget_tokens, cpt, used,
-                          lambda ev: render_prefixes(req.question, ev))
+        prefixes = render_prefixes(req.question, evidence)
+        kept, rendered, used = budget_cut(evidence, req.budget_tokens, cpt, lambda _: prefixes)
+        fitted = fit_next(req.question, evidence, kept, req.budget_tokens, cpt, used, prefixes)
         if fitted is not None:
             part, rendered, used = fitted
             trace.clipped = (len(part.text), len(evidence[kept].text))
