@@ -424,6 +424,7 @@ def test_the_part_cut_to_fit_never_exceeds_the_budget_and_is_the_chunks_own_text
         for i in range(rng.randint(1, 6)):
             text = " ".join(
                 " ".join(rng.choice(words) for _ in range(rng.randint(1, 25))) + rng.choice(".!?\n")
+                + ("\n```\nselect venue;\nfrom plan.\n```\n" if rng.random() < 0.2 else "")
                 for _ in range(rng.randint(1, 12))).strip()
             at = rng.randint(0, 500)
             evidence.append(Evidence(text=text, provenance=Provenance.SOURCE_EXCERPT, scopes=(),
@@ -444,9 +445,13 @@ def test_the_part_cut_to_fit_never_exceeds_the_budget_and_is_the_chunks_own_text
         offset = part.char_start - whole.char_start
         assert part.text and whole.text[offset:offset + len(part.text)] == part.text
         assert part.char_end - part.char_start == len(part.text)
+        assert part.text.count("```") % 2 == 0, part.text  # no fence opened and left open
     assert fitted > 50
     text = "# Title\n\n- one. Two! three?\n\nfour"
     assert [text[a:b] for a, b in parts(text)] == ["# Title", "- one.", "Two!", "three?", "four"]
+    text = "Run it.\n\n```sql\n-- the diff. Nightly.\nselect 1;\n```\nThen.\n~~~\nopen\nto the end"
+    assert [text[a:b] for a, b in parts(text)] == [
+        "Run it.", "```sql\n-- the diff. Nightly.\nselect 1;\n```", "Then.", "~~~\nopen\nto the end"]
     # The run with the most question terms; the title's own words count only alone.
     text = "Offsite planning began. Berlin was cold. The venue is in Lisbon."
     a, b = best_run(text, "where is the offsite venue?", 30, shown="Offsite")

@@ -32,17 +32,39 @@ MIN_ROOM_TOKENS = 24
 _BREAK = re.compile(r"(?<=[.!?])[ \t]+|\n+")
 
 
+# A fenced code block, to its closing fence or the end of the text (CommonMark: up to three
+# spaces, then three or more backticks or tildes; the closing fence is at least as long).
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})[^\n]*(?:\n.*?^ {0,3}\1[`~]*[ \t]*$|.*\Z)",
+                    re.MULTILINE | re.DOTALL)
+
+
 def parts(text: str) -> list[tuple[int, int]]:
-    """(start, end) of each sentence or line of ``text``, surrounding blanks left out."""
-    out, at = [], 0
+    """(start, end) of each sentence or line of ``text``, surrounding blanks left out; a
+    fenced code block is one part (a part never opens a fence it does not close)."""
+    pieces, at = [], 0
     for m in [*_BREAK.finditer(text), None]:
         end = len(text) if m is None else m.start()
         piece = text[at:end]
         if piece.strip():
             lead = len(piece) - len(piece.lstrip())
-            out.append((at + lead, at + len(piece.rstrip())))
+            pieces.append((at + lead, at + len(piece.rstrip())))
         if m is not None:
             at = m.end()
+    out: list[tuple[int, int]] = []
+    fences = [(m.start() + len(m.group()) - len(m.group().lstrip()), m.end())
+              for m in _FENCE.finditer(text)]
+    for start, end in pieces:
+        block = next(((a, b) for a, b in fences if a < end and start < b), None)
+        if block is None:
+            out.append((start, end))
+        elif out and out[-1] == (min(block[0], start), max(block[1], end)):
+            continue  # another line of the block already taken whole
+        else:
+            span = (min(block[0], start), max(block[1], end))
+            while out and out[-1][1] > span[0]:  # a part the block swallows
+                span = (min(out[-1][0], span[0]), span[1])
+                out.pop()
+            out.append(span)
     return out
 
 
