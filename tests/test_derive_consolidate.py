@@ -294,3 +294,27 @@ def test_bookkeeping_claims_count_only_documents(app_engine: Engine, tenant_fact
                                             text=f"{who}: Ada and Acme together.", scopes=("team",))
                                ).claim_id is not None
     assert _observed(app_engine, t) == {}
+
+
+def test_a_group_another_says_with_more_is_not_written() -> None:
+    """Two subjects' groups shared a sentence: one observation said it alone and another
+    said it with a second sentence, so recall could serve it twice (stop 36, once "Lindqvist
+    Labs" was typed an organisation). The group whose sentences another group of its scopes
+    and partition holds, and more, is not written; identical ones stay one, as before."""
+    import uuid as uuid_
+
+    from orchestrator.derive.consolidate import _Group, _one_per_text
+
+    team, other = (uuid_.uuid4(),), (uuid_.uuid4(),)
+
+    def group(scopes, subject, *texts):
+        g = _Group(claims=[(uuid_.uuid4(), t) for t in texts])
+        return ((scopes, "world", uuid_.uuid4(), subject, None, None, "text"), g)
+
+    alone = "Lindqvist Labs maintains Quillstream in Oslo."
+    more = "Quillstream is maintained by Maren Okafor."
+    wanted = {"a": group(team, "maintains", alone), "b": group(team, "mentioned_in", alone, more),
+              "c": group(other, "maintains", alone), "d": group(team, "uses", more, "Other.")}
+    assert sorted(_one_per_text(wanted)) == ["b", "c", "d"]  # c: another scope set
+    same = {"x": group(team, "maintains", alone), "y": group(team, "mentioned_in", alone)}
+    assert list(_one_per_text(same)) == ["x"]  # a statement before a bookkeeping co-mention

@@ -420,12 +420,15 @@ def test_a_person_whose_name_no_person_has_is_a_product():
     for name in ("AArch64", "C++ API", "JSON", "KB", "ASan", "JsonCpp", "Node.js", "MacOS",
                  "Zstandard CI", "encrypt2", "Tier 2", "Project Heron", "Operation Overlord"):
         assert _person_or_product(name, "person") == "product", name
-    for name in ("Team Payments", "Committee on Budgets"):  # stop 35
+    for name in ("Team Payments", "Committee on Budgets", "Acme Labs", "Initech Inc.",
+                 "Wayne Technologies"):  # stop 35, 36
         assert _person_or_product(name, "person") == "organization", name
+    for name in ("Grafana Cloud", "Figma Studio"):  # stop 36
+        assert _person_or_product(name, "person") == "product", name
     for name in ("Ada Lovelace", "B. Jackowski", "Mary-Jane O'Neil", "Ronald McDonald",
                  "LeBron James", "J. R. R. Tolkien", "José Álvarez", "TJ Miller", "Louis XIV",
                  "Martin Luther King Jr.", 'Huckleberry "Huck" Finn', "al-Shuja\u2018i",
-                 "Board", "Milestone Jones"):
+                 "Board", "Milestone Jones", "Cloud", "Labs", "Grace Server-Smith"):
         assert _person_or_product(name, "person") == "person", name
     assert _person_or_product("JSON", "organization") == "organization"  # people only
     body = ("Building an ASan build is easy, said Tavmjong Bah.\n\n"

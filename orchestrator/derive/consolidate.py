@@ -225,14 +225,24 @@ def consolidate(session: Session, *, min_evidence: int = MIN_EVIDENCE,
 def _one_per_text(wanted: dict[str, tuple[_GroupKey, _Group]]) -> dict[str, tuple[_GroupKey, _Group]]:
     """Groups that would say the same thing (same scopes, partition and sentences) as one:
     the best-sourced group keeps it (then a statement before a bookkeeping co-mention, then
-    the smallest key); the others are not written (the same sentences are its evidence)."""
+    the smallest key); the others are not written (the same sentences are its evidence).
+    Nor is a group whose sentences another kept group of its scopes and partition says
+    with more (one sentence served twice, alone and inside a longer observation, when two
+    subjects' groups shared it)."""
     by_text: dict[tuple[Any, ...], list[str]] = defaultdict(list)
     for okey, (gkey, group) in wanted.items():
         texts = frozenset(" ".join(t.split()).lower() for _, t in group.claims)
         by_text[(gkey[0], gkey[1], texts)].append(okey)
-    keep = {min(okeys, key=lambda k: (-len(wanted[k][1].sources),
-                                      wanted[k][0][3] in BOOKKEEPING_PREDICATES, k))
-            for okeys in by_text.values()}
+    kept = {(part[0], part[1], texts): min(okeys, key=lambda k: (
+        -len(wanted[k][1].sources), wanted[k][0][3] in BOOKKEEPING_PREDICATES, k))
+        for (*part, texts), okeys in by_text.items()}
+    holding: dict[tuple[Any, Any, str], list[frozenset[str]]] = defaultdict(list)
+    for scopes, partition, texts in kept:
+        for t in texts:
+            holding[(scopes, partition, t)].append(texts)
+    keep = {okey for (scopes, partition, texts), okey in kept.items()
+            if not any(texts < other for other in min(
+                (holding[(scopes, partition, t)] for t in texts), key=len))}
     return {k: v for k, v in wanted.items() if k in keep}
 
 

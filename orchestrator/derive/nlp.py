@@ -78,7 +78,8 @@ RULES_VERSION = "rules-12"  # 4: markup masked over the whole document (stop 25)
 # 11: a unit after its quantity is no name ("10 GB"), "Dec. 24, 2024" is a day, a first name
 # alone stands for the only known person of that first name, a name the parser ran a heading
 # into is the part below the heading, and a task's checkbox is markup (stop 35); 12: a
-# document's front matter aliases are aliases of the entity its title names (stop 36)
+# document's front matter aliases are aliases of the entity its title names, and a "person"
+# whose last word is a product's kind or a company's form is none (stop 36)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -429,6 +430,13 @@ _UNDERTAKINGS = frozenset({"project", "operation", "program", "programme", "init
                            "campaign"})
 _BODIES = frozenset({"team", "committee", "department", "office", "council", "board",
                      "squad", "guild", "group", "taskforce"})
+# Nor one whose last word names a product's kind or a company's form: "Grafana Cloud" (an
+# engineering note's "person", stop 36), "Acme Labs", "Initech Inc.".
+_PRODUCT_KINDS = frozenset({"cloud", "app", "api", "sdk", "studio", "server", "platform", "suite",
+                            "engine", "console"})
+_COMPANY_FORMS = frozenset({"inc", "corp", "corporation", "ltd", "llc", "gmbh", "plc", "labs",
+                            "technologies", "systems", "software", "solutions", "university",
+                            "institute", "foundation", "holdings", "ventures", "airlines"})
 
 
 def _person_or_product(name: str, entity_type: str) -> str:
@@ -437,7 +445,8 @@ def _person_or_product(name: str, entity_type: str) -> str:
     "KB", "ASan", "JsonCpp", "Node.js"), and each got a person's profile (``_NO_PERSON``;
     and no word in capitals but a regnal number, "Louis XIV", or initials opening a longer
     name, "TJ Miller": one capitals word alone is an acronym); a name that opens with an
-    undertaking or a body of people ("Project Heron", "Team Payments") is a product or an
+    undertaking or a body of people ("Project Heron", "Team Payments"), or ends with a
+    product's kind or a company's form ("Grafana Cloud", "Acme Labs"), is a product or an
     organisation."""
     if entity_type != "person":
         return entity_type
@@ -447,6 +456,11 @@ def _person_or_product(name: str, entity_type: str) -> str:
     if len(words) > 1 and words[0].lower() in _UNDERTAKINGS:
         return "product"
     if len(words) > 1 and words[0].lower() in _BODIES:
+        return "organization"
+    last = words[-1].lower().rstrip(".") if len(words) > 1 else ""
+    if last in _PRODUCT_KINDS:
+        return "product"
+    if last in _COMPANY_FORMS:
         return "organization"
     for i, w in enumerate(words):
         bare = w.strip(".,'\"\u2018\u2019")
