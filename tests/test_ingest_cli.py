@@ -246,6 +246,14 @@ def test_a_title_from_a_heading_is_its_text_as_a_reader_sees_it(tmp_path: Path) 
     # A title the author wrote in the front matter is taken as written.
     f.write_text("---\ntitle: The *exact* title\n---\n# Heading\n")
     assert to_document(SourceFile(f, "notes", "t.md"), ["team"]).title == "The *exact* title"
+    # A byte order mark (Notepad's UTF-8) is no part of the text: it hid the heading and the
+    # front matter, and stayed at the start of the body.
+    f.write_bytes(b"\xef\xbb\xbf# BOM note\n\nText.\n")
+    found = to_document(SourceFile(f, "notes", "t.md"), ["team"])
+    assert found.title == "BOM note" and found.body.startswith("# BOM note")
+    f.write_bytes(b"\xef\xbb\xbf---\ndate: 2026-12-01\n---\n# Dated\n")
+    found = to_document(SourceFile(f, "notes", "t.md"), ["team"])
+    assert found.title == "Dated" and found.occurred_at is not None and found.body == "# Dated\n"
 
 
 def test_remember_cli(cli_env: dict[str, str], tenant_factory: Tenants, admin_engine: Engine) -> None:

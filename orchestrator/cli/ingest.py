@@ -280,7 +280,9 @@ def to_document(src: SourceFile, default_scopes: list[str], *, extract: bool | N
     A title in the front matter is taken as written (the write refuses one over the limit);
     without one, the first heading's text (``heading_title``), else the file's name."""
     try:
-        text = src.file.read_text(encoding="utf-8")
+        # utf-8-sig: a byte order mark (Windows editors write one) is no part of the text; read
+        # as text it hid the front matter and the first heading (the title was the file's name).
+        text = src.file.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
         raise BadInput(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     meta, body = parse_front_matter(text)
