@@ -107,6 +107,14 @@ def test_statements_must_be_prose():
     assert junk_reason("2026-01-31 23:59:02 INFO migrating archive") == "log line"
     assert junk_reason("| engine | pages/s |") == "markup"
     assert junk_reason("130.6 147.8 98.2 96.4 Mark") == "numbers"
+    # Prose has semicolons between clauses and dates in sentences (stop 36: both were junk,
+    # so no observation or profile line could say them).
+    assert junk_reason("Priya covers payments; Marco joins the rotation from December.") is None
+    assert junk_reason("Go/no-go with Tomás Ortega on 2026-12-15.") is None
+    assert junk_reason("Usually online 09:00-17:30 IST.") is None
+    assert junk_reason("int a = 1;\nint b = 2;") == "code"
+    assert junk_reason("for (;;) spin") == "code"
+    assert junk_reason("2024-05-06 2024-05-07, 12:30") == "numbers"
 
 
 def test_ordinary_markdown_yields_no_junk_and_one_observation_per_sentence(

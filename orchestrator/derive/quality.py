@@ -201,6 +201,14 @@ def plausible_entity(name: str) -> bool:
     return len(name.split()) <= 6
 
 
+# A semicolon that ends a statement of code ("x = foo(bar);", "a;b"), not one between two
+# clauses of prose ("Priya covers payments; Marco joins the rotation."): at the end of the
+# text or a line, or with no space after it.
+_CODE_SEMICOLON = re.compile(r";[ \t]*(?:$|\n)|;[^\s]", re.M)
+# ISO days and times of day: 2026-12-15, 09:00, 17:30:05.
+_DAY_OR_TIME = re.compile(r"(?<!\d)\d{4}-\d{2}-\d{2}(?!\d)|(?<!\d)\d{1,2}:\d{2}(?::\d{2})?(?!\d)")
+
+
 def junk_reason(text: str) -> str | None:
     """Why ``text`` is not prose knowledge (code, URL, markup, numbers, log line), or None."""
     t = text.strip()
@@ -208,7 +216,8 @@ def junk_reason(text: str) -> str | None:
         return "empty"
     if _URL.search(t):
         return "url"
-    if "```" in t or _INLINE_CODE.search(t) or any(s in t for s in ("{", "}", ";", "=>", "::", "</")):
+    if "```" in t or _INLINE_CODE.search(t) or any(s in t for s in ("{", "}", "=>", "::", "</")) \
+            or _CODE_SEMICOLON.search(t):
         return "code"
     if _LOG.search(t):
         return "log line"
@@ -217,8 +226,11 @@ def junk_reason(text: str) -> str | None:
     if _IDENTIFIER.search(t):
         return "code"
     letters = sum(ch.isalpha() for ch in t)
-    digits = sum(ch.isdigit() for ch in t)
-    if letters < 0.5 * len(t.replace(" ", "")) or digits > 0.25 * max(letters, 1):
+    # A calendar date or a time of day is knowledge, not number soup: "Go/no-go with Tomás
+    # on 2026-12-15." (its digits outnumbered a quarter of its letters).
+    rest = _DAY_OR_TIME.sub("", t)
+    digits = sum(ch.isdigit() for ch in rest)
+    if letters < 3 or letters < 0.5 * len(rest.replace(" ", "")) or digits > 0.25 * letters:
         return "numbers"
     return None
 
