@@ -19,10 +19,12 @@ Order of work, where each gate sits:
    date format's placeholder ("YYYY-MM-DD");
 3. ``plausible_statement`` (consolidation and profiles): a claim's sentence
    enters an observation or a profile only when it is prose: enough letters,
-   enough words, no code punctuation, no URL, not a log line. A claim keeps its
-   sentence as written (inline code, links and emphasis included: the reader sees
-   "run `make test` first", not "run first"), so the test masks it as extraction
-   did (``statement_junk``).
+   enough words, no code punctuation (a semicolon only where it ends a statement of code:
+   at a line's end or with no space after it; prose joins clauses with one), no URL, not
+   a log line, not number soup (the digits of a date or a time of day do not count). A
+   claim keeps its sentence as written (inline code, links and emphasis included: the
+   reader sees "run `make test` first", not "run first"), so the test masks it as
+   extraction did (``statement_junk``).
 
 ``junk_reason`` says why a derived text would be junk by the same tests; the
 derive benchmark (``benchmarks/derive_junk.py``) counts with it (and with
