@@ -825,6 +825,13 @@ def test_front_matter_aliases_become_aliases_of_the_entity_the_title_names(
         entities = {e.canonical_name: e for e in s.execute(select(Entity)).scalars()}
     assert entities["Priya Raman"].entity_type == "person"
     assert sorted(entities["Priya Raman"].aliases) == ["PR", "Priya"]
+    # Her note's extraction record names her, though no sentence of it does.
+    with bound_session(app_engine, writer) as s:
+        recorded = s.execute(text(
+            "select x.entity_ids from memory.extractions x join sources.chunks c "
+            "on c.id = x.chunk_id join sources.documents d on d.id = c.document_id "
+            "where d.title = 'Priya Raman'")).scalar_one()
+    assert entities["Priya Raman"].id in recorded
     assert "Billing migration" not in entities and "Billing" not in entities, sorted(entities)
     assert entities["Acme Corp"].id == wide and entities["Acme Corp"].aliases == []
 

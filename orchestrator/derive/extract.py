@@ -440,6 +440,7 @@ class _Writer:
         self.model = model
         self.report = report
         self.entity_ids: dict[tuple[tuple[uuid.UUID, ...], str, str], uuid.UUID] = {}
+        self.titled: dict[uuid.UUID, uuid.UUID] = {}  # chunk -> the entity its title names
         self.scope_names: dict[uuid.UUID, str] = {
             r[0]: r[1] for r in session.execute(select(Scope.id, Scope.name))}
 
@@ -505,6 +506,9 @@ class _Writer:
                     ).scalar()
             if eid is not None:
                 out += [(eid, a, scopes) for a in chunk.aliases]
+                # The chunk's extraction record names the entity too: what the run took
+                # from the document, whether or not a sentence of the chunk names it.
+                self.titled[chunk.id] = eid
         return out
 
     def _add_aliases(self, aliases: list[tuple[uuid.UUID, str, list[uuid.UUID]]]) -> None:
@@ -665,7 +669,8 @@ class _Writer:
             {"chunk_id": chunk.id, "content_hash": chunk.content_hash, "scopes": list(chunk.scopes),
              "model": self.model,
              "entity_ids": sorted({self.entity_ids[(chunk.scopes, e.entity_type, e.name)]
-                                   for s in sentences for e in s.entities}),
+                                   for s in sentences for e in s.entities}
+                                  | ({self.titled[chunk.id]} if chunk.id in self.titled else set())),
              "claim_ids": kept[i] + claims[i], "quarantine_ids": held[i]}
             for i, (chunk, sentences) in enumerate(zip(batch, read_, strict=True))])
         self.report.retracted += retract_claims(self.session, vanished)
@@ -674,6 +679,8 @@ class _Writer:
         for chunk, sentences in zip(batch, read_, strict=True):
             self.report.entities |= {self.entity_ids[(chunk.scopes, e.entity_type, e.name)]
                                      for s in sentences for e in s.entities}
+            if chunk.id in self.titled:
+                self.report.entities.add(self.titled[chunk.id])
 
     def write_each(self, batch: Sequence[_Chunk], read_: Sequence[list[Sentence]]) -> None:
         """The item-by-item run (``poison``): each chunk alone; a chunk whose writes the database
