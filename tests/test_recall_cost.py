@@ -418,7 +418,7 @@ def test_the_part_cut_to_fit_never_exceeds_the_budget_and_is_the_chunks_own_text
 
     rng = random.Random(5)
     words = ["venue", "Lisbon", "budget", "hiring", "plan", "the", "river", "quote", "x" * 30]
-    fitted = 0
+    fitted = fenced = 0
     for _ in range(300):
         evidence = []
         for i in range(rng.randint(1, 6)):
@@ -446,7 +446,8 @@ def test_the_part_cut_to_fit_never_exceeds_the_budget_and_is_the_chunks_own_text
         assert part.text and whole.text[offset:offset + len(part.text)] == part.text
         assert part.char_end - part.char_start == len(part.text)
         assert part.text.count("```") % 2 == 0, part.text  # no fence opened and left open
-    assert fitted > 50
+        fenced += "```" in part.text
+    assert fitted > 50 and fenced > 0, (fitted, fenced)
     text = "# Title\n\n- one. Two! three?\n\nfour"
     assert [text[a:b] for a, b in parts(text)] == ["# Title", "- one.", "Two!", "three?", "four"]
     text = "Run it.\n\n```sql\n-- the diff. Nightly.\nselect 1;\n```\nThen.\n~~~\nopen\nto the end"

@@ -100,6 +100,19 @@ def scope_grant(entry: str) -> tuple[str, str] | None:
     return ("role", ROLE_SCOPES[entry]) if entry in ROLE_SCOPES else None
 
 
+def well_formed(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(header, claims) of ``token`` read without its signature: the shape checks every
+    verification starts with, and what the CLI checks before it sends a token in a header
+    (an error message stored in ENGRAM_TOKEN is no header value); ``Unauthenticated``
+    saying what is wrong."""
+    if not token or len(token) > MAX_TOKEN_CHARS:
+        raise Unauthenticated("the bearer token is empty or too long")
+    try:
+        return jwt.get_unverified_header(token), jwt.decode(token, options={"verify_signature": False})
+    except (InvalidTokenError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise Unauthenticated(f"the bearer token is not a well-formed JWT: {exc}") from exc
+
+
 @dataclass
 class TokenVerifier:
     """Verifies bearer tokens against the trusted issuers' key sets."""
@@ -126,13 +139,7 @@ class TokenVerifier:
 
     def claims(self, token: str) -> dict[str, Any]:
         """The verified claims of ``token``; ``Unauthenticated`` naming the failed check."""
-        if not token or len(token) > MAX_TOKEN_CHARS:
-            raise Unauthenticated("the bearer token is empty or too long")
-        try:
-            header = jwt.get_unverified_header(token)
-            unverified = jwt.decode(token, options={"verify_signature": False})
-        except (InvalidTokenError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise Unauthenticated(f"the bearer token is not a well-formed JWT: {exc}") from exc
+        header, unverified = well_formed(token)
         alg = header.get("alg")
         if alg not in ALLOWED_ALGORITHMS:
             raise Unauthenticated(

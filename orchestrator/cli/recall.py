@@ -24,7 +24,7 @@ import typer
 
 from orchestrator.cli.output import console, exit_status, styled
 from orchestrator.config import Settings
-from orchestrator.errors import EngramError
+from orchestrator.errors import EngramError, Unauthenticated
 
 out = console()
 err = console(stderr=True)
@@ -78,11 +78,15 @@ def _over_api(url: str, token: str, what: str, variables: dict[str, Any]) -> dic
     """The server's answer; None when the server stopped answering (the caller falls back)."""
     import httpx
 
-    if not token.isascii() or any(ch.isspace() or not ch.isprintable() for ch in token):
-        # httpx would fail to encode the header with a traceback; the server says this too.
-        _fail("the bearer token is not a well-formed JWT: it holds spaces or characters no "
-              "token has (non-ASCII); was a command's error message stored in ENGRAM_TOKEN?",
-              exit_status("UNAUTHENTICATED"))
+    from orchestrator.auth.tokens import well_formed
+
+    try:
+        # Refused here as the server would refuse it: httpx cannot even encode a header of an
+        # error message stored in ENGRAM_TOKEN (a traceback), and a token that is no JWT
+        # would only make the round trip.
+        well_formed(token)
+    except Unauthenticated as exc:
+        _fail(str(exc), exit_status(exc))
     try:
         response = httpx.post(f"{url}/graphql", json={"query": QUERIES[what], "variables": variables},
                               headers={"authorization": f"Bearer {token}"}, timeout=120)

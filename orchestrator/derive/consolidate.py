@@ -233,9 +233,9 @@ def _one_per_text(wanted: dict[str, tuple[_GroupKey, _Group]]) -> dict[str, tupl
     for okey, (gkey, group) in wanted.items():
         texts = frozenset(" ".join(t.split()).lower() for _, t in group.claims)
         by_text[(gkey[0], gkey[1], texts)].append(okey)
-    kept = {(part[0], part[1], texts): min(okeys, key=lambda k: (
-        -len(wanted[k][1].sources), wanted[k][0][3] in BOOKKEEPING_PREDICATES, k))
-        for (*part, texts), okeys in by_text.items()}
+    kept = {key: min(okeys, key=lambda k: (-len(wanted[k][1].sources),
+                                           wanted[k][0][3] in BOOKKEEPING_PREDICATES, k))
+            for key, okeys in by_text.items()}
     holding: dict[tuple[Any, Any, str], list[frozenset[str]]] = defaultdict(list)
     for scopes, partition, texts in kept:
         for t in texts:

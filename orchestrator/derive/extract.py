@@ -492,18 +492,19 @@ class _Writer:
                 continue
             seen.add(chunk.document_id)
             scopes = list(chunk.scopes)
-            with savepoint(self.session):
+            subject = chunk.subject
+            with savepoint(self.session):  # one statement: the entity named so, else the title's
                 eid = self.session.execute(text(
-                    "select e.id from knowledge.entities e where e.tenant_id = auth.tenant_id() "
-                    "and e.merged_into is null and e.name_key = knowledge.normalize_name(:t) "
+                    "select coalesce((select e.id from knowledge.entities e "
+                    "where e.tenant_id = auth.tenant_id() and e.merged_into is null "
+                    "and e.name_key = knowledge.normalize_name(:t) "
                     "and e.scopes @> cast(:s as uuid[]) and e.scopes <@ cast(:s as uuid[]) "
-                    "order by (e.entity_type = 'person') desc, e.created_at, e.id limit 1"),
-                    {"t": chunk.title, "s": scopes}).scalar()
-                if eid is None and chunk.subject is not None:
-                    eid = self.session.execute(text(
-                        "select knowledge.resolve_entity_within(:t, :n, cast(:s as uuid[]), true)"),
-                        {"t": chunk.subject.entity_type, "n": chunk.subject.name, "s": scopes}
-                    ).scalar()
+                    "order by (e.entity_type = 'person') desc, e.created_at, e.id limit 1), "
+                    "case when cast(:type as text) is not null then knowledge.resolve_entity_within("
+                    "cast(:type as text), cast(:name as text), cast(:s as uuid[]), true) end)"),
+                    {"t": chunk.title, "s": scopes,
+                     "type": subject.entity_type if subject is not None else None,
+                     "name": subject.name if subject is not None else None}).scalar()
             if eid is not None:
                 out += [(eid, a, scopes) for a in chunk.aliases]
                 # The chunk's extraction record names the entity too: what the run took

@@ -54,17 +54,13 @@ def parts(text: str) -> list[tuple[int, int]]:
     fences = [(m.start() + len(m.group()) - len(m.group().lstrip()), m.end())
               for m in _FENCE.finditer(text)]
     for start, end in pieces:
-        block = next(((a, b) for a, b in fences if a < end and start < b), None)
-        if block is None:
-            out.append((start, end))
-        elif out and out[-1] == (min(block[0], start), max(block[1], end)):
-            continue  # another line of the block already taken whole
-        else:
-            span = (min(block[0], start), max(block[1], end))
-            while out and out[-1][1] > span[0]:  # a part the block swallows
-                span = (min(out[-1][0], span[0]), span[1])
-                out.pop()
-            out.append(span)
+        for a, b in fences:
+            if a < end and start < b:  # a piece of a code block stands for the whole block
+                start, end = min(start, a), max(end, b)
+        while out and out[-1][1] > start:  # one part with the parts it overlaps
+            first, last = out.pop()
+            start, end = min(start, first), max(end, last)
+        out.append((start, end))
     return out
 
 
@@ -93,7 +89,7 @@ def best_run(text: str, question: str, room_chars: int, shown: str = "") -> tupl
         return best[1], best[2]
     if not spans:
         return None
-    start, end = spans[max(range(len(spans)), key=lambda i: (len(found[i]), -i))]
+    start = spans[max(range(len(spans)), key=lambda i: (len(found[i]), -i))][0]
     cut = text.rfind(" ", start, start + room_chars + 1)
     return None if cut <= start else (start, len(text[:cut].rstrip()))
 

@@ -1168,7 +1168,7 @@ class _Builder:
         s = self.shape
         seeds = (self.seeds() if (s.keyed or s.graph or s.communities or s.profiles or s.title)
                  else None)
-        self.sources(seeds if s.title else None)
+        self.sources(seeds)
         self.knowledge(seeds)
         self.derived(seeds)
         self.timeline()

@@ -235,6 +235,20 @@ def _recall(p: Probe) -> Iterable[str]:
                 f"evidence {{ {EVIDENCE} }} }} }}", {"q": p.question})
 
 
+@surface("graphql recall, a small budget (the last item cut to a part)")
+def _recall_part(p: Probe) -> Iterable[str]:
+    # The part the cut's last item is cut to (recall.excerpt), its offsets and the trace's
+    # budget line, which counts the item's characters.
+    for raw in (p.gql("query($q: String!) { recall(question: $q, budgetTokens: 90) { rendered "
+                      f"usedTokens evidence {{ {EVIDENCE} charStart charEnd clipped }} }} }}",
+                      {"q": p.question}),
+                p.gql("query($q: String!) { recallTrace(question: $q, budgetTokens: 90) { text } }",
+                      {"q": p.question})):
+        if json.loads(raw).get("errors"):  # a probe the API refuses would prove nothing
+            p.internal.append(f"graphql small-budget recall refused: {raw[:300]}")
+        yield raw
+
+
 @surface("graphql memoryPrepare")
 def _prepare(p: Probe) -> Iterable[str]:
     yield p.gql("query($q: String!) { memoryPrepare(question: $q, budgetTokens: 4000) { rendered "
