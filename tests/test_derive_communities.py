@@ -13,7 +13,7 @@ from orchestrator.config import Settings
 from orchestrator.db.knowledge_models import Community
 from orchestrator.db.session import bound_session
 from orchestrator.derive.communities import rebuild
-from orchestrator.derive.summarize import summarize
+from orchestrator.derive.summarize import ended, summarize
 from orchestrator.errors import BadInput
 from orchestrator.ingest.knowledge import assert_relation, resolve_entity
 from tests.conftest import TenantFixture, TestDatabase
@@ -333,3 +333,16 @@ def test_a_change_in_one_component_leaves_the_others_exactly_as_they_were(
     assert set(after) == set(before)
     changed = {i for i in after if after[i].built_at != before[i].built_at}
     assert changed == set(second.changed_ids) and len(changed) == 2
+
+
+def test_summary_sentences_end_before_the_next_begins() -> None:
+    """A list item or heading picked as a sentence ends with a full stop in the summary, so it
+    never runs into the next one ("... Lena, Marco Priya: staging ..." was a profile's text)."""
+    sentences = ["Attendees: Tomás (chair), Priya, Lena, Marco",
+                 "Priya: staging deployment by week 45",
+                 "Priya wants a design doc first.", "Decisions:", 'She said "yes!"']
+    summary = summarize(sentences, max_sentences=5)
+    assert "Marco." in summary and "week 45." in summary and "Decisions." in summary
+    assert "first.." not in summary and 'yes!".' not in summary and '"yes!"' in summary
+    assert ended("(see the runbook)") == "(see the runbook)."
+    assert ended("Really?)") == "Really?)" and ended("") == ""

@@ -16,7 +16,13 @@ from orchestrator.config import Settings
 from orchestrator.db.derive_models import Extraction
 from orchestrator.db.knowledge_models import Entity, FactClaim
 from orchestrator.db.session import bound_session
-from orchestrator.derive.extract import EXTRACTED_CONFIDENCE, ExtractOnIngest, extract, extract_all
+from orchestrator.derive.extract import (
+    EXTRACTED_CONFIDENCE,
+    ExtractOnIngest,
+    extract,
+    extract_all,
+    pending_chunks,
+)
 from orchestrator.derive.nlp import (
     RULES_VERSION,
     SpacyEntities,
@@ -834,6 +840,37 @@ def test_front_matter_aliases_become_aliases_of_the_entity_the_title_names(
     assert entities["Priya Raman"].id in recorded
     assert "Billing migration" not in entities and "Billing" not in entities, sorted(entities)
     assert entities["Acme Corp"].id == wide and entities["Acme Corp"].aliases == []
+
+
+def test_a_note_whose_front_matter_aliases_changed_is_read_again(
+        app_engine: Engine, tenant: TenantFixture) -> None:
+    """Only the front matter changed (an alias added, the title kept): the note's chunks are
+    read again, and the new alias names her; a note without aliases whose title changed has
+    nothing new to read (its title is no entity's name), as before."""
+    writer = tenant.identity(write=("team",))
+    body = "- Works on the billing migration\n- Based in Bangalore\n"
+    _put(app_engine, tenant, "people/priya.md", body, ("team",), title="Priya Raman",
+         metadata={"aliases": ["Priya"]})
+    _put(app_engine, tenant, "plain.md", "Cut over reads per cohort.\n", ("team",), title="Plain")
+    with bound_session(app_engine, writer) as s:
+        first = extract(s)
+        assert pending_chunks(s) == 0
+        claims = s.execute(text("select count(*) from knowledge.fact_claim")).scalar_one()
+    assert first.chunks == 2
+    _put(app_engine, tenant, "people/priya.md", body, ("team",), title="Priya Raman",
+         metadata={"aliases": ["Priya", "PR"]})
+    _put(app_engine, tenant, "plain.md", "Cut over reads per cohort.\n", ("team",), title="Renamed")
+    with bound_session(app_engine, writer) as s:
+        assert pending_chunks(s) == 1
+        again = extract(s)
+        assert pending_chunks(s) == 0
+        entities = {e.canonical_name: e for e in s.execute(select(Entity)).scalars()}
+    assert again.chunks == 1
+    assert sorted(entities["Priya Raman"].aliases) == ["PR", "Priya"]
+    # Read again, the same text makes the same claims: kept as they were, none doubled.
+    assert (again.retracted, again.kept) == (0, claims) and claims > 0
+    with bound_session(app_engine, writer) as s:
+        assert s.execute(text("select count(*) from knowledge.fact_claim")).scalar_one() == claims
 
 
 def test_the_aliases_a_document_gives_its_subject() -> None:

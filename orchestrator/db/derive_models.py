@@ -84,6 +84,8 @@ class Extraction(Base):
     tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True),
                                                  server_default=sql_text("auth.tenant_id()"))
     chunk_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
+    # What was read: the chunk's content hash, with its document's title and front matter
+    # aliases where it has aliases (orchestrator.derive.extract._read).
     content_hash: Mapped[bytes] = mapped_column(BYTEA)
     scopes: Mapped[list[uuid.UUID]] = mapped_column(ARRAY(UUID(as_uuid=True)))
     model: Mapped[str] = mapped_column(Text)

@@ -62,7 +62,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from typing import Any
 
-from sqlalchemy import Engine, and_, cast, func, literal, not_, or_, select, text
+from sqlalchemy import TEXT, Engine, and_, case, cast, func, literal, not_, or_, select, text
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID, insert
 from sqlalchemy.orm import Session
 
@@ -166,7 +166,7 @@ class ExtractReport:
 class _Chunk:
     id: uuid.UUID
     text: str
-    content_hash: bytes
+    content_hash: bytes  # of what reading it reads (``_read``): what its record keeps
     scopes: tuple[uuid.UUID, ...]
     where: str
     anchor: date | None
@@ -197,19 +197,32 @@ def _opted_out() -> Any:
     return flag == cast(literal("false"), JSONB)
 
 
+def _read() -> tuple[Any, Any]:
+    """(the front matter aliases of a chunk's document, the hash of what reading the chunk
+    reads): its text's hash, or where its document has aliases, that hash with the title
+    and the aliases, so a note whose front matter changed is read again though its text
+    did not (the title's entity and its aliases come from them)."""
+    aliases = func.coalesce(Document.metadata_["aliases"], Document.metadata_["alias"])
+    front = func.convert_to(func.coalesce(Document.title, "") + "\n" + cast(aliases, TEXT), "UTF8")
+    read = case((aliases.is_(None), Chunk.content_hash),
+                else_=func.sha256(Chunk.content_hash.op("||")(front)))
+    return aliases, read
+
+
 def _pending(model: str, document_ids: Sequence[uuid.UUID] | None) -> Any:
-    """Chunks to read (new, changed scopes or reader) or to withdraw (document opted out)."""
+    """Chunks to read (new, changed text, front matter, scopes or reader) or to withdraw
+    (document opted out)."""
     writable = Chunk.scopes.contained_by(func.auth.write_scopes(type_=ARRAY(UUID(as_uuid=True))))
     same_scopes = and_(Extraction.scopes.contains(Chunk.scopes), Extraction.scopes.contained_by(Chunk.scopes))
-    stale = or_(Extraction.chunk_id.is_(None), Extraction.content_hash != Chunk.content_hash,
+    aliases, read = _read()
+    stale = or_(Extraction.chunk_id.is_(None), Extraction.content_hash != read,
                 Extraction.model != model, not_(same_scopes))
     out = _opted_out()
     query = (
-        select(Chunk.id, Chunk.text, Chunk.content_hash, Chunk.scopes, Document.collection, Document.path,
-               Document.occurred_at, out.label("opted_out"),
+        select(Chunk.id, Chunk.text, read.label("content_hash"), Chunk.scopes, Document.collection,
+               Document.path, Document.occurred_at, out.label("opted_out"),
                Extraction.chunk_id.is_not(None).label("read_before"), Chunk.document_id,
-               Chunk.char_start, Document.title,
-               func.coalesce(Document.metadata_["aliases"], Document.metadata_["alias"]).label("aliases"))
+               Chunk.char_start, Document.title, aliases.label("aliases"))
         .join(Document, (Document.tenant_id == Chunk.tenant_id) & (Document.id == Chunk.document_id))
         .outerjoin(Extraction, (Extraction.tenant_id == Chunk.tenant_id) & (Extraction.chunk_id == Chunk.id))
         .where(writable, or_(and_(not_(out), stale), and_(out, Extraction.chunk_id.is_not(None))))
@@ -230,7 +243,7 @@ def waiting_chunks(session: Session, document_ids: Sequence[uuid.UUID] | None,
     """(how many chunks a run would read or withdraw now, of ``document_ids`` where given; how
     many of them wait for their embedding first; of how many documents): what ``engram
     ingest`` hands to the worker. A document whose title changed but not its text has nothing
-    to read again."""
+    to read again, unless its front matter gives aliases (``_read``)."""
     model = choose_backend(settings or get_settings()).model_key
     inner = _pending(model, document_ids).subquery()
     waiting, unembedded, documents = session.execute(

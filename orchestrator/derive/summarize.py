@@ -38,6 +38,8 @@ ABSTRACTIVE_METHOD = "abstractive:openai-compatible"
 MAX_FAILURES = 3
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
+# A sentence that ends a thought: end punctuation, perhaps inside a closing quote or bracket.
+_ENDED = re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]]*$")
 log = logging.getLogger("engram.derive.summarize")
 
 SYSTEM_PROMPT = (
@@ -84,8 +86,16 @@ def summarize(sentences: Sequence[str], *, max_sentences: int = 3, max_chars: in
             # Rounded so float noise never decides; then the alphabetically first wins.
             return round((1 - diversity) * relevance[i] - diversity * redundancy, 9), -i
         picked.append(max((i for i in range(len(unique)) if i not in picked), key=score))
-    text = " ".join(unique[i] for i in picked)
+    text = " ".join(ended(unique[i]) for i in picked)
     return text[:max_chars]
+
+
+def ended(sentence: str) -> str:
+    """``sentence`` with end punctuation: a list item or heading picked as a sentence
+    ("Attendees: Tomás, Priya") would otherwise run into the next one in a summary; a
+    trailing comma, colon or semicolon gives way to the full stop."""
+    s = sentence.strip()
+    return s if not s or _ENDED.search(s) else s.rstrip(",;:").rstrip() + "."
 
 
 def split_sentences(text: str) -> list[str]:
