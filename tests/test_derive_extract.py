@@ -846,12 +846,14 @@ def test_a_note_whose_front_matter_aliases_changed_is_read_again(
         app_engine: Engine, tenant: TenantFixture) -> None:
     """Only the front matter changed (an alias added, the title kept): the note's chunks are
     read again, and the new alias names her; a note without aliases whose title changed has
-    nothing new to read (its title is no entity's name), as before."""
+    nothing new to read (its title is no entity's name), as before, and ``aliases: []`` or
+    an empty ``aliases:`` is no alias."""
     writer = tenant.identity(write=("team",))
     body = "- Works on the billing migration\n- Based in Bangalore\n"
     _put(app_engine, tenant, "people/priya.md", body, ("team",), title="Priya Raman",
          metadata={"aliases": ["Priya"]})
-    _put(app_engine, tenant, "plain.md", "Cut over reads per cohort.\n", ("team",), title="Plain")
+    _put(app_engine, tenant, "plain.md", "Cut over reads per cohort.\n", ("team",), title="Plain",
+         metadata={"aliases": []})  # a template's empty list: no aliases
     with bound_session(app_engine, writer) as s:
         first = extract(s)
         assert pending_chunks(s) == 0
@@ -859,7 +861,8 @@ def test_a_note_whose_front_matter_aliases_changed_is_read_again(
     assert first.chunks == 2
     _put(app_engine, tenant, "people/priya.md", body, ("team",), title="Priya Raman",
          metadata={"aliases": ["Priya", "PR"]})
-    _put(app_engine, tenant, "plain.md", "Cut over reads per cohort.\n", ("team",), title="Renamed")
+    _put(app_engine, tenant, "plain.md", "Cut over reads per cohort.\n", ("team",), title="Renamed",
+         metadata={"aliases": None})
     with bound_session(app_engine, writer) as s:
         assert pending_chunks(s) == 1
         again = extract(s)

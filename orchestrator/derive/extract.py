@@ -199,12 +199,15 @@ def _opted_out() -> Any:
 
 def _read() -> tuple[Any, Any]:
     """(the front matter aliases of a chunk's document, the hash of what reading the chunk
-    reads): its text's hash, or where its document has aliases, that hash with the title
-    and the aliases, so a note whose front matter changed is read again though its text
-    did not (the title's entity and its aliases come from them)."""
+    reads): its text's hash, or where its document has aliases (not none, not an empty
+    list), that hash with the title and the aliases, so a note whose front matter changed
+    is read again though its text did not (the title's entity and its aliases come from
+    them)."""
     aliases = func.coalesce(Document.metadata_["aliases"], Document.metadata_["alias"])
+    given = func.nullif(func.nullif(aliases, cast(literal("null"), JSONB)),
+                        cast(literal("[]"), JSONB))  # ``aliases: []`` (a template's) is none
     front = func.convert_to(func.coalesce(Document.title, "") + "\n" + cast(aliases, TEXT), "UTF8")
-    read = case((aliases.is_(None), Chunk.content_hash),
+    read = case((given.is_(None), Chunk.content_hash),
                 else_=func.sha256(Chunk.content_hash.op("||")(front)))
     return aliases, read
 
