@@ -170,3 +170,50 @@ def test_recall_probes_stay_index_probes_under_rls(admin_engine) -> None:  # typ
     assert {"plan_cache_mode=force_custom_plan", "hnsw.ef_search=200"} <= settings
     if superuser:
         assert leakproof is True
+
+
+def test_chunks_written_before_0086_get_their_task_words(scratch_url: str) -> None:
+    """0086 recomputes the lexical vector of every chunk holding a task list (as the migrating
+    superuser: every tenant's), and only those; their text, hash and provenance stay valid,
+    and the reader's document frequencies count the new words. Downgraded, they go again."""
+    migrate.upgrade(scratch_url, "0085_receipt_seal_names")
+    eng = create_engine(scratch_url, poolclass=pool.NullPool)
+    bodies = ("# Inbox\n- [ ] Renew the contract\n- [x] Book the venue", "The river bridge.")
+    with eng.begin() as conn:
+        tenant = conn.execute(text("select auth.create_tenant('org-tasks', 'Tasks')")).scalar_one()
+        scope = conn.execute(text("select auth.create_scope(:t, 'team', 'Team')"), {"t": tenant}).scalar_one()
+        doc = conn.execute(text(
+            "insert into sources.documents (tenant_id, collection, path, title, body, content_hash, scopes) "
+            "values (:t, 'notes', 'inbox.md', 'Inbox', :b, sha256(convert_to(:b, 'UTF8')), "
+            "array[cast(:s as uuid)]) returning id"),
+            {"t": tenant, "s": scope, "b": "\n\n".join(bodies)}).scalar_one()
+        for n, body in enumerate(bodies):
+            conn.execute(text(
+                "insert into sources.chunks (tenant_id, document_id, ordinal, text, char_start, char_end) "
+                "values (:t, :d, :n, :b, 0, length(:b))"), {"t": tenant, "d": doc, "n": n, "b": body})
+
+    def lexemes() -> dict[int, set[str]]:
+        with eng.connect() as conn:
+            return {n: set(v) for n, v in conn.execute(text(
+                "select ordinal, tsvector_to_array(lexical) from sources.chunks "
+                "where tenant_id = :t"), {"t": tenant}).all()}
+
+    before = lexemes()
+    assert "task" not in before[0]
+    migrate.upgrade(scratch_url, "head")
+    after = lexemes()
+    assert after[0] == before[0] | {"open", "task", "todo", "to-do", "pend", "done", "complet",
+                                    "finish"}
+    assert after[1] == before[1]
+    with eng.connect() as conn:
+        df = dict(conn.execute(text(
+            "select l, sum(n) from (select lexeme as l, chunks as n from recall.lexical_terms "
+            "where tenant_id = :t union all select l, d.sign from recall.lexical_term_deltas d "
+            "cross join unnest(d.lexemes) as l where d.tenant_id = :t) x group by l"),
+            {"t": tenant}).all())
+        problems = conn.execute(text("select * from provenance.verify_rows(:t)"), {"t": tenant}).all()
+    assert df["task"] == 1 and df["river"] == 1
+    assert problems == []
+    migrate.downgrade(scratch_url, "0085_receipt_seal_names")
+    assert lexemes() == before
+    eng.dispose()

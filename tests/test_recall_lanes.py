@@ -80,3 +80,63 @@ def test_rrf_arithmetic_and_both_contributions(team, recaller, settings):
     assert both >= 1, "a chunk found by both lanes must exist in this corpus"
     train = next(it for it in sources if it.label.startswith("Commute"))
     assert train.rrf == pytest.approx(sum(weight.values()) / (k + 1))
+
+
+TASKS = [
+    doc("inbox.md", "Inbox", "# Inbox\n\n- [ ] Renew the observability contract before Jan 15\n"
+        "- [ ] Send the refund list to finance\n- idea: reuse the stream for reconciliation\n"),
+    doc("review.md", "Design review", "## Action items\n- [x] Security sign-off for the "
+        "replication user\n- [x] Staging deployment\n"),
+    doc("meeting.md", "Staff meeting", "1. Billing migration: fourteen special cases.\n"
+        "2. On-call: Sam is out until March.\n3. [aside] a bracket in prose [ ] here\n"),
+]
+
+
+def test_task_list_items_are_found_by_the_words_asked_for_them(
+        tenant_factory, app_engine, admin_engine, embedder, settings, recaller):
+    """Markdown task items (``- [ ] ...`` open, ``- [x] ...`` done) carry the words people ask
+    for them with (migration 0086: ``sources.task_words`` in the chunk's lexical vector), so
+    the lexical lane finds the open ones for "open tasks" and the done ones for "completed";
+    brackets that are no task item ("[ ] here" inside a line) add nothing."""
+    t = tenant_factory("team")
+    ident = t.identity(write=("team",))
+    write_documents(app_engine, ident, embedder, TASKS, settings)
+    _, trace = recaller.trace(ident, "what are my open tasks?")
+    lexical = [it.label.split(" #")[0] for it in trace.pools["lexical"]]
+    assert lexical[:1] == ["Inbox"], lexical
+    assert "Staff meeting" not in lexical
+    result, trace = recaller.trace(ident, "which tasks have I completed?")
+    lexical = [it.label.split(" #")[0] for it in trace.pools["lexical"]]
+    assert lexical[:1] == ["Design review"], lexical
+    assert source_paths(result)[0] == "review.md"
+    from sqlalchemy import text
+
+    with admin_engine.connect() as conn:
+        vectors = {p: set(v) for p, v in conn.execute(text(
+            "select d.path, tsvector_to_array(c.lexical) from sources.chunks c "
+            "join sources.documents d on d.tenant_id = c.tenant_id and d.id = c.document_id "
+            "where c.tenant_id = :t"), {"t": t.id}).all()}
+    assert {"open", "task", "todo", "to-do", "pend"} <= vectors["inbox.md"]
+    assert {"done", "task", "complet", "finish"} <= vectors["review.md"]
+    assert "open" not in vectors["review.md"] and "done" not in vectors["inbox.md"]
+    assert not {"task", "todo", "open", "done"} & vectors["meeting.md"]
+
+
+def test_the_task_words_rule_is_one_rule_in_sql_and_python(admin_engine) -> None:
+    """``features.task_words`` (the learned ranker's term features) says for each text what
+    ``sources.task_words`` puts into its chunk's lexical vector."""
+    from sqlalchemy import text
+
+    from orchestrator.recall.features import task_words
+
+    texts = ["- [ ] a", "* [x] b", "+ [X] c\n  - [ ] d", "1. [ ] e", "2) [x] f", "  - [ ] indented",
+             "prose [ ] and [x] in a line", "-[ ] no space", "- [] empty", "- [y] other",
+             "# Heading\n\ntext\n- [ ] late item", ""]
+    with admin_engine.connect() as conn:
+        for t in texts:
+            sql, python = conn.execute(text(
+                "select coalesce(tsvector_to_array(sources.task_words(:t)), '{}'), "
+                "coalesce(tsvector_to_array(to_tsvector('english', :w)), '{}')"),
+                {"t": t, "w": " ".join(task_words(t))}).one()
+            assert sorted(sql) == sorted(python), t
+    assert task_words("- [ ] a") and not task_words("prose [ ] here")

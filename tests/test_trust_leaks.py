@@ -74,7 +74,7 @@ def test_a_profile_is_never_titled_with_a_name_its_readers_cannot_read(
     assert report.withheld == 1 and report.inserted == 1
     with bound_session(app_engine, t.identity("b", read=("board",))) as s:
         summaries = list(s.execute(select(Profile.summary)).scalars())
-    assert summaries == ["Brevan Oltmark: status is on time"]
+    assert summaries == ["Brevan Oltmark: status is on time."]
     # A profile stored before (by an older build) is deleted by the next run.
     with bound_session(app_engine, _all(t)) as s:
         s.execute(insert(Profile).values(subject_entity_id=hidden, perspective_key="world",

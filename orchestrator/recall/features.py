@@ -153,10 +153,32 @@ def stem(word: str) -> str:
     return word
 
 
+# Markdown task items (``- [ ] ...`` open, ``- [x] ...`` done) and the words they stand for:
+# the rule of ``sources.task_words`` (migration 0086), which puts the same words into a
+# chunk's lexical vector, so "what are my open tasks?" meets its task list here too.
+_OPEN_ITEM = re.compile(r"^[ \t]*(?:[-*+]|[0-9]+[.)])[ \t]+\[ \]", re.MULTILINE)
+_DONE_ITEM = re.compile(r"^[ \t]*(?:[-*+]|[0-9]+[.)])[ \t]+\[[xX]\]", re.MULTILINE)
+OPEN_TASK_WORDS = ("open", "task", "todo", "to-do", "pending")
+DONE_TASK_WORDS = ("done", "task", "completed", "finished")
+
+
+def task_words(text: str) -> tuple[str, ...]:
+    """The words ``text``'s task items stand for (none when it holds no task list)."""
+    if "[" not in text:
+        return ()
+    return ((OPEN_TASK_WORDS if _OPEN_ITEM.search(text) else ())
+            + (DONE_TASK_WORDS if _DONE_ITEM.search(text) else ()))
+
+
 @lru_cache(maxsize=16384)
 def terms(text: str) -> frozenset[str]:
-    """Content terms of a text: lowercase words, stopwords out, lightly stemmed."""
-    return frozenset(map(stem, words_of(text)[1] - _NOT_TERMS))
+    """Content terms of a text: lowercase words, stopwords out, lightly stemmed; a task
+    list's items add the words they stand for (``task_words``)."""
+    words = words_of(text)[1]
+    extra = task_words(text)
+    if extra:
+        words = words | {w for x in extra for w in _WORD.findall(x)}
+    return frozenset(map(stem, words - _NOT_TERMS))
 
 
 @lru_cache(maxsize=4096)

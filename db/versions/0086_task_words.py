@@ -1,0 +1,112 @@
+"""Task list items are found by the words people ask for them with.
+
+Why: notes keep their to-dos as Markdown task lists (GitHub's and Obsidian's ``- [ ] Renew
+the contract``, ``- [x] Security sign-off``). "What are my open tasks?" found none of them
+over an Obsidian-style vault: the checkbox is punctuation to the text search parser, and
+the items themselves rarely say "task". The lexical lane never saw them, and the meaning
+of "open tasks" is not the meaning of "Renew Grafana Cloud before Jan 15".
+
+What changes: ``sources.task_words(text)`` gives the words a chunk's task items stand for:
+for an open item (``[ ]`` after a list marker at the start of a line: ``-``, ``*``, ``+``
+or ``1.``/``1)``) "open", "task", "todo", "to-do" and "pending"; for a done one (``[x]``)
+"done", "task", "completed" and "finished", analysed as the chunk's text is (``english``).
+``sources.tg_chunks__inherit`` adds them to the chunk's lexical vector (its text, hash and
+everything else as before), so BM25 finds and scores them like the chunk's own words
+(they count in its length). Chunks written before this revision that hold task items get
+them here (one update of those rows; the migrating superuser sees every tenant's).
+``orchestrator.recall.features.task_words`` is the same rule for the learned ranker's
+term features.
+
+Revision ID: 0086_task_words
+Revises: 0085_receipt_seal_names
+"""
+
+from __future__ import annotations
+
+from alembic import op
+
+revision = "0086_task_words"
+down_revision = "0085_receipt_seal_names"
+branch_labels = None
+depends_on = None
+
+# A list item's checkbox at the start of a line (newline-sensitive: ^ after each newline).
+OPEN_ITEM = r"(?n)^[ \t]*([-*+]|[0-9]+[.)])[ \t]+\[ \]"
+DONE_ITEM = r"(?n)^[ \t]*([-*+]|[0-9]+[.)])[ \t]+\[[xX]\]"
+OPEN_WORDS = "open task todo to-do pending"
+DONE_WORDS = "done task completed finished"
+
+TASK_WORDS = f"""
+create function sources.task_words(p_text text) returns tsvector
+    language sql immutable parallel safe strict
+    set search_path = pg_catalog, pg_temp
+as $$
+    select case when p_text ~ '{OPEN_ITEM}'
+                then to_tsvector('english'::regconfig, '{OPEN_WORDS}') else ''::tsvector end
+        || case when p_text ~ '{DONE_ITEM}'
+                then to_tsvector('english'::regconfig, '{DONE_WORDS}') else ''::tsvector end
+$$;
+comment on function sources.task_words(text) is
+    'The words a text''s Markdown task items stand for (open: open task todo to-do pending; '
+    'done: done task completed finished), for the chunk''s lexical vector.';
+"""
+
+_INHERIT = """
+create or replace function sources.tg_chunks__inherit() returns trigger
+    language plpgsql security invoker
+    set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_scopes uuid[];
+begin
+    if tg_op = 'UPDATE' and (new.tenant_id is distinct from old.tenant_id
+                             or new.document_id is distinct from old.document_id) then
+        raise exception 'a chunk cannot move to another document or tenant' using errcode = '42501';
+    end if;
+    select d.scopes into v_scopes from sources.documents d
+     where d.tenant_id = new.tenant_id and d.id = new.document_id;
+    if v_scopes is null then
+        raise exception 'document % does not exist or is not visible', new.document_id
+            using errcode = '23503';
+    end if;
+    new.scopes := v_scopes;
+    new.content_hash := sha256(convert_to(new.text, 'UTF8'));
+    new.lexical := {lexical};
+    new.token_count := coalesce(
+        (select sum(coalesce(array_length(l.positions, 1), 1))::integer from unnest(new.lexical) as l), 0);
+    if tg_op = 'UPDATE' and new.content_hash is distinct from old.content_hash then
+        new.embedding := null;
+        new.embed_state := 'pending';
+    end if;
+    return new;
+end
+$$;
+"""
+WITH_TASKS = _INHERIT.replace(
+    "{lexical}", "to_tsvector('english'::regconfig, new.text) || sources.task_words(new.text)")
+WITHOUT_TASKS = _INHERIT.replace("{lexical}", "to_tsvector('english'::regconfig, new.text)")
+
+# The trigger computes the vector again from the text; the text, its hash and its embedding
+# do not change.
+RECOMPUTE = (f"update sources.chunks set lexical = lexical "
+             f"where text ~ '{OPEN_ITEM}' or text ~ '{DONE_ITEM}'")
+
+
+def _recompute() -> None:
+    """As the migrating superuser: under the chunks' forced RLS the owner, with no identity
+    bound, sees none of them (as 0041)."""
+    op.execute("reset role")
+    op.execute(RECOMPUTE)
+    op.execute("set role engram_owner")
+
+
+def upgrade() -> None:
+    op.execute(TASK_WORDS)
+    op.execute(WITH_TASKS)
+    _recompute()
+
+
+def downgrade() -> None:
+    op.execute(WITHOUT_TASKS)
+    _recompute()
+    op.execute("drop function sources.task_words(text)")
