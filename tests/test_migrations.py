@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, pool, text
+from sqlalchemy import Engine, create_engine, pool, text
 from sqlalchemy.engine import make_url
 
 from orchestrator.db import migrate
@@ -123,23 +124,32 @@ def test_columns_added_to_chained_tables_are_rebaselined(scratch_url: str) -> No
     assert embed_text == "db: Which database? Reasoning: PostgreSQL owns the data."
 
 
+def _document_with_chunks(eng: Engine, org: str, path: str, bodies: tuple[str, ...]) -> Any:
+    """A tenant with one scope and one document of ``bodies`` as its chunks, written as the
+    superuser at whatever revision the database is; returns the tenant's id."""
+    with eng.begin() as conn:
+        tenant = conn.execute(text("select auth.create_tenant(:o, 'Org')"), {"o": org}).scalar_one()
+        scope = conn.execute(text("select auth.create_scope(:t, 'team', 'Team')"), {"t": tenant}).scalar_one()
+        body = "\n\n".join(bodies)
+        doc = conn.execute(text(
+            "insert into sources.documents (tenant_id, collection, path, title, body, content_hash, scopes) "
+            "values (:t, 'notes', :p, :p, :b, sha256(convert_to(:b, 'UTF8')), "
+            "array[cast(:s as uuid)]) returning id"),
+            {"t": tenant, "s": scope, "p": path, "b": body}).scalar_one()
+        for n, chunk in enumerate(bodies):
+            conn.execute(text(
+                "insert into sources.chunks (tenant_id, document_id, ordinal, text, char_start, char_end) "
+                "values (:t, :d, :n, :b, 0, length(:b))"), {"t": tenant, "d": doc, "n": n, "b": chunk})
+    return tenant
+
+
 def test_rows_written_before_the_cost_revisions_keep_working(scratch_url: str) -> None:
     """0041 counts the terms of chunks written before it (as the superuser: the owner sees no
     chunk under forced RLS); 0040's queue takes receipts written after it, and the ones chained
     before still verify."""
     migrate.upgrade(scratch_url, "0019_derivation_batches")
     eng = create_engine(scratch_url, poolclass=pool.NullPool)
-    with eng.begin() as conn:
-        tenant = conn.execute(text("select auth.create_tenant('org-cost', 'Cost')")).scalar_one()
-        scope = conn.execute(text("select auth.create_scope(:t, 'team', 'Team')"), {"t": tenant}).scalar_one()
-        doc = conn.execute(text(
-            "insert into sources.documents (tenant_id, collection, path, title, body, content_hash, scopes) "
-            "values (:t, 'notes', 'a.md', 'A', 'river bridge', sha256('river bridge'), "
-            "array[cast(:s as uuid)]) returning id"), {"t": tenant, "s": scope}).scalar_one()
-        for n, body in enumerate(("The river bridge.", "A river, a harbour.")):
-            conn.execute(text(
-                "insert into sources.chunks (tenant_id, document_id, ordinal, text, char_start, char_end) "
-                "values (:t, :d, :n, :b, 0, length(:b))"), {"t": tenant, "d": doc, "n": n, "b": body})
+    tenant = _document_with_chunks(eng, "org-cost", "a.md", ("The river bridge.", "A river, a harbour."))
     migrate.upgrade(scratch_url, "head")
     with eng.connect() as conn:
         df = dict(conn.execute(text(
@@ -178,19 +188,8 @@ def test_chunks_written_before_0086_get_their_task_words(scratch_url: str) -> No
     and the reader's document frequencies count the new words. Downgraded, they go again."""
     migrate.upgrade(scratch_url, "0085_receipt_seal_names")
     eng = create_engine(scratch_url, poolclass=pool.NullPool)
-    bodies = ("# Inbox\n- [ ] Renew the contract\n- [x] Book the venue", "The river bridge.")
-    with eng.begin() as conn:
-        tenant = conn.execute(text("select auth.create_tenant('org-tasks', 'Tasks')")).scalar_one()
-        scope = conn.execute(text("select auth.create_scope(:t, 'team', 'Team')"), {"t": tenant}).scalar_one()
-        doc = conn.execute(text(
-            "insert into sources.documents (tenant_id, collection, path, title, body, content_hash, scopes) "
-            "values (:t, 'notes', 'inbox.md', 'Inbox', :b, sha256(convert_to(:b, 'UTF8')), "
-            "array[cast(:s as uuid)]) returning id"),
-            {"t": tenant, "s": scope, "b": "\n\n".join(bodies)}).scalar_one()
-        for n, body in enumerate(bodies):
-            conn.execute(text(
-                "insert into sources.chunks (tenant_id, document_id, ordinal, text, char_start, char_end) "
-                "values (:t, :d, :n, :b, 0, length(:b))"), {"t": tenant, "d": doc, "n": n, "b": body})
+    tenant = _document_with_chunks(eng, "org-tasks", "inbox.md", (
+        "# Inbox\n- [ ] Renew the contract\n- [x] Book the venue", "The river bridge."))
 
     def lexemes() -> dict[int, set[str]]:
         with eng.connect() as conn:

@@ -23,7 +23,7 @@ Revises: 0085_receipt_seal_names
 
 from __future__ import annotations
 
-from alembic import op
+from alembic import context, op
 
 revision = "0086_task_words"
 down_revision = "0085_receipt_seal_names"
@@ -51,40 +51,30 @@ comment on function sources.task_words(text) is
     'done: done task completed finished), for the chunk''s lexical vector.';
 """
 
-_INHERIT = """
-create or replace function sources.tg_chunks__inherit() returns trigger
-    language plpgsql security invoker
-    set search_path = pg_catalog, pg_temp
-as $$
-declare
-    v_scopes uuid[];
-begin
-    if tg_op = 'UPDATE' and (new.tenant_id is distinct from old.tenant_id
-                             or new.document_id is distinct from old.document_id) then
-        raise exception 'a chunk cannot move to another document or tenant' using errcode = '42501';
-    end if;
-    select d.scopes into v_scopes from sources.documents d
-     where d.tenant_id = new.tenant_id and d.id = new.document_id;
-    if v_scopes is null then
-        raise exception 'document % does not exist or is not visible', new.document_id
-            using errcode = '23503';
-    end if;
-    new.scopes := v_scopes;
-    new.content_hash := sha256(convert_to(new.text, 'UTF8'));
-    new.lexical := {lexical};
-    new.token_count := coalesce(
-        (select sum(coalesce(array_length(l.positions, 1), 1))::integer from unnest(new.lexical) as l), 0);
-    if tg_op = 'UPDATE' and new.content_hash is distinct from old.content_hash then
-        new.embedding := null;
-        new.embed_state := 'pending';
-    end if;
-    return new;
-end
-$$;
-"""
-WITH_TASKS = _INHERIT.replace(
-    "{lexical}", "to_tsvector('english'::regconfig, new.text) || sources.task_words(new.text)")
-WITHOUT_TASKS = _INHERIT.replace("{lexical}", "to_tsvector('english'::regconfig, new.text)")
+LEXICAL = "    new.lexical := to_tsvector('english'::regconfig, new.text);\n"
+WITH_TASK_WORDS = ("    new.lexical := to_tsvector('english'::regconfig, new.text) "
+                   "|| sources.task_words(new.text);\n")
+
+
+def _released_inherit() -> str:
+    """``sources.tg_chunks__inherit`` as 0002 wrote it (pinned by db/released.sha256, so it
+    cannot change under this patch), as ``create or replace``."""
+    script = context.script.get_revision("0002_sources")
+    assert script is not None
+    sql: str = script.module.TRIGGERS_SQL
+    head = "create function sources.tg_chunks__inherit() returns trigger"
+    start = sql.index(head)
+    body = sql[start:sql.index("\n$$;\n", start) + len("\n$$;\n")]
+    if body.count(LEXICAL) != 1:
+        raise RuntimeError("0002's sources.tg_chunks__inherit does not set the lexical vector once")
+    return body.replace("create function", "create or replace function", 1)
+
+
+def inherit(with_task_words: bool) -> str:
+    """The chunk trigger function, its lexical vector with or without the task words."""
+    body = _released_inherit()
+    return body.replace(LEXICAL, WITH_TASK_WORDS) if with_task_words else body
+
 
 # The trigger computes the vector again from the text; the text, its hash and its embedding
 # do not change.
@@ -102,11 +92,11 @@ def _recompute() -> None:
 
 def upgrade() -> None:
     op.execute(TASK_WORDS)
-    op.execute(WITH_TASKS)
+    op.execute(inherit(True))
     _recompute()
 
 
 def downgrade() -> None:
-    op.execute(WITHOUT_TASKS)
+    op.execute(inherit(False))
     _recompute()
     op.execute("drop function sources.task_words(text)")
