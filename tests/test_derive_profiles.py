@@ -201,6 +201,21 @@ def test_unchanged_input_is_not_summarised_again_and_lineage_follows_each_versio
         fourth = refresh(s)
     assert counting.calls == 5 and fourth.resummarised == 2
 
+    # A new form of the extractive summary (summarize.FORM) makes every summary once more.
+    from orchestrator.derive import summarize
+
+    counting.method = counting.inner.method  # the method stored: extractive again
+    with bound_session(app_engine, ident) as s:
+        refresh(s)
+    counting.calls = 0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(summarize, "FORM", summarize.FORM + 1)
+        with bound_session(app_engine, ident) as s:
+            fifth = refresh(s)
+        with bound_session(app_engine, ident) as s:
+            sixth = refresh(s)
+    assert (fifth.resummarised, sixth.resummarised, counting.calls) == (2, 0, 2), (fifth, sixth)
+
 
 def test_a_profile_whose_facts_are_gone_is_deleted(app_engine: Engine, tenant_factory: Tenants) -> None:
     t = tenant_factory("team")

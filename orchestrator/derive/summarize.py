@@ -33,6 +33,10 @@ from orchestrator.config import Settings, get_settings
 from orchestrator.errors import BadInput
 
 METHOD = "extractive:centroid-mmr"
+# How an extractive summary is put together from its picked sentences; part of every stored
+# summary's input digest (``digest.input_digest``), so a change here re-summarises each
+# profile and community once. 2: a picked sentence without end punctuation gets a full stop.
+FORM = 2
 ABSTRACTIVE_METHOD = "abstractive:openai-compatible"
 # Consecutive endpoint failures after which a summarizer stops calling it for its run.
 MAX_FAILURES = 3
