@@ -651,6 +651,26 @@ def test_ingest_hands_extraction_to_the_worker_or_extracts_when_told(
     retitled = CliRunner().invoke(app, ["ingest", str(root / "later.md"), *who], env=cli_env)
     assert retitled.exit_code == 0 and "1 updated" in retitled.output, retitled.output
     assert "handed to the worker" not in retitled.output, retitled.output
+    # Aliases in its front matter: read again, with no embedding to wake the worker, so the
+    # command wakes its extraction (a NOTIFY on the extraction channel) and says so.
+    import psycopg
+
+    from orchestrator.derive.extract import EXTRACT_CHANNEL
+
+    with bound_session(app_engine, tenant.identity(write=("team",))) as s:  # as the worker would
+        s.execute(text("update sources.chunks set embedding = cast(array_fill(0.1, array[384]) as "
+                       "vector), embed_state = 'ready', embed_model = 'test', embedded_at = now()"))
+    (root / "later.md").write_text("---\ntitle: Where Ada works\naliases: [Ada L.]\n---\n"
+                                   "Ada Lovelace works at Microsoft.")
+    dsn = app_engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute(f"listen {EXTRACT_CHANNEL}")
+        aliased = CliRunner().invoke(app, ["ingest", str(root / "later.md"), *who], env=cli_env)
+        heard = [n.channel for n in listener.notifies(timeout=10, stop_after=1)]
+    assert aliased.exit_code == 0 and "1 updated" in aliased.output, aliased.output
+    assert ("extraction handed to the worker: 1 chunk of 1 document waits; a running `engram "
+            "worker run` or `engram up` extracts them at once") in " ".join(aliased.output.split())
+    assert heard == [EXTRACT_CHANNEL]
     bad = root / "bad.md"
     bad.write_text("---\nextract: sometimes\n---\nText.")
     refused = CliRunner().invoke(app, ["ingest", str(bad), *who], env=cli_env)

@@ -253,6 +253,35 @@ def test_notify_wakes_a_listening_worker(worker_db: WorkerDatabase, worker_engin
         thread.join(timeout=30)
 
 
+def test_a_listening_worker_hands_other_channels_their_payloads(
+        worker_db: WorkerDatabase, worker_engine: Engine, embedder: Embedder) -> None:
+    """``on_notify``: the queue's connection listens on more channels (``engram worker run``:
+    the extraction wake) and calls each one's callback with the payload, between drains."""
+    from orchestrator.derive.extract import EXTRACT_CHANNEL
+
+    tenant = worker_db.make_tenant()
+    worker = QueueWorker(worker_engine, Recording(embedder), _settings(worker_poll_s=120),
+                         tenants=[tenant])
+    heard: list[str] = []
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run_forever, args=(worker_db.listen_dsn, stop),
+                              kwargs={"on_notify": {EXTRACT_CHANNEL: heard.append}})
+    thread.start()
+    try:
+        time.sleep(1.0)  # drained; asleep on LISTEN for up to 120 s
+        with worker_db.admin.begin() as conn:
+            conn.execute(text("select pg_notify(:c, 'wake')"), {"c": EXTRACT_CHANNEL})
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not heard:
+            time.sleep(0.05)
+        assert heard == ["wake"]
+    finally:
+        stop.set()
+        with worker_db.admin.begin() as conn:
+            conn.execute(text("select pg_notify('engram_embed', 'stop')"))
+        thread.join(timeout=30)
+
+
 def _cli_env(test_db: TestDatabase, worker_db: WorkerDatabase) -> dict[str, str]:
     from sqlalchemy.engine import make_url
 

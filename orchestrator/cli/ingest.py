@@ -470,21 +470,27 @@ def _handed_over(engine: Engine, identity: Identity, document_ids: list[uuid.UUI
                  settings: Settings) -> None:
     """Say what waits for the worker: the chunks of what this run wrote that extraction will
     read (or withdraw), and how many of them wait for their embedding first. A document whose
-    title changed but not its text has none."""
-    from orchestrator.derive.extract import waiting_chunks
+    title changed but not its text has none (unless it has front matter aliases). Chunks that
+    need no embedding (only the front matter changed) wake a running worker's extraction
+    (``wake_extraction``): no embedding would."""
+    from orchestrator.derive.extract import waiting_chunks, wake_extraction
 
     if not document_ids:
         return
     with bound_session(engine, identity) as session:
         chunks, unembedded, docs = waiting_chunks(session, document_ids, settings)
+        if chunks > unembedded:  # no embedding will wake the worker for these
+            wake_extraction(session)
     if not chunks:
         return
     first = ("" if not unembedded else " (for its embedding first)" if chunks == 1 else
              f" ({unembedded} of them for their embedding first)")
+    when = ("right after embedding them" if chunks == unembedded else "at once" if not unembedded
+            else "at once where no embedding is needed, the rest right after embedding them")
     out.print(f"extraction handed to the worker: {chunks} chunk{'s' * (chunks != 1)} of {docs} "
               f"document{'s' * (docs != 1)} {'waits' if chunks == 1 else 'wait'}{first}; a "
-              "running `engram worker run` or `engram up` extracts them right after embedding "
-              "them (`engram ingest --extract` extracts now)")
+              f"running `engram worker run` or `engram up` extracts them {when} "
+              "(`engram ingest --extract` extracts now)")
 
 
 def _extract(settings: Settings, engine: Engine, identity: Identity, document_ids: list[uuid.UUID]) -> bool:

@@ -149,6 +149,7 @@ def run_worker(db: Database, engine: Engine, worker: QueueWorker, settings: Sett
                      else "off (--no-derive)" if not derive else "off (engram_app cannot be reached)")
     extractor_app: Engine | None = None
     on_batch = None
+    on_notify: dict[str, Callable[[str], None]] = {}
     extraction = health.component("extraction on ingest")
     if extract:
         try:
@@ -157,8 +158,8 @@ def run_worker(db: Database, engine: Engine, worker: QueueWorker, settings: Sett
             say(f"worker: extraction off: {exc}")
             extraction.off(f"off ({exc})")
         if extractor_app is not None:
-            on_batch = _extract_on_ingest(engine, extractor_app, settings, tenants, stop, say,
-                                          extraction)
+            on_batch, on_notify = _extract_on_ingest(engine, extractor_app, settings, tenants,
+                                                     stop, say, extraction)
     else:
         extraction.off("off (--no-extract)")
     # Receipts a killed recall process left sealed but unchained (migration 0040); and, on
@@ -168,7 +169,7 @@ def run_worker(db: Database, engine: Engine, worker: QueueWorker, settings: Sett
     chainer.start()
     try:
         worker.run_forever(db.psql_url("engram_worker"), stop, on_batch=on_batch,
-                           component=health.component("embedding worker"))
+                           component=health.component("embedding worker"), on_notify=on_notify)
     finally:
         stop.set()
         chainer.close()
@@ -216,10 +217,12 @@ def fold_lexical_terms(engine: Engine, min_deltas: int) -> int:
 def _extract_on_ingest(worker_engine: Engine, app_engine: Engine, settings: Settings,
                        tenants: list[uuid.UUID] | None, stop: threading.Event,
                        say: Callable[[str], None], component: Component
-                       ) -> Callable[[BatchReport], None]:
+                       ) -> tuple[Callable[[BatchReport], None], dict[str, Callable[[str], None]]]:
     """A thread that extracts new chunks as soon as the queue has embedded them (it woke on
-    their NOTIFY); returns the queue's batch callback that wakes it."""
-    from orchestrator.derive.extract import ExtractOnIngest, backend_for
+    their NOTIFY), or when ``engram ingest`` asks (``EXTRACT_CHANNEL``: chunks to read again
+    that need no embedding); returns the queue's batch callback and the channel's, both
+    waking it."""
+    from orchestrator.derive.extract import EXTRACT_CHANNEL, ExtractOnIngest, backend_for
 
     extractor = ExtractOnIngest(worker_engine, app_engine, settings, tenants=tenants)
     choice = backend_for(settings)
@@ -233,7 +236,7 @@ def _extract_on_ingest(worker_engine: Engine, app_engine: Engine, settings: Sett
         if b.table == "sources.chunks" and b.claimed:
             extractor.wake()
 
-    return on_batch
+    return on_batch, {EXTRACT_CHANNEL: lambda _payload: extractor.wake()}
 
 
 def _drain_once(worker: object, stop: threading.Event) -> None:

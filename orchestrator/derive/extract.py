@@ -299,8 +299,8 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
         return report
     again = sum(c.read_before for c in chunks)
     log.info("extract: %d chunks%s, entities by %s", len(chunks),
-             f" ({again} read before, read again: their text, scopes, the rules ({RULES_VERSION}) "
-             f"or the model changed)" if again else "", choice.description)
+             f" ({again} read before, read again: their text, front matter aliases, scopes, the "
+             f"rules ({RULES_VERSION}) or the model changed)" if again else "", choice.description)
     begin_activity(session, "derive.extract", {"model": choice.model_key, "chunks": len(chunks)})
     writer = _Writer(session, choice.model_key, report)
     withdrawn = [c for c in chunks if c.opted_out]
@@ -787,11 +787,23 @@ def extract_all(sessions: Callable[[], Any], settings: Settings, *,
             return report
 
 
+# What wakes ``ExtractOnIngest`` besides embedded chunks: chunks to read again whose text did
+# not change (a note's front matter aliases, its scopes), which the embedding queue never
+# sees; ``engram worker run`` listens on it beside the queue's channel.
+EXTRACT_CHANNEL = "engram_extract"
+
+
+def wake_extraction(session: Session) -> None:
+    """Ask a running worker to extract now (delivered when ``session`` commits)."""
+    session.execute(select(func.pg_notify(EXTRACT_CHANNEL, "")))
+
+
 class ExtractOnIngest:
     """Extraction right after ingest, in ``engram worker run``.
 
     The embedding queue calls ``wake()`` when it has embedded new chunks (it woke on
-    their NOTIFY); this thread then waits ``extract_wake_delay_s`` for the rest of the
+    their NOTIFY), and so does a NOTIFY on ``EXTRACT_CHANNEL`` (``wake_extraction``: chunks
+    to read again that need no embedding); this thread then waits ``extract_wake_delay_s`` for the rest of the
     burst and extracts every tenant's waiting chunks as the service identity, in runs
     of ``derive_extract_limit`` chunks, until none wait. The derive tick still runs the
     ``extract`` job too (it catches anything a missed wake left); both take the job

@@ -41,7 +41,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -487,8 +487,11 @@ class QueueWorker:
 
     def run_forever(self, listen_dsn: str, stop: threading.Event,
                     on_batch: Callable[[BatchReport], None] | None = None, *,
-                    component: Component | None = None) -> None:
+                    component: Component | None = None,
+                    on_notify: Mapping[str, Callable[[str], None]] | None = None) -> None:
         """Drain, then sleep until NOTIFY or the poll interval; until ``stop`` is set.
+        ``on_notify``: other channels the same connection listens on, each with what to call
+        with a notification's payload (``engram worker run``: the extraction wake).
 
         When the database goes away (a restart, a dropped link) the listening connection
         and the drain fail; both are opened again with back-off (``orchestrator.health``)
@@ -497,24 +500,29 @@ class QueueWorker:
         twice. ``component`` reports the state (``/readyz`` under ``engram up``). A worker
         whose model is no longer the active one stops (``ModelMismatch``)."""
         component = component or Component("embedding worker")
-        supervise(component, lambda: self._listen(listen_dsn, stop, on_batch, component), stop,
+        supervise(component, lambda: self._listen(listen_dsn, stop, on_batch, component,
+                                                   on_notify or {}), stop,
                   backoff=Backoff(0.5, max(self.settings.worker_poll_s, 1.0) * 6),
                   permanent=(ModelMismatch,))
 
     def _listen(self, listen_dsn: str, stop: threading.Event,
-                on_batch: Callable[[BatchReport], None] | None, component: Component) -> None:
+                on_batch: Callable[[BatchReport], None] | None, component: Component,
+                on_notify: Mapping[str, Callable[[str], None]]) -> None:
         import psycopg
 
         with psycopg.connect(listen_dsn, autocommit=True, connect_timeout=10) as listener:
-            listener.execute(f"listen {NOTIFY_CHANNEL}")
+            for channel in (NOTIFY_CHANNEL, *on_notify):
+                listener.execute(f"listen {channel}")
             while not stop.is_set():
                 drained = self.drain(wait_for_retries=False, stop=stop, on_batch=on_batch)
                 component.ok(f"listening; the last drain embedded {drained.rows} rows")
                 wait = self._next_retry_in()
                 timeout = self.settings.worker_poll_s if wait is None else min(
                     wait + 0.01, self.settings.worker_poll_s)
-                for _ in listener.notifies(timeout=max(0.01, timeout), stop_after=1):
-                    pass
+                for note in listener.notifies(timeout=max(0.01, timeout), stop_after=1):
+                    call = on_notify.get(note.channel)
+                    if call is not None:
+                        call(note.payload)
 
 
 def backoff_schedule(base_s: float, attempts: int) -> list[float]:
