@@ -937,3 +937,31 @@ def test_a_first_name_becomes_an_alias_only_of_a_person_shared_into_exactly_its_
             "join knowledge.entities e on e.id = c.subject_id "
             "where c.predicate = 'mentioned_in' and c.superseded_at is null")).scalars().all()
     assert subjects == ["Priya Raman"] and entity.aliases == []
+
+
+def test_a_document_write_whose_text_is_unchanged_wakes_extraction(
+        app_engine: Engine, tenant: TenantFixture, settings: Settings) -> None:
+    """Through the API (GraphQL, REST, MCP, the client: ``upsert_document``) as through
+    ``engram ingest``: a write that changed a document's fields but not its text (front matter
+    aliases) wakes a running worker's extraction, which no embedding would; a new document
+    and an unchanged one do not (a new one's chunks wake it once embedded)."""
+    import psycopg
+
+    from orchestrator.api.documents import upsert_document
+    from orchestrator.derive.extract import EXTRACT_CHANNEL
+
+    writer = tenant.identity(write=("team",))
+
+    def write(metadata: dict[str, Any]) -> list[str]:
+        dsn = app_engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        with psycopg.connect(dsn, autocommit=True) as listener:
+            listener.execute(f"listen {EXTRACT_CHANNEL}")
+            with bound_session(app_engine, writer) as s:
+                upsert_document(s, writer, DocumentInput(
+                    collection="notes", path="people/priya.md", title="Priya Raman",
+                    body="- Works on billing\n", scopes=("team",), metadata=metadata), settings)
+            return [n.channel for n in listener.notifies(timeout=2, stop_after=1)]
+
+    assert write({"aliases": ["Priya"]}) == []  # created
+    assert write({"aliases": ["Priya"]}) == []  # unchanged
+    assert write({"aliases": ["Priya", "PR"]}) == [EXTRACT_CHANNEL]

@@ -29,6 +29,7 @@ from orchestrator.auth import Identity
 from orchestrator.config import Settings
 from orchestrator.db.models import Chunk, Document, Scope
 from orchestrator.derive import lifecycle
+from orchestrator.derive.extract import wake_extraction
 from orchestrator.errors import BadInput, Forbidden, NotFound
 from orchestrator.ingest.documents import (
     KNOWN_STATES,
@@ -259,6 +260,10 @@ def document_by_id(session: Session, identity: Identity, doc_id: uuid.UUID) -> D
 def upsert_document(session: Session, identity: Identity, doc: DocumentInput, settings: Settings
                     ) -> tuple[PutResult, DocumentView]:
     result = put_document(session, doc, settings)
+    if result.changed and not result.created and not result.chunks:
+        # Its fields changed, not its text (front matter aliases, scopes): what extraction
+        # reads again needs no embedding, so no embedding wakes a running worker for it.
+        wake_extraction(session)
     view = get_document_by_id(session, identity, result.document_id)
     if view is None:  # written into scopes the caller cannot read back: impossible (write implies read)
         raise Forbidden("the document was written but cannot be read back")
