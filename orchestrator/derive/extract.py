@@ -802,12 +802,12 @@ class ExtractOnIngest:
     """Extraction right after ingest, in ``engram worker run``.
 
     The embedding queue calls ``wake()`` when it has embedded new chunks (it woke on
-    their NOTIFY), and so does a NOTIFY on ``EXTRACT_CHANNEL`` (``wake_extraction``: chunks
-    to read again that need no embedding); this thread then waits ``extract_wake_delay_s`` for the rest of the
-    burst and extracts every tenant's waiting chunks as the service identity, in runs
-    of ``derive_extract_limit`` chunks, until none wait. The derive tick still runs the
-    ``extract`` job too (it catches anything a missed wake left); both take the job
-    lock, so they never read one chunk twice.
+    their NOTIFY), and so does a NOTIFY on ``EXTRACT_CHANNEL`` (``wake_extraction``:
+    chunks to read again that need no embedding); this thread then waits
+    ``extract_wake_delay_s`` for the rest of the burst and extracts every tenant's waiting
+    chunks as the service identity, in runs of ``derive_extract_limit`` chunks, until none
+    wait. The derive tick still runs the ``extract`` job too (it catches anything a missed
+    wake left); both take the job lock, so they never read one chunk twice.
     """
 
     def __init__(self, worker_engine: Engine, app_engine: Engine, settings: Settings, *,
