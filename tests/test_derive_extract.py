@@ -943,8 +943,9 @@ def test_a_document_write_whose_text_is_unchanged_wakes_extraction(
         app_engine: Engine, tenant: TenantFixture, settings: Settings) -> None:
     """Through the API (GraphQL, REST, MCP, the client: ``upsert_document``) as through
     ``engram ingest``: a write that changed a document's fields but not its text (front matter
-    aliases) wakes a running worker's extraction, which no embedding would; a new document
-    and an unchanged one do not (a new one's chunks wake it once embedded)."""
+    aliases, or the title of a note with aliases) wakes a running worker's extraction, which no
+    embedding would; a new document, an unchanged one, and a change extraction does not read
+    (a note without aliases retitled, its state set) do not."""
     import psycopg
 
     from orchestrator.api.documents import upsert_document
@@ -952,16 +953,22 @@ def test_a_document_write_whose_text_is_unchanged_wakes_extraction(
 
     writer = tenant.identity(write=("team",))
 
-    def write(metadata: dict[str, Any]) -> list[str]:
+    def write(metadata: dict[str, Any], title: str = "Priya Raman", path: str = "people/priya.md",
+              state: str | None = None) -> list[str]:
         dsn = app_engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
         with psycopg.connect(dsn, autocommit=True) as listener:
             listener.execute(f"listen {EXTRACT_CHANNEL}")
             with bound_session(app_engine, writer) as s:
                 upsert_document(s, writer, DocumentInput(
-                    collection="notes", path="people/priya.md", title="Priya Raman",
-                    body="- Works on billing\n", scopes=("team",), metadata=metadata), settings)
+                    collection="notes", path=path, title=title, body="- Works on billing\n",
+                    scopes=("team",), metadata=metadata, state=state), settings)
             return [n.channel for n in listener.notifies(timeout=2, stop_after=1)]
 
     assert write({"aliases": ["Priya"]}) == []  # created
     assert write({"aliases": ["Priya"]}) == []  # unchanged
     assert write({"aliases": ["Priya", "PR"]}) == [EXTRACT_CHANNEL]
+    assert write({"aliases": ["Priya", "PR"]}, title="Priya R.") == [EXTRACT_CHANNEL]
+    # Fields extraction does not read: a note without aliases retitled, a state set.
+    assert write({}, title="Plain", path="plain.md") == []
+    assert write({}, title="Renamed", path="plain.md") == []
+    assert write({}, title="Renamed", path="plain.md", state="Active") == []

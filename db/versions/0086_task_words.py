@@ -23,12 +23,16 @@ Revises: 0085_receipt_seal_names
 
 from __future__ import annotations
 
+import logging
+
+import sqlalchemy as sa
 from alembic import context, op
 
 revision = "0086_task_words"
 down_revision = "0085_receipt_seal_names"
 branch_labels = None
 depends_on = None
+log = logging.getLogger("alembic.runtime.migration")
 
 # A list item's checkbox at the start of a line (newline-sensitive: ^ after each newline).
 OPEN_ITEM = r"(?n)^[ \t]*([-*+]|[0-9]+[.)])[ \t]+\[ \]"
@@ -81,14 +85,22 @@ def inherit(with_task_words: bool) -> str:
 
 # The trigger computes the vector again from the text; the text, its hash and its embedding
 # do not change.
-RECOMPUTE = (f"update sources.chunks set lexical = lexical "
-             f"where text ~ '{OPEN_ITEM}' or text ~ '{DONE_ITEM}'")
+RECOMPUTE = (f"update sources.chunks set lexical = lexical where strpos(text, '[') > 0 "
+             f"and (text ~ '{OPEN_ITEM}' or text ~ '{DONE_ITEM}')")
 
 
 def _recompute() -> None:
-    """As the migrating superuser: under the chunks' forced RLS the owner, with no identity
-    bound, sees none of them (as 0041)."""
+    """As the migrating login (a superuser): under the chunks' forced RLS the owner, with no
+    identity bound, sees none of them (as 0041). A login that neither is a superuser nor
+    bypasses RLS would update nothing, and says so."""
     op.execute("reset role")
+    sees_all = op.get_bind().execute(sa.text(
+        "select rolsuper or rolbypassrls from pg_roles where rolname = current_user")).scalar()
+    if not sees_all:
+        log.warning("0086: the migrating login %s cannot see every tenant's chunks (neither a "
+                    "superuser nor BYPASSRLS): chunks written before this revision keep their "
+                    "lexical vectors without task words until their text changes",
+                    op.get_bind().execute(sa.text("select current_user")).scalar())
     op.execute(RECOMPUTE)
     op.execute("set role engram_owner")
 

@@ -260,9 +260,7 @@ def document_by_id(session: Session, identity: Identity, doc_id: uuid.UUID) -> D
 def upsert_document(session: Session, identity: Identity, doc: DocumentInput, settings: Settings
                     ) -> tuple[PutResult, DocumentView]:
     result = put_document(session, doc, settings)
-    if result.changed and not result.created and not result.chunks:
-        # Its fields changed, not its text (front matter aliases, scopes): what extraction
-        # reads again needs no embedding, so no embedding wakes a running worker for it.
+    if result.reread:  # read again with no embedding to wake a running worker for it
         wake_extraction(session)
     view = get_document_by_id(session, identity, result.document_id)
     if view is None:  # written into scopes the caller cannot read back: impossible (write implies read)

@@ -485,8 +485,8 @@ def _handed_over(engine: Engine, identity: Identity, document_ids: list[uuid.UUI
         return
     first = ("" if not unembedded else " (for its embedding first)" if chunks == 1 else
              f" ({unembedded} of them for their embedding first)")
-    when = ("right after embedding them" if chunks == unembedded else "at once" if not unembedded
-            else "at once where no embedding is needed, the rest right after embedding them")
+    # Woken, the worker reads every waiting chunk, embedded or not.
+    when = "right after embedding them" if chunks == unembedded else "at once"
     out.print(f"extraction handed to the worker: {chunks} chunk{'s' * (chunks != 1)} of {docs} "
               f"document{'s' * (docs != 1)} {'waits' if chunks == 1 else 'wait'}{first}; a "
               f"running `engram worker run` or `engram up` extracts them {when} "

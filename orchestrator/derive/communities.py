@@ -55,7 +55,7 @@ from orchestrator.audit.lineage import begin_activity, end_activity, record_deri
 from orchestrator.config import Settings, get_settings
 from orchestrator.db.knowledge_models import Community, current_claims
 from orchestrator.derive import louvain, poison
-from orchestrator.derive.digest import input_digest
+from orchestrator.derive.digest import form_of, input_digest
 from orchestrator.derive.service import job_lock
 from orchestrator.derive.summarize import Summarizer, get_summarizer, split_sentences
 from orchestrator.errors import BadInput
@@ -260,7 +260,8 @@ def _summarise(nodes: list[_Node], summarizer: Summarizer, report: CommunityRepo
     wanted = (summarizer.method, summarizer.model)
     for node in sorted(nodes, key=lambda n: n.level):
         child_summaries = [k.summary for k in node.children]
-        node.digest = input_digest("community", node.level, node.claims, child_summaries)
+        node.digest = input_digest("community", node.level, node.claims, child_summaries,
+                                   *form_of(summarizer.method))
         s = node.stored
         if s is not None and s.digest == node.digest and (s.method, s.model) == wanted:
             node.summary, node.method, node.model = s.summary, s.method, s.model

@@ -52,10 +52,14 @@ def input_digest(*parts: object) -> bytes:
     """SHA-256 (32 bytes) of ``parts`` in canonical JSON: equal inputs give equal digests.
 
     UUIDs and other non-JSON values count by their ``str``; callers sort what has
-    no order of its own (claim ids, children) so a reordering is not a change. The
-    extractive summary's form (``summarize.FORM``) is part of every digest: a summary made
-    the old way is made again once.
+    no order of its own (claim ids, children) so a reordering is not a change.
     """
-    body = json.dumps((f"form {_summarize.FORM}", *parts), sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=False, default=str)
+    body = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(body.encode()).digest()
+
+
+def form_of(method: str) -> tuple[str, ...]:
+    """What a summary's input digest adds for how ``method`` puts a summary together: the
+    extractive summary's form (``summarize.FORM``), so one made the old way is made again
+    once; nothing for an endpoint's (its text never went through that form)."""
+    return (f"form {_summarize.FORM}",) if method == _summarize.METHOD else ()

@@ -50,7 +50,7 @@ from orchestrator.audit.lineage import begin_activity, end_activity, record_deri
 from orchestrator.config import Settings
 from orchestrator.db.knowledge_models import Entity, Profile, current_claims
 from orchestrator.derive import poison
-from orchestrator.derive.digest import input_digest
+from orchestrator.derive.digest import form_of, input_digest
 from orchestrator.derive.quality import plausible_entity, plausible_statement
 from orchestrator.derive.service import SERVICE_USER, job_lock
 from orchestrator.derive.summarize import get_summarizer
@@ -192,7 +192,7 @@ def refresh(session: Session, *, entity_type: str = PERSON, max_sentences: int =
             report.deleted += 1
             continue
         title = _title(key, names)
-        digest = input_digest("profile", title, max_sentences, facts)
+        digest = input_digest("profile", title, max_sentences, facts, *form_of(summarizer.method))
         if old is not None and old.digest == digest and (old.method, old.model) == wanted_method:
             report.unchanged += 1
             continue

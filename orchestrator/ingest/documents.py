@@ -58,6 +58,10 @@ class PutResult:
     created: bool
     changed: bool
     chunks: int
+    # The text as it was, but what extraction reads with it changed (scopes, metadata: front
+    # matter aliases or ``extract``; the title of a note with aliases): its chunks are read
+    # again (or withdrawn) with no embedding to wake a worker for them.
+    reread: bool = False
 
 
 def validate(doc: DocumentInput, settings: Settings) -> None:
@@ -198,6 +202,11 @@ def put_document(session: Session, doc: DocumentInput, settings: Settings | None
             if same_fields:
                 return PutResult(existing.id, False, False, 0)
             body_changed = existing.content_hash != content_hash
+            metadata = doc.metadata or {}
+            reread = not body_changed and (
+                sorted(existing.scopes) != sorted(scope_ids) or existing.metadata_ != metadata
+                or (existing.title != doc.title
+                    and metadata.get("aliases", metadata.get("alias")) not in (None, [])))
             existing.title = doc.title
             existing.body = doc.body
             existing.scopes = scope_ids
@@ -211,7 +220,7 @@ def put_document(session: Session, doc: DocumentInput, settings: Settings | None
             if body_changed:
                 session.execute(delete(Chunk).where(Chunk.document_id == existing.id))
                 n = _write_chunks(session, existing.id, doc.body, settings)
-            return PutResult(existing.id, False, True, n)
+            return PutResult(existing.id, False, True, n, reread)
     except DBAPIError as exc:
         raise translate(exc) from exc
 

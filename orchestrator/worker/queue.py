@@ -509,10 +509,15 @@ class QueueWorker:
                 on_batch: Callable[[BatchReport], None] | None, component: Component,
                 on_notify: Mapping[str, Callable[[str], None]]) -> None:
         import psycopg
+        from psycopg import sql
 
         with psycopg.connect(listen_dsn, autocommit=True, connect_timeout=10) as listener:
             for channel in (NOTIFY_CHANNEL, *on_notify):
-                listener.execute(f"listen {channel}")
+                listener.execute(sql.SQL("listen {}").format(sql.Identifier(channel)))
+            # What was sent while no connection listened (a restart, a dropped link) is lost:
+            # each channel's callback runs once now, as if it had been woken.
+            for woken in on_notify.values():
+                woken("")
             while not stop.is_set():
                 drained = self.drain(wait_for_retries=False, stop=stop, on_batch=on_batch)
                 component.ok(f"listening; the last drain embedded {drained.rows} rows")
