@@ -260,8 +260,8 @@ def _summarise(nodes: list[_Node], summarizer: Summarizer, report: CommunityRepo
     wanted = (summarizer.method, summarizer.model)
     for node in sorted(nodes, key=lambda n: n.level):
         child_summaries = [k.summary for k in node.children]
-        node.digest = input_digest("community", node.level, node.claims, child_summaries,
-                                   *form_of(summarizer.method))
+        made_of = ("community", node.level, node.claims, child_summaries)
+        node.digest = input_digest(*made_of, *form_of(summarizer.method))
         s = node.stored
         if s is not None and s.digest == node.digest and (s.method, s.model) == wanted:
             node.summary, node.method, node.model = s.summary, s.method, s.model
@@ -270,6 +270,8 @@ def _summarise(nodes: list[_Node], summarizer: Summarizer, report: CommunityRepo
             sentences += [x for summary in child_summaries for x in split_sentences(summary)]
             made = summarizer.summarize(sentences)
             node.summary, node.method, node.model = made.text or EMPTY_SUMMARY, made.method, made.model
+            # The digest of what made it (an endpoint that failed falls back to extractive).
+            node.digest = input_digest(*made_of, *form_of(made.method))
             report.count(node.level, "resummarised")
         node.anew = s is None or (s.members, s.digest, s.summary, s.method, s.model) != (
             node.members, node.digest, node.summary, node.method, node.model)

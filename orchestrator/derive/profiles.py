@@ -192,12 +192,15 @@ def refresh(session: Session, *, entity_type: str = PERSON, max_sentences: int =
             report.deleted += 1
             continue
         title = _title(key, names)
-        digest = input_digest("profile", title, max_sentences, facts, *form_of(summarizer.method))
+        made_of = ("profile", title, max_sentences, facts)
+        digest = input_digest(*made_of, *form_of(summarizer.method))
         if old is not None and old.digest == digest and (old.method, old.model) == wanted_method:
             report.unchanged += 1
             continue
         made = summarizer.summarize([t for _, t in facts], max_sentences=max_sentences)
         report.resummarised += 1
+        # The digest of what made it (an endpoint that failed falls back to extractive).
+        digest = input_digest(*made_of, *form_of(made.method))
         summary = f"{title}: {made.text}"
         if old is not None and (old.summary, old.method, old.model, old.digest) == (
                 summary, made.method, made.model, digest):
