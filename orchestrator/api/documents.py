@@ -29,7 +29,6 @@ from orchestrator.auth import Identity
 from orchestrator.config import Settings
 from orchestrator.db.models import Chunk, Document, Scope
 from orchestrator.derive import lifecycle
-from orchestrator.derive.extract import wake_extraction
 from orchestrator.errors import BadInput, Forbidden, NotFound
 from orchestrator.ingest.documents import (
     KNOWN_STATES,
@@ -260,8 +259,6 @@ def document_by_id(session: Session, identity: Identity, doc_id: uuid.UUID) -> D
 def upsert_document(session: Session, identity: Identity, doc: DocumentInput, settings: Settings
                     ) -> tuple[PutResult, DocumentView]:
     result = put_document(session, doc, settings)
-    if result.reread:  # read again with no embedding to wake a running worker for it
-        wake_extraction(session)
     view = get_document_by_id(session, identity, result.document_id)
     if view is None:  # written into scopes the caller cannot read back: impossible (write implies read)
         raise Forbidden("the document was written but cannot be read back")

@@ -471,16 +471,14 @@ def _handed_over(engine: Engine, identity: Identity, document_ids: list[uuid.UUI
     """Say what waits for the worker: the chunks of what this run wrote that extraction will
     read (or withdraw), and how many of them wait for their embedding first. A document whose
     title changed but not its text has none (unless it has front matter aliases). Chunks that
-    need no embedding (only the front matter changed) wake a running worker's extraction
-    (``wake_extraction``): no embedding would."""
-    from orchestrator.derive.extract import waiting_chunks, wake_extraction
+    need no embedding (only the front matter changed) woke a running worker's extraction when
+    their document was written (``put_document``: ``PutResult.reread``)."""
+    from orchestrator.derive.extract import waiting_chunks
 
     if not document_ids:
         return
     with bound_session(engine, identity) as session:
         chunks, unembedded, docs = waiting_chunks(session, document_ids, settings)
-        if chunks > unembedded:  # no embedding will wake the worker for these
-            wake_extraction(session)
     if not chunks:
         return
     first = ("" if not unembedded else " (for its embedding first)" if chunks == 1 else

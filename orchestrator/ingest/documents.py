@@ -60,7 +60,8 @@ class PutResult:
     chunks: int
     # The text as it was, but what extraction reads with it changed (scopes, metadata: front
     # matter aliases or ``extract``; the title of a note with aliases): its chunks are read
-    # again (or withdrawn) with no embedding to wake a worker for them.
+    # again (or withdrawn) with no embedding to wake a worker for them, so the write wakes
+    # it (``extract.wake_extraction``, delivered at commit).
     reread: bool = False
 
 
@@ -220,6 +221,10 @@ def put_document(session: Session, doc: DocumentInput, settings: Settings | None
             if body_changed:
                 session.execute(delete(Chunk).where(Chunk.document_id == existing.id))
                 n = _write_chunks(session, existing.id, doc.body, settings)
+            if reread:  # no embedding will wake a running worker's extraction for these
+                from orchestrator.derive.extract import wake_extraction
+
+                wake_extraction(session)
             return PutResult(existing.id, False, True, n, reread)
     except DBAPIError as exc:
         raise translate(exc) from exc
