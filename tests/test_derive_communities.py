@@ -346,3 +346,6 @@ def test_summary_sentences_end_before_the_next_begins() -> None:
     assert "first.." not in summary and 'yes!".' not in summary and '"yes!"' in summary
     assert ended("(see the runbook)") == "(see the runbook)."
     assert ended("Really?)") == "Really?)" and ended("") == ""
+    # Markdown emphasis closing an ended sentence is not text after it.
+    assert ended("*Really?*") == "*Really?*" and ended("**Done.**") == "**Done.**"
+    assert ended("a **bold** claim") == "a **bold** claim."

@@ -453,6 +453,15 @@ def test_the_part_cut_to_fit_never_exceeds_the_budget_and_is_the_chunks_own_text
     text = "Run it.\n\n```sql\n-- the diff. Nightly.\nselect 1;\n```\nThen.\n~~~\nopen\nto the end"
     assert [text[a:b] for a, b in parts(text)] == [
         "Run it.", "```sql\n-- the diff. Nightly.\nselect 1;\n```", "Then.", "~~~\nopen\nto the end"]
+    # An ordered list's marker stays with its item, so a numbered task item keeps the
+    # checkbox its task words come from (``features.task_words``); a sentence ending in a
+    # number inside a line still ends there.
+    text = "Inbox\n1. [ ] Renew the lease. Call Sam.\n  12. [x] Pay rent\nVersion 2. Then."
+    assert [text[a:b] for a, b in parts(text)] == [
+        "Inbox", "1. [ ] Renew the lease.", "Call Sam.", "12. [x] Pay rent", "Version 2.", "Then."]
+    text = "Inbox of the week here.\n1. [ ] Renew the lease.\n2. [x] Pay rent"
+    a, b = best_run(text, "what are my open tasks?", 25)
+    assert text[a:b] == "1. [ ] Renew the lease."
     # The run with the most question terms; the title's own words count only alone.
     text = "Offsite planning began. Berlin was cold. The venue is in Lisbon."
     a, b = best_run(text, "where is the offsite venue?", 30, shown="Offsite")

@@ -43,7 +43,8 @@ MAX_FAILURES = 3
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
 # A sentence that ends a thought: end punctuation, perhaps inside a closing quote or bracket.
-_ENDED = re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]]*$")
+# End punctuation, then any closing quotes, brackets or Markdown emphasis ("*Really?*").
+_ENDED = re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]*_~]*$")
 log = logging.getLogger("engram.derive.summarize")
 
 SYSTEM_PROMPT = (

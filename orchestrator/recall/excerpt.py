@@ -30,6 +30,9 @@ MIN_ROOM_TOKENS = 24
 # Where a part may start or end: after a sentence's end, or at a line break (list items,
 # headings and table rows are each their own part).
 _BREAK = re.compile(r"(?<=[.!?])[ \t]+|\n+")
+# An ordered list's marker ("1. ") ends no sentence: the item is one part with it, so a
+# numbered task item ("1. [ ] Renew the lease") keeps the checkbox that gives it its words.
+_ORDERED_MARKER = re.compile(r"[ \t]*[0-9]{1,9}\.")
 
 
 # A fenced code block, to its closing fence or the end of the text (CommonMark: up to three
@@ -42,7 +45,10 @@ def parts(text: str) -> list[tuple[int, int]]:
     """(start, end) of each sentence or line of ``text``, surrounding blanks left out; a
     fenced code block is one part (a part never opens a fence it does not close)."""
     pieces, at = [], 0
-    for m in [*_BREAK.finditer(text), None]:
+    breaks = [m for m in _BREAK.finditer(text)
+              if m.group().startswith("\n") or not _ORDERED_MARKER.fullmatch(
+                  text, text.rfind("\n", 0, m.start()) + 1, m.start())]
+    for m in [*breaks, None]:
         end = len(text) if m is None else m.start()
         piece = text[at:end]
         if piece.strip():
