@@ -896,6 +896,67 @@ def test_a_note_whose_front_matter_aliases_changed_is_read_again(
         assert s.execute(text("select count(*) from knowledge.fact_claim")).scalar_one() == claims
 
 
+def test_an_alias_no_note_gives_any_longer_leaves_the_entity(
+        app_engine: Engine, tenant: TenantFixture) -> None:
+    """A front matter alias removed, a note renamed to name someone else, a note deleted: an
+    alias no note gives any longer leaves the entity (resolution stops matching it); one
+    another note still gives stays, and so does one the entity had without a note (given by
+    hand), even where a note gave it too."""
+    from orchestrator.ingest.knowledge import add_aliases
+
+    writer = tenant.identity(write=("team",))
+    with bound_session(app_engine, writer) as s:
+        priya = resolve_entity(s, "person", "Priya Raman", ("team",))
+        add_aliases(s, priya, ["P.R."])  # by hand: the entity's own
+
+    def aliases(name: str) -> list[str]:
+        with bound_session(app_engine, writer) as s:
+            return sorted(s.execute(select(Entity.aliases).where(
+                Entity.canonical_name == name)).scalar_one())
+
+    def read() -> Any:
+        with bound_session(app_engine, writer) as s:
+            return extract(s)
+
+    body = "- Works on the billing migration\n- Based in Bangalore\n"
+    _put(app_engine, tenant, "people/priya.md", body, ("team",), title="Priya Raman",
+         metadata={"aliases": ["PR", "Pri", "P.R."]})
+    _put(app_engine, tenant, "people/priya-old.md", "- Joined in 2024\n", ("team",),
+         title="Priya Raman", metadata={"aliases": ["Pri"]})
+    first = read()
+    assert aliases("Priya Raman") == ["P.R.", "PR", "Pri"] and first.aliases_removed == 0
+    with bound_session(app_engine, writer) as s:
+        given = s.execute(select(Entity.given_aliases).where(Entity.id == priya)).scalar_one()
+    assert sorted(map(sorted, given.values())) == [["PR", "Pri"], ["Pri"]]  # P.R. was hers
+    # "PR" taken out of the front matter (the body unchanged): it goes.
+    _put(app_engine, tenant, "people/priya.md", body, ("team",), title="Priya Raman",
+         metadata={"aliases": ["Pri", "P.R."]})
+    again = read()
+    assert aliases("Priya Raman") == ["P.R.", "Pri"] and again.aliases_removed == 1
+    assert "1 aliases no note gives any longer removed" in again.line()
+    with bound_session(app_engine, writer) as s:  # resolution no longer matches it
+        assert s.execute(text("select count(*) from knowledge.entities "
+                              "where 'pr' = any(alias_keys)")).scalar_one() == 0
+    # The other note goes; "Pri" is still given by the first.
+    with bound_session(app_engine, writer) as s:
+        delete_document(s, "notes", "people/priya-old.md")
+    assert aliases("Priya Raman") == ["P.R.", "Pri"]
+    # The first note loses its aliases and its text changes: "Pri" goes, "P.R." stays hers.
+    _put(app_engine, tenant, "people/priya.md", body + "- Reports to Tomás\n", ("team",),
+         title="Priya Raman", metadata={})
+    read()
+    assert aliases("Priya Raman") == ["P.R."]
+    # Renamed to name another person: its aliases go to the entity its title names now, and
+    # go with the note when it is deleted.
+    _put(app_engine, tenant, "people/priya.md", body, ("team",), title="Tomás Ortega",
+         metadata={"aliases": ["Tom", "P.R."]})
+    read()
+    assert aliases("Tomás Ortega") == ["P.R.", "Tom"] and aliases("Priya Raman") == ["P.R."]
+    with bound_session(app_engine, writer) as s:
+        delete_document(s, "notes", "people/priya.md")
+    assert aliases("Tomás Ortega") == [] and aliases("Priya Raman") == ["P.R."]
+
+
 def test_the_aliases_a_document_gives_its_subject() -> None:
     from orchestrator.derive.extract import MAX_DOCUMENT_ALIASES, document_aliases
 

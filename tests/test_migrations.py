@@ -216,3 +216,57 @@ def test_chunks_written_before_0086_get_their_task_words(scratch_url: str) -> No
     migrate.downgrade(scratch_url, "0085_receipt_seal_names")
     assert lexemes() == before
     eng.dispose()
+
+
+def test_aliases_taken_before_0087_are_recorded_as_their_notes(scratch_url: str) -> None:
+    """0087 records, per note with front matter aliases, the aliases the entity its title names
+    (by name, exactly the note's scopes, a person first) has of them; one given by hand alone
+    stays the entity's own; a string ``alias:`` counts. Every entity's chain still verifies
+    (its row image gained the column). Downgraded, the column goes, and they verify."""
+    migrate.upgrade(scratch_url, "0086_task_words")
+    eng = create_engine(scratch_url, poolclass=pool.NullPool)
+    tenant = _document_with_chunks(eng, "org-aliases", "people/priya.md", ("- Based in Bangalore",))
+    with eng.begin() as conn:
+        scope = conn.execute(text("select id from auth.scopes where tenant_id = :t"),
+                             {"t": tenant}).scalar_one()
+        conn.execute(text(
+            "update sources.documents set title = 'Priya Raman', "
+            "metadata = '{\"aliases\": [\"PR\", \" Pri \", \"Zed\", true]}' where tenant_id = :t"),
+            {"t": tenant})
+        acme = conn.execute(text(
+            "insert into sources.documents (tenant_id, collection, path, title, body, content_hash, "
+            "scopes, metadata) values (:t, 'notes', 'acme.md', 'Acme', 'x', sha256('x'), "
+            "array[cast(:s as uuid)], '{\"alias\": \"AC\"}') returning id"),
+            {"t": tenant, "s": scope}).scalar_one()
+        ids = {}
+        for kind, name, aliases in (("person", "Priya Raman", ["PR", "Pri", "Hand"]),
+                                    ("organization", "Priya Raman", ["PR"]),
+                                    ("organization", "Acme", ["AC", "Acme Corp"])):
+            ids[kind, name] = conn.execute(text(
+                "insert into knowledge.entities (tenant_id, entity_type, canonical_name, aliases, "
+                "scopes) values (:t, :k, :n, cast(:a as text[]), array[cast(:s as uuid)]) "
+                "returning id"), {"t": tenant, "k": kind, "n": name, "a": aliases, "s": scope}
+            ).scalar_one()
+        docs = dict(conn.execute(text("select path, id from sources.documents where tenant_id = :t"),
+                                 {"t": tenant}).all())
+    assert acme == docs["acme.md"]
+    migrate.upgrade(scratch_url, "head")
+    with eng.connect() as conn:
+        given = {k: conn.execute(text("select given_aliases from knowledge.entities where id = :i"),
+                                 {"i": i}).scalar_one() for k, i in ids.items()}
+        problems = conn.execute(text("select * from provenance.verify_rows(:t)"), {"t": tenant}).all()
+    note = str(docs["people/priya.md"])
+    assert {k: {d: sorted(v) for d, v in g.items()} for k, g in given.items()} == {
+        ("person", "Priya Raman"): {note: ["PR", "Pri"]},  # not "Hand", not "Zed" (she lacks it)
+        ("organization", "Priya Raman"): {},  # a person first
+        ("organization", "Acme"): {str(docs["acme.md"]): ["AC"]}}
+    assert problems == []
+    migrate.downgrade(scratch_url, "0086_task_words")
+    with eng.connect() as conn:
+        assert conn.execute(text(
+            "select count(*) from information_schema.columns where table_schema = 'knowledge' "
+            "and table_name = 'entities' and column_name = 'given_aliases'")).scalar_one() == 0
+        # Each entity's row image changed with the column, and its chain says so both ways.
+        assert conn.execute(text("select * from provenance.verify_rows(:t)"),
+                            {"t": tenant}).all() == []
+    eng.dispose()

@@ -148,6 +148,9 @@ class Entity(Base):
         CheckConstraint("summary is null or length(summary) <= 20000",
                         name="ck_entities_summary_length"),
         CheckConstraint("cardinality(scopes) >= 1", name="ck_entities_scopes_nonempty"),
+        CheckConstraint("jsonb_typeof(given_aliases) = 'object'",
+                        name="ck_entities_given_aliases_object"),
+        Index("ix_entities_given_aliases", "given_aliases", postgresql_using="gin"),
         Index("ix_entities_tenant_id_entity_type_name_key", "tenant_id", "entity_type", "name_key"),
         Index("ix_entities_alias_keys", "alias_keys", postgresql_using="gin"),
         Index("ix_entities_tenant_id_name_key", "tenant_id", "name_key"),
@@ -161,6 +164,9 @@ class Entity(Base):
     name_key: Mapped[str] = mapped_column(Text)
     aliases: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=sql_text("'{}'"))
     alias_keys: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=sql_text("'{}'"))
+    # Document id -> the aliases its front matter gave (migration 0087).
+    given_aliases: Mapped[dict[str, list[str]]] = mapped_column(
+        JSONB, server_default=sql_text("'{}'::jsonb"))
     summary: Mapped[str | None] = mapped_column(Text)
     scopes: Mapped[list[uuid.UUID]] = mapped_column(UUIDS)
     merged_into: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))

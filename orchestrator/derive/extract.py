@@ -89,6 +89,7 @@ from orchestrator.derive.quality import blank_without_words, mask_markup
 from orchestrator.derive.service import ServiceTenant, job_lock, service_session, service_tenants
 from orchestrator.errors import BadInput, is_unavailable
 from orchestrator.health import Component, supervise
+from orchestrator.ingest.aliases import GivenAliases, give_document_aliases
 from orchestrator.ingest.knowledge import (
     FactInput,
     assert_facts,
@@ -127,6 +128,7 @@ class ExtractReport:
     skipped_chunks: int = 0  # chunks whose writes the database refused, left out (poison.item)
     skipped: list[poison.Skipped] = field(default_factory=list)  # what was left out, and why
     opted_out: int = 0  # chunks of documents with extract: false whose earlier reading was withdrawn
+    aliases_removed: int = 0  # aliases a note's front matter gave and no document gives any longer
     backend: str = ""
     notice: str | None = None
     more: bool = False  # stopped at the limit: more chunks are waiting
@@ -140,7 +142,7 @@ class ExtractReport:
         self.quarantined += other.quarantined
         self.skipped += other.skipped
         for name in ("kept", "relations", "dates", "retracted", "opted_out", "skipped_mentions",
-                     "skipped_chunks", "seconds", "waited"):
+                     "skipped_chunks", "seconds", "waited", "aliases_removed"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.backend = other.backend or self.backend
         self.notice = other.notice or self.notice
@@ -153,6 +155,8 @@ class ExtractReport:
             rate += f"; {self.waited:.1f}s of it waiting for another extraction of this tenant"
         gone = f", {self.retracted} retracted" if self.retracted else ""
         out = f", {self.opted_out} opted-out chunks withdrawn" if self.opted_out else ""
+        if self.aliases_removed:
+            out += f", {self.aliases_removed} aliases no note gives any longer removed"
         left = "".join([f", {self.skipped_mentions} entity mentions too long to be a name skipped"
                         if self.skipped_mentions else "",
                         f", {self.skipped_chunks} chunks skipped" if self.skipped_chunks else ""])
@@ -491,22 +495,30 @@ class _Writer:
             eid = self.entity_ids[(scopes, "person", full)]
             self.entity_ids[(scopes, short.entity_type, short.name)] = eid
             aliases.append((eid, short.name, list(scopes)))
+        # The document's aliases first: one its front matter no longer gives goes, and a
+        # first name the text still uses is then the person's own alias again (below).
+        self.report.aliases_removed += give_document_aliases(
+            self.session, self._document_aliases(batch)).removed
         # The first name becomes the person's alias, so a question that says "Priya" seeds
         # "Priya Raman" and later mentions resolve to her in SQL too.
-        self._add_aliases(aliases + self._document_aliases(batch))
+        self._add_aliases(aliases)
 
-    def _document_aliases(self, batch: Sequence[_Chunk]) -> list[tuple[uuid.UUID, str, list[uuid.UUID]]]:
-        """A document's front matter aliases (Obsidian's ``aliases: [Priya, PR]`` on the note
-        "Priya Raman") as aliases of the entity its title names: the one of that name shared
-        into exactly the document's scopes (a person first), else the title read as one
-        entity (``nlp.title_entity``), resolved or made in those scopes. A title that is no
-        name ("Billing migration") and no entity's names nothing."""
-        out: list[tuple[uuid.UUID, str, list[uuid.UUID]]] = []
+    def _document_aliases(self, batch: Sequence[_Chunk]) -> list[GivenAliases]:
+        """What each document of the batch gives now (``ingest.aliases``): its front matter
+        aliases (Obsidian's ``aliases: [Priya, PR]`` on the note "Priya Raman") for the entity
+        its title names: the one of that name shared into exactly the document's scopes (a
+        person first), else the title read as one entity (``nlp.title_entity``), resolved or
+        made in those scopes. A title that is no name ("Billing migration") and no entity's
+        names nothing; a document without aliases gives none (what it gave before goes)."""
+        out: list[GivenAliases] = []
         seen: set[uuid.UUID] = set()
         for chunk in batch:
-            if not chunk.aliases or chunk.document_id is None or chunk.document_id in seen:
+            if chunk.document_id is None or chunk.document_id in seen:
                 continue
             seen.add(chunk.document_id)
+            if not chunk.aliases:
+                out.append(GivenAliases(chunk.document_id))
+                continue
             scopes = list(chunk.scopes)
             subject = chunk.subject
             with savepoint(self.session):  # one statement: the entity named so, else the title's
@@ -521,8 +533,8 @@ class _Writer:
                     {"t": chunk.title, "s": scopes,
                      "type": subject.entity_type if subject is not None else None,
                      "name": subject.name if subject is not None else None}).scalar()
+            out.append(GivenAliases(chunk.document_id, eid, tuple(chunk.aliases), tuple(scopes)))
             if eid is not None:
-                out += [(eid, a, scopes) for a in chunk.aliases]
                 # The chunk's extraction record names the entity too: what the run took
                 # from the document, whether or not a sentence of the chunk names it.
                 self.titled[chunk.id] = eid
@@ -739,6 +751,9 @@ class _Writer:
         self.report.retracted += retract_claims(self.session, list(claims))
         self.session.execute(text(
             "delete from memory.extractions where chunk_id = any(cast(:ids as uuid[]))"), {"ids": ids})
+        self.report.aliases_removed += give_document_aliases(self.session, [
+            GivenAliases(d) for d in {c.document_id for c in chunks if c.document_id is not None}
+        ]).removed
         self.report.opted_out += len(chunks)
 
 

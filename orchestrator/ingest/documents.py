@@ -22,6 +22,7 @@ from orchestrator.config import Settings, get_settings
 from orchestrator.db.models import Chunk, Document, Scope
 from orchestrator.db.session import translate
 from orchestrator.errors import BadInput, Forbidden, NotFound
+from orchestrator.ingest.aliases import GivenAliases, give_document_aliases
 from orchestrator.ingest.chunking import chunk_text
 from orchestrator.ingest.values import timestamp
 from orchestrator.inputs import name_problem
@@ -253,5 +254,7 @@ def delete_document(session: Session, collection: str, path: str) -> uuid.UUID:
     if not mine:
         raise Forbidden(f"you may read the document at {collection}/{path} but not delete it: that "
                         "needs write on every scope it is shared into", sqlstate="42501")
+    # The aliases their front matter gave entities go with them (where no other note gives them).
+    give_document_aliases(session, [GivenAliases(d) for d in mine])
     session.execute(delete(Document).where(Document.id.in_(mine)))
     return mine[0]

@@ -1,0 +1,136 @@
+"""Which note gave an entity each of its aliases, so an alias the note no longer gives goes.
+
+Why: a note's front matter aliases (Obsidian's ``aliases: [Priya, PR]`` on "Priya Raman")
+become aliases of the entity its title names (stop 35), and an alias added to the front
+matter later is taken (stop 37). But one removed from it, a note renamed to another person,
+or the note deleted left the alias on the entity for good: "PR" kept seeding Priya Raman
+after the note stopped saying so, and resolution kept matching it.
+
+What changes: ``knowledge.entities.given_aliases``, a JSON object from a document's id to
+the aliases that document's front matter gave the entity (as written). Extraction keeps it
+(``orchestrator.ingest.aliases.give_document_aliases``): when it reads a note again it
+replaces the note's entry, and an alias that no document gives any longer leaves the
+entity's ``aliases``; deleting a document (``delete_document``: the API, MCP, the client,
+``engram ingest`` for a file gone) and a document that opts out of extraction withdraw its
+entry the same way. A note owns only the aliases it added, or that another note gave
+already: an alias the entity had without a note (given by hand, a first name read from the
+text) is never removed by a note. A GIN index finds the entities a document gave aliases to.
+
+Aliases taken before this revision: the migration gives each note with front matter aliases
+the entity its title names by name (the entity of that name shared into exactly the note's
+scopes, a person first: the rule extraction applies first) and records as the note's the
+aliases of its front matter that entity has, so an alias taken out after the upgrade goes
+too. A title extraction read as a name of another spelling ("Dr. Priya Raman") is not
+matched here; its note's aliases are recorded when the note is next read (they stay until
+then). An alias given both by hand and by such a note counts as the note's.
+
+Every entity's row image (``to_jsonb``, what its chain events hash) gains the column, so the
+migration updates every entity once (as the superuser, as 0086 does for chunks): each gets
+a chain event with its new image and ``provenance.verify_rows`` holds; downgraded, the same
+again without the column. On a tenant with very many entities this is the migration's cost.
+
+``engram_app`` may update the column (it writes only what its write scopes allow, as for
+``aliases``).
+
+Revision ID: 0087_document_aliases
+Revises: 0086_task_words
+"""
+
+from __future__ import annotations
+
+import logging
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0087_document_aliases"
+down_revision = "0086_task_words"
+branch_labels = None
+depends_on = None
+log = logging.getLogger("alembic.runtime.migration")
+
+UPGRADE_SQL = """
+alter table knowledge.entities add column given_aliases jsonb not null default '{}'::jsonb;
+alter table knowledge.entities add constraint ck_entities_given_aliases_object
+    check (jsonb_typeof(given_aliases) = 'object');
+comment on column knowledge.entities.given_aliases is
+    'Document id -> the aliases its front matter gave this entity (extraction keeps it; an alias '
+    'no document gives any longer leaves aliases).';
+create index ix_entities_given_aliases on knowledge.entities using gin (given_aliases);
+grant update (given_aliases) on knowledge.entities to engram_app;
+"""
+
+# Each note with front matter aliases, the entity its title names, and the aliases of the
+# note that entity has (by normalised name, never its own name).
+BACKFILL_SQL = """
+with notes as (
+    select d.tenant_id, d.id, d.title, d.scopes,
+           coalesce(d.metadata -> 'aliases', d.metadata -> 'alias') as given
+      from sources.documents d
+     where jsonb_typeof(coalesce(d.metadata -> 'aliases', d.metadata -> 'alias')) in ('array', 'string')
+), named as (
+    select n.id as document_id, n.given, e.tenant_id, e.id as entity_id, e.name_key, e.alias_keys
+      from notes n
+      cross join lateral (
+          select e.tenant_id, e.id, e.name_key, e.alias_keys from knowledge.entities e
+           where e.tenant_id = n.tenant_id and e.merged_into is null
+             and e.name_key = knowledge.normalize_name(n.title)
+             and e.scopes @> n.scopes and e.scopes <@ n.scopes
+           order by (e.entity_type = 'person') desc, e.created_at, e.id limit 1) e
+), owned as (
+    select m.tenant_id, m.entity_id, m.document_id,
+           array_agg(distinct btrim(a.value)) as aliases
+      from named m
+      cross join lateral jsonb_array_elements_text(
+          case jsonb_typeof(m.given) when 'array' then m.given else jsonb_build_array(m.given) end) a
+     where knowledge.normalize_name(btrim(a.value)) = any(m.alias_keys)
+       and knowledge.normalize_name(btrim(a.value)) <> m.name_key
+     group by m.tenant_id, m.entity_id, m.document_id
+), given as (
+    select tenant_id, entity_id, jsonb_object_agg(document_id::text, to_jsonb(aliases)) as given
+      from owned group by tenant_id, entity_id
+)
+-- Every entity: its row image now holds the column, so each gets its chain event here.
+update knowledge.entities e
+   set given_aliases = u.given
+  from (select x.tenant_id, x.id, coalesce(g.given, '{}'::jsonb) as given
+          from knowledge.entities x
+          left join given g on g.tenant_id = x.tenant_id and g.entity_id = x.id) u
+ where e.tenant_id = u.tenant_id and e.id = u.id
+"""
+
+# Downgraded, each entity's row image loses the column: its chain event again.
+RECHAIN_SQL = "update knowledge.entities set aliases = aliases"
+
+DOWNGRADE_SQL = """
+revoke update (given_aliases) on knowledge.entities from engram_app;
+drop index knowledge.ix_entities_given_aliases;
+alter table knowledge.entities drop column given_aliases;
+"""
+
+
+def _as_superuser(sql: str) -> None:
+    """As the migrating login (a superuser): under forced RLS the owner, with no identity
+    bound, sees no tenant's rows (as 0041, 0086). A login that neither is a superuser nor
+    bypasses RLS would update nothing, and says so."""
+    op.execute("reset role")
+    sees_all = op.get_bind().execute(sa.text(
+        "select rolsuper or rolbypassrls from pg_roles where rolname = current_user")).scalar()
+    if not sees_all:
+        log.warning("0087: the migrating login %s cannot see every tenant's entities (neither "
+                    "a superuser nor BYPASSRLS): their row images change without a chain event "
+                    "(provenance.verify_rows reports them), and aliases taken before this "
+                    "revision are recorded as a note's only when the note is next read",
+                    op.get_bind().execute(sa.text("select current_user")).scalar())
+    op.execute(sql)
+    op.execute("set role engram_owner")
+
+
+def upgrade() -> None:
+    op.execute(UPGRADE_SQL)
+    _as_superuser(BACKFILL_SQL)
+
+
+def downgrade() -> None:
+    op.execute(DOWNGRADE_SQL)
+    _as_superuser(RECHAIN_SQL)
