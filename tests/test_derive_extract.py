@@ -957,6 +957,34 @@ def test_an_alias_no_note_gives_any_longer_leaves_the_entity(
     assert aliases("Tomás Ortega") == [] and aliases("Priya Raman") == ["P.R."]
 
 
+def test_a_list_items_first_word_names_only_a_known_entity(
+        app_engine: Engine, tenant: TenantFixture) -> None:
+    """Notes open list items with capitalised words the small model types as names ("- Budget
+    owner for ...", "- [x] Schema registry: yes": an organisation and a person). Such a word
+    names an entity only where one is known already; it never makes one. A name written
+    inside a sentence of the note is a name wherever it stands."""
+    writer = tenant.identity(write=("team",))
+    body = ("- Budget owner for the observability contract.\n"
+            "- [x] Schema registry: yes, Apicurio\n"
+            "- Marco joins the rotation in December; ask Marco about payments.\n")
+    _put(app_engine, tenant, "notes/tomas.md", body, ("team",))
+    with bound_session(app_engine, writer) as s:
+        first = extract(s)
+        names = set(s.execute(select(Entity.canonical_name)).scalars())
+    assert "Marco" in names and not {"Budget", "Schema"} & names, sorted(names)
+    assert first.openers_skipped >= 2, first.openers_skipped
+    # Once "Budget" is known (by hand here), the same line names it.
+    with bound_session(app_engine, writer) as s:
+        budget = resolve_entity(s, "organization", "Budget", ("team",))
+    _put(app_engine, tenant, "notes/tomas.md", body + "- Renewal in January.\n", ("team",))
+    with bound_session(app_engine, writer) as s:
+        extract(s)
+        about = set(s.execute(select(FactClaim.subject_id).where(
+            FactClaim.predicate == "mentioned_in", FactClaim.superseded_at.is_(None))).scalars())
+        names = set(s.execute(select(Entity.canonical_name)).scalars())
+    assert budget in about and "Schema" not in names
+
+
 def test_the_aliases_a_document_gives_its_subject() -> None:
     from orchestrator.derive.extract import MAX_DOCUMENT_ALIASES, document_aliases
 

@@ -129,6 +129,7 @@ class ExtractReport:
     skipped: list[poison.Skipped] = field(default_factory=list)  # what was left out, and why
     opted_out: int = 0  # chunks of documents with extract: false whose earlier reading was withdrawn
     aliases_removed: int = 0  # aliases a note's front matter gave and no document gives any longer
+    openers_skipped: int = 0  # list items' and headings' first words that name no known entity
     backend: str = ""
     notice: str | None = None
     more: bool = False  # stopped at the limit: more chunks are waiting
@@ -142,7 +143,7 @@ class ExtractReport:
         self.quarantined += other.quarantined
         self.skipped += other.skipped
         for name in ("kept", "relations", "dates", "retracted", "opted_out", "skipped_mentions",
-                     "skipped_chunks", "seconds", "waited", "aliases_removed"):
+                     "skipped_chunks", "seconds", "waited", "aliases_removed", "openers_skipped"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.backend = other.backend or self.backend
         self.notice = other.notice or self.notice
@@ -464,9 +465,14 @@ class _Writer:
         self.scope_names: dict[uuid.UUID, str] = {
             r[0]: r[1] for r in session.execute(select(Scope.id, Scope.name))}
 
-    def _resolve(self, batch: Sequence[_Chunk], read_: Sequence[list[Sentence]]) -> None:
+    def _resolve(self, batch: Sequence[_Chunk], read_: Sequence[list[Sentence]]
+                 ) -> list[list[Sentence]]:
+        """Every entity the batch names, resolved or made (``entity_ids``); returns the
+        sentences without the mentions that name nothing: a list item's or heading's first
+        word (``Entity.weak``) names an entity only where one is known already."""
         stands_for = self._short_names(batch, read_)
-        wanted: dict[tuple[uuid.UUID, ...], set[Entity]] = defaultdict(set)
+        # entity -> whether every mention of it is weak (one ordinary mention makes it)
+        wanted: dict[tuple[uuid.UUID, ...], dict[Entity, bool]] = defaultdict(dict)
         for chunk, sentences in zip(batch, read_, strict=True):
             for s in sentences:
                 for e in s.entities:
@@ -474,7 +480,8 @@ class _Writer:
                     if full is not None:
                         e = Entity("person", full)  # resolved as the person it stands for
                     if (chunk.scopes, e.entity_type, e.name) not in self.entity_ids:
-                        wanted[chunk.scopes].add(e)
+                        known = wanted[chunk.scopes]
+                        known[e] = known.get(e, True) and e.weak
         for scopes, entities in wanted.items():
             if not entities:
                 continue
@@ -484,12 +491,15 @@ class _Writer:
             ordered = sorted(entities, key=lambda e: (e.entity_type, e.name.lower(), e.name))
             with savepoint(self.session):
                 ids = self.session.execute(text(
-                    "select u.i, knowledge.resolve_entity_within(u.t, u.n, cast(:s as uuid[]), true) "
-                    "from unnest(cast(:t as text[]), cast(:n as text[])) with ordinality as u(t, n, i) "
-                    "order by u.i"), {"s": list(scopes), "t": [e.entity_type for e in ordered],
-                                      "n": [e.name for e in ordered]}).all()
+                    "select u.i, knowledge.resolve_entity_within(u.t, u.n, cast(:s as uuid[]), u.c) "
+                    "from unnest(cast(:t as text[]), cast(:n as text[]), cast(:c as boolean[])) "
+                    "with ordinality as u(t, n, c, i) order by u.i"),
+                    {"s": list(scopes), "t": [e.entity_type for e in ordered],
+                     "n": [e.name for e in ordered],
+                     "c": [not entities[e] for e in ordered]}).all()
             for (_, eid), e in zip(ids, ordered, strict=True):
-                self.entity_ids[(scopes, e.entity_type, e.name)] = eid
+                if eid is not None:
+                    self.entity_ids[(scopes, e.entity_type, e.name)] = eid
         aliases: list[tuple[uuid.UUID, str, list[uuid.UUID]]] = []
         for (scopes, short), full in stands_for.items():
             eid = self.entity_ids[(scopes, "person", full)]
@@ -502,6 +512,25 @@ class _Writer:
         # The first name becomes the person's alias, so a question that says "Priya" seeds
         # "Priya Raman" and later mentions resolve to her in SQL too.
         self._add_aliases(aliases)
+        return [self._named(chunk, sentences) for chunk, sentences in zip(batch, read_, strict=True)]
+
+    def _named(self, chunk: _Chunk, sentences: list[Sentence]) -> list[Sentence]:
+        """``sentences`` without the mentions no entity was resolved for (and the relations
+        and sentences that held only them)."""
+        def known(e: Entity | None) -> bool:
+            return e is None or (chunk.scopes, e.entity_type, e.name) in self.entity_ids
+
+        out = []
+        for s in sentences:
+            if all(known(e) for e in s.entities):
+                out.append(s)
+                continue
+            self.report.openers_skipped += sum(not known(e) for e in s.entities)
+            entities = [e for e in s.entities if known(e)]
+            if entities:
+                out.append(replace(s, entities=entities, relations=[
+                    r for r in s.relations if known(r.subject) and known(r.object)]))
+        return out
 
     def _document_aliases(self, batch: Sequence[_Chunk]) -> list[GivenAliases]:
         """What each document of the batch gives now (``ingest.aliases``): its front matter
@@ -661,7 +690,7 @@ class _Writer:
         return out
 
     def write(self, batch: Sequence[_Chunk], read_: Sequence[list[Sentence]]) -> None:
-        self._resolve(batch, read_)
+        read_ = self._resolve(batch, read_)
         previous = self._previous([c.id for c in batch if c.read_before])
         new: list[tuple[int, FactInput]] = []
         kept: list[list[uuid.UUID]] = [[] for _ in batch]

@@ -62,7 +62,7 @@ ENTITY_TYPES = {
 }
 # Bumped whenever the rules below change what a chunk yields, so every chunk read under
 # older rules is read again (its stale claims retracted, the new ones written).
-RULES_VERSION = "rules-12"  # 4: markup masked over the whole document (stop 25); 5: a claim's
+RULES_VERSION = "rules-13"  # 4: markup masked over the whole document (stop 25); 5: a claim's
 # sentence keeps its inline code, and a blank line ends a sentence (stop 26); 6: inline code
 # that wraps over a line break is code, MyST roles and targets are markup, no name or sentence
 # runs over two Markdown blocks, names lose trailing punctuation and a leading "E.g." (stop 27);
@@ -79,7 +79,9 @@ RULES_VERSION = "rules-12"  # 4: markup masked over the whole document (stop 25)
 # alone stands for the only known person of that first name, a name the parser ran a heading
 # into is the part below the heading, and a task's checkbox is markup (stop 35); 12: a
 # document's front matter aliases are aliases of the entity its title names, and a "person"
-# whose last word is a product's kind or a company's form is none (stop 36)
+# whose last word is a product's kind or a company's form is none (stop 36); 13: a list
+# item's or heading's capitalised first word names only a known entity (``_list_opener``,
+# stop 38)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -156,6 +158,9 @@ def choose_backend(settings: Settings) -> BackendChoice:
 class Entity:
     entity_type: str
     name: str
+    # Only a word that opens a list item or a heading (``_list_opener``): it names an entity
+    # already known, never a new one. Not part of equality: the same name elsewhere is one entity.
+    weak: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -390,6 +395,34 @@ def _heading_word(span: Any, written: str, context: str | None) -> bool:
     return word not in _vocabulary(context if context is not None else span.doc.text)[1]
 
 
+# What may stand before a list item's or a heading's first word: the marker, a task box,
+# emphasis ("- [x] **Budget** owner", "3. Flip reads", "### Cutover plan").
+_OPENER_PREFIX = re.compile(r"[ \t]*(?:#{1,6}|[-*+]|\d{1,9}[.)])[ \t]+(?:\[[ xX]\][ \t]+)?[*_]{0,2}")
+
+
+def _list_opener(span: Any, written: str, context: str | None) -> bool:
+    """Whether a one-word mention is the capitalised first word of a list item or a heading
+    with a lower-case word after it ("- Budget owner for the contract", "3. Flip reads per
+    cohort", "### Cutover plan", "- [x] Schema registry: yes"): its place capitalises it,
+    so it is no evidence of a name, and the small model types such words as people and
+    organisations. Unless ``context`` capitalises it inside a sentence too (a name is
+    capitalised wherever it stands), the mention names an entity only where one of that
+    name is known already (``Entity.weak``: extraction resolves it, never makes it), so
+    "- Lena books the venue" still names a known Lena."""
+    if len(span) != 1:
+        return False
+    word = span[0].text
+    if not (word.isalpha() and word[0].isupper() and word[1:].islower()):
+        return False
+    line_start = written.rfind("\n", 0, span.start_char) + 1
+    if not _OPENER_PREFIX.fullmatch(written, line_start, span.start_char):
+        return False
+    after = next((t for t in span.doc[span.end:span.end + 3] if not t.is_space), None)
+    if after is None or not (after.text.isalpha() and after.text.islower()):
+        return False
+    return word not in _vocabulary(context if context is not None else span.doc.text)[1]
+
+
 # What a name never holds: a dash between spaces (a glossary's "RFC - Request For
 # Comments - A Document"), or a lower-case verb ("Windows is Experimental"); nor does it end
 # in a lower-case word that is no noun ("Node.js supports", "Node.js via", "Node.js first").
@@ -513,7 +546,9 @@ def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
             continue
         if (not gates and not any(ch.isalnum() for ch in name)) or any(t.i in owner for t in span):
             continue
-        entity = Entity(_person_or_product(name, m.entity_type) if gates else m.entity_type, name)
+        weak = gates and _list_opener(span, written if written is not None else doc.text, context)
+        entity = Entity(_person_or_product(name, m.entity_type) if gates else m.entity_type, name,
+                        weak)
         for t in span:
             owner[t.i] = entity
     return owner
