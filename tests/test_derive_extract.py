@@ -985,6 +985,28 @@ def test_a_list_items_first_word_names_only_a_known_entity(
     assert budget in about and "Schema" not in names
 
 
+def test_a_name_a_note_gives_as_an_alias_names_that_person_whatever_its_type(
+        app_engine: Engine, tenant: TenantFixture) -> None:
+    """The small model typed "Tomás" a place ("Tomás wants someone with Postgres internals
+    experience"): a place is never taken for a first name (Jordan, Georgia), but the note
+    "Tomás Ortega" says ``aliases: [Tomás]``, so the mention is his, read in the same run."""
+    writer = tenant.identity(write=("team",))
+    _put(app_engine, tenant, "people/tomas.md", "- Head of platform\n", ("team",),
+         title="Tomás Ortega", metadata={"aliases": ["Tomás"]})
+    _put(app_engine, tenant, "meetings/staff.md", "3. **Hiring**: one SRE req open; Tomás wants "
+         "someone with Postgres internals experience.\n", ("team",))
+    with bound_session(app_engine, writer) as s:
+        extract(s)
+        entities = {(e.entity_type, e.canonical_name) for e in s.execute(select(Entity)).scalars()}
+        said = {(r.name, r.text) for r in s.execute(text(
+            "select e.canonical_name as name, t.text from knowledge.fact_claim c "
+            "join knowledge.entities e on e.id = c.subject_id "
+            "join knowledge.fact_content t on t.id = c.content_id "
+            "where c.predicate = 'mentioned_in' and c.superseded_at is null"))}
+    assert not {name for _, name in entities} & {"Tomás"}, sorted(entities)
+    assert {n for n, t in said if "Tomás wants someone" in t} >= {"Tomás Ortega"}, said
+
+
 def test_the_aliases_a_document_gives_its_subject() -> None:
     from orchestrator.derive.extract import MAX_DOCUMENT_ALIASES, document_aliases
 

@@ -470,6 +470,11 @@ class _Writer:
         """Every entity the batch names, resolved or made (``entity_ids``); returns the
         sentences without the mentions that name nothing: a list item's or heading's first
         word (``Entity.weak``) names an entity only where one is known already."""
+        # The documents' aliases first: an alias a note's front matter gives names its person
+        # below ("Tomás" typed a place), and one it no longer gives goes before a first name
+        # the text still uses becomes the person's own alias again (the end).
+        self.report.aliases_removed += give_document_aliases(
+            self.session, self._document_aliases(batch)).removed
         stands_for = self._short_names(batch, read_)
         # entity -> whether every mention of it is weak (one ordinary mention makes it)
         wanted: dict[tuple[uuid.UUID, ...], dict[Entity, bool]] = defaultdict(dict)
@@ -505,10 +510,6 @@ class _Writer:
             eid = self.entity_ids[(scopes, "person", full)]
             self.entity_ids[(scopes, short.entity_type, short.name)] = eid
             aliases.append((eid, short.name, list(scopes)))
-        # The document's aliases first: one its front matter no longer gives goes, and a
-        # first name the text still uses is then the person's own alias again (below).
-        self.report.aliases_removed += give_document_aliases(
-            self.session, self._document_aliases(batch)).removed
         # The first name becomes the person's alias, so a question that says "Priya" seeds
         # "Priya Raman" and later mentions resolve to her in SQL too.
         self._add_aliases(aliases)
@@ -604,16 +605,25 @@ class _Writer:
                      ) -> dict[tuple[tuple[uuid.UUID, ...], Entity], str]:
         """(scopes, one-word mention) -> the known person it stands for (``nlp.short_name_targets``):
         the people of two or more words this batch names in the same scopes, and those of the
-        tenant every reader of the chunk can read (one query per scope set)."""
+        tenant every reader of the chunk can read (one query per scope set). A one-word
+        mention of any type that a note's front matter gives as the alias of exactly one such
+        person (``given_aliases``: "Tomás", typed a place, on the note "Tomás Ortega" with
+        ``aliases: [Tomás]``) stands for that person: the writer said so."""
         people: dict[tuple[uuid.UUID, ...], set[str]] = defaultdict(set)
         shorts: dict[tuple[uuid.UUID, ...], set[Entity]] = defaultdict(set)
+        words_of: dict[tuple[uuid.UUID, ...], set[Entity]] = defaultdict(set)
         for chunk, sentences in zip(batch, read_, strict=True):
             for s in sentences:
                 for e in s.entities:
                     if e.entity_type == "person" and " " in e.name:
                         people[chunk.scopes].add(e.name)
-                    elif short_name(e) and (chunk.scopes, e.entity_type, e.name) not in self.entity_ids:
+                        continue
+                    if (chunk.scopes, e.entity_type, e.name) in self.entity_ids:
+                        continue
+                    if short_name(e):
                         shorts[chunk.scopes].add(e)
+                    if e.name.isalpha() and e.name[:1].isupper():
+                        words_of[chunk.scopes].add(e)
         out: dict[tuple[tuple[uuid.UUID, ...], Entity], str] = {}
         for scopes, mentions in shorts.items():
             words = sorted({name_word_key(e.name) for e in mentions})
@@ -626,6 +636,23 @@ class _Writer:
                 {"s": list(scopes), "w": words}).scalars().all()
             for e, full in short_name_targets(mentions, people[scopes] | set(known)).items():
                 out[(scopes, e)] = full
+        for scopes, mentions in words_of.items():
+            given: dict[str, set[str]] = defaultdict(set)
+            for key, full in self.session.execute(text(
+                    "select a.key, e.canonical_name from knowledge.entities e cross join lateral ("
+                    "select distinct knowledge.normalize_name(x) as key "
+                    "from jsonb_each(e.given_aliases) g "
+                    "cross join lateral jsonb_array_elements_text(g.value) x) a "
+                    "where e.tenant_id = auth.tenant_id() and e.entity_type = 'person' "
+                    "and e.merged_into is null and e.given_aliases <> '{}'::jsonb "
+                    "and e.scopes @> cast(:s as uuid[]) and a.key = any(:w)"),
+                    {"s": list(scopes),
+                     "w": sorted({name_word_key(e.name) for e in mentions})}).all():
+                given[key].add(full)
+            for e in mentions:
+                found = given.get(name_word_key(e.name), set())
+                if len(found) == 1:
+                    out[(scopes, e)] = next(iter(found))
         return out
 
     def _facts(self, chunk: _Chunk, sentences: list[Sentence]) -> list[FactInput]:
