@@ -462,6 +462,12 @@ def test_the_part_cut_to_fit_never_exceeds_the_budget_and_is_the_chunks_own_text
     text = "Inbox of the week here.\n1. [ ] Renew the lease.\n2. [x] Pay rent"
     a, b = best_run(text, "what are my open tasks?", 25)
     assert text[a:b] == "1. [ ] Renew the lease."
+    # A run never ends on a heading (what it heads is cut off), and on a tie it opens on
+    # what was asked for rather than before it.
+    text = ("## Decisions\n- Use Debezium with the plugin.\n- Alert at 10 GB.\n\n"
+            "## Action items\n- [ ] Priya: staging by week 45\n- [x] Tomas: security sign-off")
+    a, b = best_run(text, "which action items are done?", 50)
+    assert text[a:b] == "## Action items\n- [ ] Priya: staging by week 45"
     # The run with the most question terms; the title's own words count only alone.
     text = "Offsite planning began. Berlin was cold. The venue is in Lisbon."
     a, b = best_run(text, "where is the offsite venue?", 30, shown="Offsite")

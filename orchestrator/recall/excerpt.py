@@ -35,6 +35,9 @@ _BREAK = re.compile(r"(?<=[.!?])[ \t]+|\n+")
 _ORDERED_MARKER = re.compile(r"[ \t]*[0-9]{1,9}\.")
 
 
+# An ATX heading's line ("## Action items").
+_HEADING = re.compile(r" {0,3}#{1,6}(?:[ \t]|$)", re.MULTILINE)
+
 # A fenced code block, to its closing fence or the end of the text (CommonMark: up to three
 # spaces, then three or more backticks or tildes; the closing fence is at least as long).
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})[^\n]*(?:\n.*?^ {0,3}\1[`~]*[ \t]*$|.*\Z)",
@@ -72,27 +75,35 @@ def parts(text: str) -> list[tuple[int, int]]:
 
 def best_run(text: str, question: str, room_chars: int, shown: str = "") -> tuple[int, int] | None:
     """(start, end) of the run of consecutive parts within ``room_chars`` that holds the
-    most distinct question terms (the earliest on a tie: the text's opening when no part
-    holds one); a term ``shown`` already holds (the item's header shows its title) counts
-    only when nothing else of the question does. When no part is that short (one long
-    sentence, a code block), the part holding the most terms, cut at the last space within
-    ``room_chars``; None when not even a word fits."""
+    most distinct question terms; on a tie the run that opens with a part holding one (the
+    run starts at what was asked for, not before it), then the earliest (the text's opening
+    when no part holds one). A run never ends on a heading (what it heads is cut off) unless
+    the heading is all of it. A term ``shown`` already holds (the item's header shows its
+    title) counts only when nothing else of the question does. When no part is that short
+    (one long sentence, a code block), the part holding the most terms, cut at the last
+    space within ``room_chars``; None when not even a word fits."""
     spans = parts(text)
     wanted = terms(question) - terms(shown) or terms(question)
     found = [terms(text[s:e]) & wanted for s, e in spans]
-    best: tuple[int, int, int] | None = None  # (terms held, start, end)
+    heading = [_HEADING.match(text, s) is not None for s, _ in spans]
+    best: tuple[int, bool, int, int] | None = None  # (terms held, opens on one, start, end)
     for i, (start, _) in enumerate(spans):
         held: set[str] = set()
-        end = None
+        end, kept = None, 0
         for j in range(i, len(spans)):
             if spans[j][1] - start > room_chars:
                 break
             held |= found[j]
-            end = spans[j][1]
-        if end is not None and (best is None or len(held) > best[0]):
-            best = (len(held), start, end)
+            if j == i or not heading[j]:
+                end = spans[j][1]
+                kept = len(held)
+        if end is None:
+            continue
+        rank = (kept, bool(found[i]))
+        if best is None or rank > best[:2]:
+            best = (*rank, start, end)
     if best is not None:
-        return best[1], best[2]
+        return best[2], best[3]
     if not spans:
         return None
     start = spans[max(range(len(spans)), key=lambda i: (len(found[i]), -i))][0]
