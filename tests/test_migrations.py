@@ -250,11 +250,24 @@ def test_aliases_taken_before_0087_are_recorded_as_their_notes(scratch_url: str)
         docs = dict(conn.execute(text("select path, id from sources.documents where tenant_id = :t"),
                                  {"t": tenant}).all())
     assert acme == docs["acme.md"]
+    with eng.begin() as conn:  # a note that opted out of extraction gives nothing
+        conn.execute(text(
+            "insert into sources.documents (tenant_id, collection, path, title, body, content_hash, "
+            "scopes, metadata) values (:t, 'notes', 'acme-old.md', 'Acme', 'y', sha256('y'), "
+            "array[cast(:s as uuid)], '{\"alias\": \"Acme Corp\", \"extract\": false}')"),
+            {"t": tenant, "s": scope})
+        updated = dict(conn.execute(text("select id, updated_at from knowledge.entities "
+                                         "where tenant_id = :t"), {"t": tenant}).all())
     migrate.upgrade(scratch_url, "head")
     with eng.connect() as conn:
         given = {k: conn.execute(text("select given_aliases from knowledge.entities where id = :i"),
                                  {"i": i}).scalar_one() for k, i in ids.items()}
+        after = dict(conn.execute(text("select id, updated_at from knowledge.entities "
+                                       "where tenant_id = :t"), {"t": tenant}).all())
         problems = conn.execute(text("select * from provenance.verify_rows(:t)"), {"t": tenant}).all()
+    # An entity no note gave aliases to is not touched (its chain gets a BASELINE event).
+    org = ids["organization", "Priya Raman"]
+    assert after[org] == updated[org]
     note = str(docs["people/priya.md"])
     assert {k: {d: sorted(v) for d, v in g.items()} for k, g in given.items()} == {
         ("person", "Priya Raman"): {note: ["PR", "Pri"]},  # not "Hand", not "Zed" (she lacks it)

@@ -17,17 +17,19 @@ already: an alias the entity had without a note (given by hand, a first name rea
 text) is never removed by a note. A GIN index finds the entities a document gave aliases to.
 
 Aliases taken before this revision: the migration gives each note with front matter aliases
-the entity its title names by name (the entity of that name shared into exactly the note's
-scopes, a person first: the rule extraction applies first) and records as the note's the
-aliases of its front matter that entity has, so an alias taken out after the upgrade goes
-too. A title extraction read as a name of another spelling ("Dr. Priya Raman") is not
-matched here; its note's aliases are recorded when the note is next read (they stay until
-then). An alias given both by hand and by such a note counts as the note's.
+(and extraction on) the entity its title names by name (the entity of that name shared into
+exactly the note's scopes, a person first: the rule extraction applies first) and records as
+the note's the aliases of its front matter that entity has, so an alias taken out after the
+upgrade goes too; one also given by hand counts as the note's. A title extraction read as a
+name of another spelling ("Dr. Priya Raman") is not matched here: that note's earlier
+aliases stay the entity's own for good (reading the note again cannot tell them from ones
+given by hand), and only what it adds from now on is its.
 
-Every entity's row image (``to_jsonb``, what its chain events hash) gains the column, so the
-migration updates every entity once (as the superuser, as 0086 does for chunks): each gets
-a chain event with its new image and ``provenance.verify_rows`` holds; downgraded, the same
-again without the column. On a tenant with very many entities this is the migration's cost.
+Every entity's row image (``to_jsonb``, what its chain events hash) gains the column: the
+matched entities get an UPDATE event with their aliases, and ``provenance.baseline`` appends
+a BASELINE event with every entity's new image (as 0081 did when it dropped entity columns),
+so ``provenance.verify_rows`` holds and no other row changes (``updated_at`` stays);
+downgraded, the column goes and the table is baselined again.
 
 ``engram_app`` may update the column (it writes only what its write scopes allow, as for
 ``aliases``).
@@ -68,6 +70,7 @@ with notes as (
            coalesce(d.metadata -> 'aliases', d.metadata -> 'alias') as given
       from sources.documents d
      where jsonb_typeof(coalesce(d.metadata -> 'aliases', d.metadata -> 'alias')) in ('array', 'string')
+       and coalesce(d.metadata -> 'extract', 'true'::jsonb) <> 'false'::jsonb
 ), named as (
     select n.id as document_id, n.given, e.tenant_id, e.id as entity_id, e.name_key, e.alias_keys
       from notes n
@@ -90,17 +93,14 @@ with notes as (
     select tenant_id, entity_id, jsonb_object_agg(document_id::text, to_jsonb(aliases)) as given
       from owned group by tenant_id, entity_id
 )
--- Every entity: its row image now holds the column, so each gets its chain event here.
 update knowledge.entities e
-   set given_aliases = u.given
-  from (select x.tenant_id, x.id, coalesce(g.given, '{}'::jsonb) as given
-          from knowledge.entities x
-          left join given g on g.tenant_id = x.tenant_id and g.entity_id = x.id) u
- where e.tenant_id = u.tenant_id and e.id = u.id
+   set given_aliases = g.given
+  from given g
+ where e.tenant_id = g.tenant_id and e.id = g.entity_id
 """
 
-# Downgraded, each entity's row image loses the column: its chain event again.
-RECHAIN_SQL = "update knowledge.entities set aliases = aliases"
+# Every entity's row image changed with the column: a BASELINE chain event for each.
+BASELINE_SQL = "select provenance.baseline('knowledge.entities'::regclass)"
 
 DOWNGRADE_SQL = """
 revoke update (given_aliases) on knowledge.entities from engram_app;
@@ -109,7 +109,7 @@ alter table knowledge.entities drop column given_aliases;
 """
 
 
-def _as_superuser(sql: str) -> None:
+def _as_superuser(*sql: str) -> None:
     """As the migrating login (a superuser): under forced RLS the owner, with no identity
     bound, sees no tenant's rows (as 0041, 0086). A login that neither is a superuser nor
     bypasses RLS would update nothing, and says so."""
@@ -120,17 +120,18 @@ def _as_superuser(sql: str) -> None:
         log.warning("0087: the migrating login %s cannot see every tenant's entities (neither "
                     "a superuser nor BYPASSRLS): their row images change without a chain event "
                     "(provenance.verify_rows reports them), and aliases taken before this "
-                    "revision are recorded as a note's only when the note is next read",
+                    "revision stay the entities' own",
                     op.get_bind().execute(sa.text("select current_user")).scalar())
-    op.execute(sql)
+    for statement in sql:
+        op.execute(statement)
     op.execute("set role engram_owner")
 
 
 def upgrade() -> None:
     op.execute(UPGRADE_SQL)
-    _as_superuser(BACKFILL_SQL)
+    _as_superuser(BACKFILL_SQL, BASELINE_SQL)
 
 
 def downgrade() -> None:
     op.execute(DOWNGRADE_SQL)
-    _as_superuser(RECHAIN_SQL)
+    _as_superuser(BASELINE_SQL)

@@ -642,7 +642,8 @@ class _Writer:
                     "select a.key, e.canonical_name from knowledge.entities e cross join lateral ("
                     "select distinct knowledge.normalize_name(x) as key "
                     "from jsonb_each(e.given_aliases) g "
-                    "cross join lateral jsonb_array_elements_text(g.value) x) a "
+                    "cross join lateral jsonb_array_elements_text(case jsonb_typeof(g.value) "
+                    "when 'array' then g.value else '[]'::jsonb end) x) a "
                     "where e.tenant_id = auth.tenant_id() and e.entity_type = 'person' "
                     "and e.merged_into is null and e.given_aliases <> '{}'::jsonb "
                     "and e.scopes @> cast(:s as uuid[]) and a.key = any(:w)"),

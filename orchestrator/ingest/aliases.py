@@ -10,7 +10,8 @@ stop matching it).
 
 A document owns only the aliases it added, or that another document gave already: an alias
 the entity had without any document (given by hand, a first name read from the text, one
-taken before 0087) is the entity's own and no document removes it. Everything runs under the
+taken before 0087 that the migration could not match to its note) is the entity's own and
+no document removes it. Everything runs under the
 caller's RLS: an entity the caller may not write is not touched (its aliases stay).
 """
 
@@ -72,14 +73,14 @@ def give_document_aliases(session: Session, given: Sequence[GivenAliases]) -> Al
                 return changes
             names = sorted({a for g in given for a in g.aliases}
                            | {a for r in rows for a in r.aliases}
-                           | {a for r in rows for v in r.given_aliases.values() for a in v})
+                           | {a for r in rows for v in _entries(r.given_aliases).values() for a in v})
             keys: dict[str, str | None] = dict(session.execute(text(
                 "select n, knowledge.normalize_name(n) from unnest(cast(:n as text[])) n"),
                 {"n": names}).all()) if names else {}
             updates = []
             for row in rows:
                 aliases, given_map = _apply(row, given, keys, changes)
-                if aliases != list(row.aliases) or given_map != row.given_aliases:
+                if aliases != list(row.aliases) or given_map != _entries(row.given_aliases):
                     changes.entities += 1
                     updates.append({"id": row.id, "a": aliases, "g": json.dumps(given_map)})
             if updates:
@@ -92,6 +93,15 @@ def give_document_aliases(session: Session, given: Sequence[GivenAliases]) -> Al
     return changes
 
 
+def _entries(value: object) -> dict[str, list[str]]:
+    """``given_aliases`` as document id -> aliases, anything else in it (a value that is no
+    list, an alias that is no string: only this module writes it) left out."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(d): [a for a in v if isinstance(a, str)] for d, v in value.items()
+            if isinstance(v, list)}
+
+
 def _apply(row: object, given: Sequence[GivenAliases], keys: dict[str, str | None],
            changes: AliasChanges) -> tuple[list[str], dict[str, list[str]]]:
     """One entity's aliases and given aliases after ``given``."""
@@ -99,7 +109,7 @@ def _apply(row: object, given: Sequence[GivenAliases], keys: dict[str, str | Non
     name_key = row.name_key  # type: ignore[attr-defined]
     scopes = set(row.scopes)  # type: ignore[attr-defined]
     aliases = list(row.aliases)  # type: ignore[attr-defined]
-    given_map = {d: list(v) for d, v in row.given_aliases.items()}  # type: ignore[attr-defined]
+    given_map = _entries(row.given_aliases)  # type: ignore[attr-defined]
     present = {keys.get(a) for a in aliases} - {None}
     dropped: set[str] = set()
 

@@ -254,7 +254,9 @@ def delete_document(session: Session, collection: str, path: str) -> uuid.UUID:
     if not mine:
         raise Forbidden(f"you may read the document at {collection}/{path} but not delete it: that "
                         "needs write on every scope it is shared into", sqlstate="42501")
-    # The aliases their front matter gave entities go with them (where no other note gives them).
-    give_document_aliases(session, [GivenAliases(d) for d in mine])
     session.execute(delete(Document).where(Document.id.in_(mine)))
+    # The aliases their front matter gave entities go with them (where no other note gives
+    # them). After the delete: it waits for an extraction reading their chunks, and only then
+    # locks the entities that extraction may be locking too.
+    give_document_aliases(session, [GivenAliases(d) for d in mine])
     return mine[0]

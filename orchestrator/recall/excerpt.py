@@ -85,7 +85,8 @@ def best_run(text: str, question: str, room_chars: int, shown: str = "") -> tupl
     spans = parts(text)
     wanted = terms(question) - terms(shown) or terms(question)
     found = [terms(text[s:e]) & wanted for s, e in spans]
-    heading = [_HEADING.match(text, s) is not None for s, _ in spans]
+    heading = [not text[text.rfind("\n", 0, s) + 1:s].strip() and _HEADING.match(text, s) is not None
+               for s, _ in spans]
     best: tuple[int, bool, int, int] | None = None  # (terms held, opens on one, start, end)
     for i, (start, _) in enumerate(spans):
         held: set[str] = set()
