@@ -31,6 +31,10 @@ a BASELINE event with every entity's new image (as 0081 did when it dropped enti
 so ``provenance.verify_rows`` holds and no other row changes (``updated_at`` stays);
 downgraded, the column goes and the table is baselined again.
 
+``knowledge.merge_entities`` (0004's, two lines patched) carries the merged entity's
+record to the survivor with its aliases (per document, the union of both) and clears the
+merged-away row's, so a note's aliases stay its own after a merge.
+
 ``engram_app`` may update the column (it writes only what its write scopes allow, as for
 ``aliases``).
 
@@ -43,7 +47,7 @@ from __future__ import annotations
 import logging
 
 import sqlalchemy as sa
-from alembic import op
+from alembic import context, op
 
 revision = "0087_document_aliases"
 down_revision = "0086_task_words"
@@ -109,6 +113,54 @@ alter table knowledge.entities drop column given_aliases;
 """
 
 
+# 0004's merge, two statements patched: the survivor takes the merged entity's record of
+# which note gave which alias (per document, the union), and the merged-away row keeps none.
+MERGE_PATCHES = (
+    ("""                       where knowledge.normalize_name(a) is distinct from v_survivor.name_key)
+     where tenant_id = v_survivor.tenant_id and id = v_survivor.id;
+""",
+     """                       where knowledge.normalize_name(a) is distinct from v_survivor.name_key),
+           given_aliases = (select coalesce(jsonb_object_agg(u.k, u.v), '{}'::jsonb)
+                              from (select g.key as k, jsonb_agg(distinct x.value order by x.value) as v
+                                      from (select * from jsonb_each(v_survivor.given_aliases)
+                                            union all
+                                            select * from jsonb_each(v_merged.given_aliases)) g
+                                     cross join lateral jsonb_array_elements(
+                                         case jsonb_typeof(g.value) when 'array' then g.value
+                                              else '[]'::jsonb end) x
+                                     group by g.key) u)
+     where tenant_id = v_survivor.tenant_id and id = v_survivor.id;
+"""),
+    ("""    update knowledge.entities set merged_into = v_survivor.id
+     where tenant_id = v_merged.tenant_id and id = v_merged.id;
+""",
+     """    update knowledge.entities set merged_into = v_survivor.id, given_aliases = '{}'::jsonb
+     where tenant_id = v_merged.tenant_id and id = v_merged.id;
+"""),
+)
+
+
+def _released_merge() -> str:
+    """``knowledge.merge_entities`` as 0004 wrote it (pinned by db/released.sha256), as
+    ``create or replace``."""
+    script = context.script.get_revision("0004_knowledge")
+    assert script is not None
+    sql: str = script.module.FUNCTIONS_SQL
+    head = "create function knowledge.merge_entities(p_survivor uuid, p_merged uuid) returns uuid"
+    start = sql.index(head)
+    body = sql[start:sql.index("\n$$;\n", start) + len("\n$$;\n")]
+    return body.replace("create function", "create or replace function", 1)
+
+
+def merge() -> str:
+    text = _released_merge()
+    for old, new in MERGE_PATCHES:
+        if text.count(old) != 1:
+            raise RuntimeError(f"0004's merge_entities does not hold this once: {old[:80]!r}")
+        text = text.replace(old, new)
+    return text
+
+
 def _as_superuser(*sql: str) -> None:
     """As the migrating login (a superuser): under forced RLS the owner, with no identity
     bound, sees no tenant's rows (as 0041, 0086). A login that neither is a superuser nor
@@ -129,9 +181,11 @@ def _as_superuser(*sql: str) -> None:
 
 def upgrade() -> None:
     op.execute(UPGRADE_SQL)
+    op.execute(merge())
     _as_superuser(BACKFILL_SQL, BASELINE_SQL)
 
 
 def downgrade() -> None:
+    op.execute(_released_merge())
     op.execute(DOWNGRADE_SQL)
     _as_superuser(BASELINE_SQL)
