@@ -957,6 +957,36 @@ def test_an_alias_no_note_gives_any_longer_leaves_the_entity(
     assert aliases("Tomás Ortega") == [] and aliases("Priya Raman") == ["P.R."]
 
 
+def test_a_title_no_rule_can_read_takes_back_no_alias(
+        app_engine: Engine, tenant: TenantFixture, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Reading a note's title as a name fails (a poison skip, shown): what the note gave
+    before stays; the run skips the title, not the note's aliases."""
+    import orchestrator.derive.extract as extract_module
+
+    writer = tenant.identity(write=("team", "exec"))
+    body = "- Works on the billing migration\n"
+    _put(app_engine, tenant, "people/priya.md", body, ("team",), title="Priya Raman",
+         metadata={"aliases": ["PR"]})
+    with bound_session(app_engine, writer) as s:
+        extract(s)
+    # Shared wider, the note names no entity of its scopes by name: only reading the title
+    # would, and that fails.
+    _put(app_engine, tenant, "people/priya.md", body, ("team", "exec"), title="Priya Raman",
+         metadata={"aliases": ["PR"]})
+
+    def broken(*_: Any, **__: Any) -> Any:
+        raise ValueError("no rule reads this title")
+
+    monkeypatch.setattr(extract_module, "title_entity", broken)
+    with caplog.at_level("WARNING"), bound_session(app_engine, writer) as s:
+        report = extract(s)
+        aliases = s.execute(select(Entity.aliases).where(
+            Entity.canonical_name == "Priya Raman")).scalars().all()
+    assert report.aliases_removed == 0 and aliases == [["PR"]]
+    assert "the title of" in caplog.text and "what the note gave before stays" in caplog.text
+
+
 def test_a_list_items_first_word_names_only_a_known_entity(
         app_engine: Engine, tenant: TenantFixture) -> None:
     """Notes open list items with capitalised words the small model types as names ("- Budget

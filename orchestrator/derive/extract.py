@@ -182,6 +182,7 @@ class _Chunk:
     title: str = ""  # the document's
     aliases: tuple[str, ...] = ()  # the document's front matter ``aliases`` (Obsidian's)
     subject: Entity | None = None  # the title read as one entity (set after parsing)
+    title_failed: bool = False  # reading the title failed (skipped and shown): its aliases stay
 
 
 # Front matter aliases taken per document: Obsidian's ``aliases`` (or ``alias``), a list or
@@ -370,12 +371,15 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
             readable: list[_Chunk] = []
             sentences: list[list[Sentence]] = []
             results, subjects = parsed.result()
-            for document_id, why in subjects.items():
-                if isinstance(why, str):
-                    where = next(c.where for c in batch if c.document_id == document_id)
-                    poison.skip(f"the title of {where}", f"reading it as a name failed ({why}); "
-                                "its front matter aliases name an entity of that name only")
-            batch = [replace(c, subject=_subject(subjects, c)) if c.aliases else c for c in batch]
+            failed = {d for d, why in subjects.items() if isinstance(why, str)}
+            for document_id in failed:
+                where = next(c.where for c in batch if c.document_id == document_id)
+                poison.skip(f"the title of {where}", f"reading it as a name failed "
+                            f"({subjects[document_id]}); its front matter aliases name an entity "
+                            "of that name only (none: what the note gave before stays)")
+            batch = [replace(c, subject=_subject(subjects, c),
+                             title_failed=c.document_id in failed)
+                     if c.aliases else c for c in batch]
             for c, read_ in zip(batch, results, strict=True):
                 if isinstance(read_, str):
                     poison.skip(f"chunk {c.id} of {c.where}", f"reading its text failed ({read_}); "
@@ -563,6 +567,8 @@ class _Writer:
                     {"t": chunk.title, "s": scopes,
                      "type": subject.entity_type if subject is not None else None,
                      "name": subject.name if subject is not None else None}).scalar()
+            if eid is None and chunk.title_failed:
+                continue  # a title no rule could read takes back nothing its note gave before
             out.append(GivenAliases(chunk.document_id, eid, tuple(chunk.aliases), tuple(scopes)))
             if eid is not None:
                 # The chunk's extraction record names the entity too: what the run took
