@@ -158,6 +158,9 @@ class ExtractReport:
         out = f", {self.opted_out} opted-out chunks withdrawn" if self.opted_out else ""
         if self.aliases_removed:
             out += f", {self.aliases_removed} aliases no note gives any longer removed"
+        if self.openers_skipped:
+            out += (f", {self.openers_skipped} list-item or heading first words naming no known "
+                    "entity left out")
         left = "".join([f", {self.skipped_mentions} entity mentions too long to be a name skipped"
                         if self.skipped_mentions else "",
                         f", {self.skipped_chunks} chunks skipped" if self.skipped_chunks else ""])
@@ -478,7 +481,7 @@ class _Writer:
         # below ("Tomás" typed a place), and one it no longer gives goes before a first name
         # the text still uses becomes the person's own alias again (the end).
         self.report.aliases_removed += give_document_aliases(
-            self.session, self._document_aliases(batch)).removed
+            self.session, self._document_aliases(batch))
         stands_for = self._short_names(batch, read_)
         # entity -> whether every mention of it is weak (one ordinary mention makes it)
         wanted: dict[tuple[uuid.UUID, ...], dict[Entity, bool]] = defaultdict(dict)
@@ -816,7 +819,7 @@ class _Writer:
             "delete from memory.extractions where chunk_id = any(cast(:ids as uuid[]))"), {"ids": ids})
         self.report.aliases_removed += give_document_aliases(self.session, [
             GivenAliases(d) for d in {c.document_id for c in chunks if c.document_id is not None}
-        ]).removed
+        ])
         self.report.opted_out += len(chunks)
 
 

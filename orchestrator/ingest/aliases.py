@@ -21,6 +21,7 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
@@ -45,21 +46,14 @@ class GivenAliases:
     scopes: tuple[uuid.UUID, ...] = ()
 
 
-@dataclass
-class AliasChanges:
-    added: int = 0
-    removed: int = 0
-    entities: int = 0  # entities whose aliases or given aliases changed
-
-
-def give_document_aliases(session: Session, given: Sequence[GivenAliases]) -> AliasChanges:
+def give_document_aliases(session: Session, given: Sequence[GivenAliases]) -> int:
     """Each document's entry replaced by what it gives now; aliases no document gives any
     longer removed from the entity (only those documents added). One locked read of the
     entities concerned (those named and those the documents gave aliases before), one
-    update per changed entity."""
-    changes = AliasChanges()
+    update per changed entity. Returns how many aliases were removed."""
+    removed = 0
     if not given:
-        return changes
+        return removed
     docs = sorted({str(g.document_id) for g in given})
     ids = sorted({g.entity_id for g in given if g.entity_id is not None}, key=str)
     try:
@@ -70,7 +64,7 @@ def give_document_aliases(session: Session, given: Sequence[GivenAliases]) -> Al
                 "or given_aliases ?| cast(:docs as text[])) order by id for no key update"),
                 {"ids": ids, "docs": docs}).all()
             if not rows:
-                return changes
+                return removed
             names = sorted({a for g in given for a in g.aliases}
                            | {a for r in rows for a in r.aliases}
                            | {a for r in rows for v in _entries(r.given_aliases).values() for a in v})
@@ -79,9 +73,9 @@ def give_document_aliases(session: Session, given: Sequence[GivenAliases]) -> Al
                 {"n": names}).all()) if names else {}
             updates = []
             for row in rows:
-                aliases, given_map = _apply(row, given, keys, changes)
+                aliases, given_map = _apply(row, given, keys)
+                removed += len(row.aliases) - len(set(row.aliases) & set(aliases))
                 if aliases != list(row.aliases) or given_map != _entries(row.given_aliases):
-                    changes.entities += 1
                     updates.append({"id": row.id, "a": aliases, "g": json.dumps(given_map)})
             if updates:
                 session.execute(text(
@@ -90,7 +84,7 @@ def give_document_aliases(session: Session, given: Sequence[GivenAliases]) -> Al
                     "where tenant_id = auth.tenant_id() and id = :id"), updates)
     except DBAPIError as exc:
         raise translate(exc) from exc
-    return changes
+    return removed
 
 
 def _entries(value: object) -> dict[str, list[str]]:
@@ -102,14 +96,12 @@ def _entries(value: object) -> dict[str, list[str]]:
             if isinstance(v, list)}
 
 
-def _apply(row: object, given: Sequence[GivenAliases], keys: dict[str, str | None],
-           changes: AliasChanges) -> tuple[list[str], dict[str, list[str]]]:
+def _apply(row: Any, given: Sequence[GivenAliases], keys: dict[str, str | None]
+           ) -> tuple[list[str], dict[str, list[str]]]:
     """One entity's aliases and given aliases after ``given``."""
-    entity_id = row.id  # type: ignore[attr-defined]
-    name_key = row.name_key  # type: ignore[attr-defined]
-    scopes = set(row.scopes)  # type: ignore[attr-defined]
-    aliases = list(row.aliases)  # type: ignore[attr-defined]
-    given_map = _entries(row.given_aliases)  # type: ignore[attr-defined]
+    entity_id, name_key, scopes = row.id, row.name_key, set(row.scopes)
+    aliases = list(row.aliases)
+    given_map = _entries(row.given_aliases)
     present = {keys.get(a) for a in aliases} - {None}
     dropped: set[str] = set()
 
@@ -134,7 +126,6 @@ def _apply(row: object, given: Sequence[GivenAliases], keys: dict[str, str | Non
                     continue
                 aliases.append(alias)
                 present.add(key)
-                changes.added += 1
             elif key not in before and key not in elsewhere:
                 continue  # the entity's own alias (by hand, a first name, before 0087)
             now.append(alias)
@@ -144,7 +135,5 @@ def _apply(row: object, given: Sequence[GivenAliases], keys: dict[str, str | Non
             given_map[doc] = now
     gone = dropped - set().union(*(owned(v) for v in given_map.values()))
     if gone:
-        kept = [a for a in aliases if keys.get(a) not in gone]
-        changes.removed += len(aliases) - len(kept)
-        aliases = kept
+        aliases = [a for a in aliases if keys.get(a) not in gone]
     return aliases, given_map
