@@ -474,6 +474,12 @@ def test_the_part_cut_to_fit_never_exceeds_the_budget_and_is_the_chunks_own_text
     assert text[a:b] == "The venue is in Lisbon."
     a, b = best_run(text, "offsite?", 30, shown="Offsite")
     assert text[a:b] == "Offsite planning began."
+    # On a tie a run opens on prose rather than on a code block that only names the term.
+    text = "```bash\nnpm\n```\n\n### Description\n\nnpm is the package manager for Node."
+    a, b = best_run(text, "what is npm?", 60, shown="npm")
+    assert text[a:b] == "npm is the package manager for Node."
+    a, b = best_run(text, "what does npm --version print in bash?", 60, shown="npm")
+    assert text[a:b] == "```bash\nnpm\n```"  # more of the question: the block
 
 
 def test_every_prefix_renders_as_the_template_renders_it() -> None:

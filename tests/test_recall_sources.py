@@ -84,6 +84,54 @@ def test_an_entity_named_by_its_alias_names_the_document_titled_by_its_name(
     assert not any(it.direct for it in st.ordered)
 
 
+def test_a_title_most_visible_chunks_hold_names_no_document(
+        tenant_factory, app_engine, embedder, settings, recaller):
+    """npm's own docs: every page says "npm", so "where does npm keep its cache?" names the
+    corpus's topic, not the page titled "npm". Which chunks count is the reader's: with a
+    scope of other pages in view the same word singles the page out again. A question about
+    nothing else ("what is npm?") names the page, and so does any title when fewer than
+    ``recall_title_common_min`` chunks outside its document hold its words."""
+    t = tenant_factory("team", "exec")
+    alice = t.identity("alice", write=("team",))
+    carol = t.identity("carol", write=("team", "exec"))
+    commands = ["access", "audit", "bugs", "ci", "config", "dedupe", "doctor", "edit", "exec",
+                "explain", "fund", "init", "link", "login", "ls", "outdated", "owner", "pack",
+                "ping", "prune", "publish", "query", "rebuild", "repo", "search"]
+    write_documents(app_engine, alice, embedder, [
+        doc("npm.md", "npm", "npm is the package manager for the Node JavaScript platform."),
+        doc("cache.md", "npm-cache", "npm stores cache data in an opaque directory; "
+            "npm cache clean removes it."),
+        *[doc(f"commands/{c}.md", f"npm-{c}", f"Run npm {c} in a project folder; npm {c} "
+              "reads the package.json file there.") for c in commands],
+    ], settings)
+    write_documents(app_engine, carol, embedder, [
+        doc(f"exec/{i}.md", f"Board minutes {i}", f"The board met on day {i} and approved "
+            "the budget for the offsite.", scopes=("exec",)) for i in range(30)
+    ], settings)
+
+    question = "where does npm keep its cache?"
+    _, trace = recaller.trace(alice, question)
+    assert named_titles(trace) == set()
+    # 26 of the 27 visible chunks hold "npm", 26 outside npm.md's one.
+    assert trace.corpus["common_titles"] == [("npm", 26, 26)]
+    assert "'npm' (its rarest word in 26 of the 26 chunks outside it)" in trace.format()
+    # A question about nothing but the title's words still names it.
+    _, trace = recaller.trace(alice, "what is npm?")
+    assert direct_titles(trace) == {"npm"}
+    # Another named title with a rarer word is still a subject: "npm cache" names npm-cache.
+    _, trace = recaller.trace(alice, "how does npm cache clean work?")
+    assert direct_titles(trace) == {"npm-cache"}
+    # carol also sees thirty pages without the word: 26 of 56 chunks outside npm.md hold
+    # it, npm is named.
+    _, trace = recaller.trace(carol, question)
+    assert direct_titles(trace) == {"npm"}
+    assert "common_titles" not in trace.corpus
+    # Both bounds are settings: at a share of 1.0, or a floor above 26 chunks, npm is named.
+    for overrides in ({"recall_title_common_share": 1.0}, {"recall_title_common_min": 27}):
+        _, trace = recaller_with(app_engine, settings, embedder, **overrides).trace(alice, question)
+        assert direct_titles(trace) == {"npm"}, overrides
+
+
 def test_a_long_named_document_puts_its_best_chunks_first_and_the_rest_compete(
         tenant_factory, app_engine, embedder, settings, recaller):
     t = tenant_factory("team")

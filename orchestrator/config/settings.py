@@ -73,6 +73,12 @@ class Settings(BaseSettings):
     recall_title_docs: int = 8
     recall_title_chunks: int = 3
     recall_title_max_words: int = 16
+    # A title whose every word more than this share of the reader's visible chunks outside
+    # its document hold, and at least recall_title_common_min of them, names no document in
+    # particular when the question asks about more than the title (the corpus's topic:
+    # "npm" in npm's own docs).
+    recall_title_common_share: float = 0.5
+    recall_title_common_min: int = 20
     recall_catalog_limit: int = 50
     # RRF's k and the weights of the dense and the lexical ranks in the source lanes' fusion.
     # A small k lets the first ranks of each lane lead (the pools are small, 40 each); the

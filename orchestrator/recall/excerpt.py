@@ -74,20 +74,24 @@ def parts(text: str) -> list[tuple[int, int]]:
 
 
 def best_run(text: str, question: str, room_chars: int, shown: str = "") -> tuple[int, int] | None:
-    """(start, end) of the run of consecutive parts within ``room_chars`` that holds the
-    most distinct question terms; on a tie the run that opens with a part holding one (the
-    run starts at what was asked for, not before it), then the earliest (the text's opening
-    when no part holds one). A run never ends on a heading (what it heads is cut off) unless
-    the heading is all of it. A term ``shown`` already holds (the item's header shows its
-    title) counts only when nothing else of the question does. When no part is that short
-    (one long sentence, a code block), the part holding the most terms, cut at the last
-    space within ``room_chars``; None when not even a word fits."""
+    """(start, end) of the run of consecutive parts within ``room_chars`` that holds the most
+    distinct question terms; on a tie the run that opens with a part holding one (the run
+    starts at what was asked for, not before it), then one that opens on prose rather than a
+    fenced code block (a synopsis block "npm" says less of npm than "npm is the package
+    manager ..."), then the earliest (the text's opening when no part holds one). A run
+    never ends on a heading (what it heads is cut off) unless the heading is all of it. A
+    term ``shown`` already holds (the item's header shows its title) counts only when
+    nothing else of the question does. When no part is that short (one long sentence, a code
+    block), the part holding the most terms, cut at the last space within ``room_chars``;
+    None when not even a word fits."""
     spans = parts(text)
     wanted = terms(question) - terms(shown) or terms(question)
     found = [terms(text[s:e]) & wanted for s, e in spans]
     heading = [not text[text.rfind("\n", 0, s) + 1:s].strip() and _HEADING.match(text, s) is not None
                for s, _ in spans]
-    best: tuple[int, bool, int, int] | None = None  # (terms held, opens on one, start, end)
+    prose = [not _FENCE.match(text, s) for s, _ in spans]
+    # (terms held, opens on one, opens on prose, start, end)
+    best: tuple[int, bool, bool, int, int] | None = None
     for i, (start, _) in enumerate(spans):
         held: set[str] = set()
         end, kept = None, 0
@@ -100,11 +104,11 @@ def best_run(text: str, question: str, room_chars: int, shown: str = "") -> tupl
                 kept = len(held)
         if end is None:
             continue
-        rank = (kept, bool(found[i]))
-        if best is None or rank > best[:2]:
+        rank = (kept, bool(found[i]), prose[i])
+        if best is None or rank > best[:3]:
             best = (*rank, start, end)
     if best is not None:
-        return best[2], best[3]
+        return best[3], best[4]
     if not spans:
         return None
     start = spans[max(range(len(spans)), key=lambda i: (len(found[i]), -i))][0]

@@ -212,6 +212,8 @@ class StatementLimits:
     title_docs: int = 8
     title_chunks: int = 3
     title_max_words: int = 16
+    title_common_share: float = 0.5
+    title_common_min: int = 20
     catalog_limit: int = 50
     rrf_k: int = 10
     dense_weight: float = 1.0
@@ -242,6 +244,8 @@ class StatementLimits:
             lexical_rows=settings.recall_lexical_rows,
             title_docs=settings.recall_title_docs, title_chunks=settings.recall_title_chunks,
             title_max_words=settings.recall_title_max_words,
+            title_common_share=settings.recall_title_common_share,
+            title_common_min=settings.recall_title_common_min,
             catalog_limit=settings.recall_catalog_limit, rrf_k=settings.recall_rrf_k,
             dense_weight=settings.recall_dense_weight, lexical_weight=settings.recall_lexical_weight,
             bm25_k1=settings.recall_bm25_k1, bm25_b=settings.recall_bm25_b,
@@ -326,6 +330,10 @@ class _Builder:
         self.lane_rows: list[Select[Any]] = []  # fused per item
         self.source_rows: Any = None
         self.extra_rows: list[Select[Any]] = []  # catalogs, seeds, corpus statistics
+        # The lexical lane's per-term df and visible corpus CTEs (``portable_lexical``), for
+        # the title lane's test of a title most visible chunks hold.
+        self.lexical_df: Any = None
+        self.lexical_corpus: Any = None
 
     # -- helpers -------------------------------------------------------------------
 
@@ -423,14 +431,57 @@ class _Builder:
                 seed_keys = cast(select(func.array_agg(func.recall.title_key(seeds.c.canonical_name)))
                                  .scalar_subquery(), ARRAY(Text()))
                 ngram_keys = func.array_cat(ngram_keys, seed_keys, type_=ARRAY(Text()))
-            named = (
-                select(d.id.label("document_id"), doc_key.label("key"))
+            candidates = (
+                select(d.id.label("document_id"), doc_key.label("key"), d.title)
                 .where(d.tenant_id == tenant, doc_key == any_(ngram_keys), doc_key != "",
                        _current(d))
                 .order_by(func.length(doc_key).desc(), d.id)
                 .limit(lim.title_docs)
-                .cte("named_titles")
             )
+            if self.lexical_df is not None:
+                # A title whose every word more than ``title_common_share`` of the visible
+                # chunks outside its document hold (and at least ``title_common_min`` of
+                # them) is the corpus's topic, not a document the question singles out, when
+                # the question asks about more than it: "where does npm keep its cache?"
+                # names npm, not the page titled "npm" of npm's own docs (565 of the 629
+                # other chunks hold "npm"); "what is npm?" still names that page, and a long
+                # note whose own chunks say its title stays named. Such a title names
+                # nothing (the trace lists it). The dfs are the lexical lane's, over what
+                # the reader may see, less the document's own chunks (as if each held the
+                # word); a word the question does not hold (a title named through an
+                # entity's alias) counts as rare.
+                cfg = cast(literal(TS_CONFIG), REGCONFIG)
+                title_words = func.tsvector_to_array(func.to_tsvector(cfg, d.title),
+                                                     type_=ARRAY(Text()))
+                lexemes = func.unnest(title_words).table_valued("lexeme").render_derived(
+                    name="title_lexeme")
+                df, corpus = self.lexical_df, self.lexical_corpus
+                own = Chunk.__table__.alias("title_own_chunk")
+                own_chunks = (select(func.count()).select_from(own)
+                              .where(own.c.tenant_id == tenant, own.c.document_id == d.id)
+                              .scalar_subquery())
+                rarest = (select(func.min(func.coalesce(df.c.df, 0)))
+                          .select_from(lexemes.outerjoin(df, df.c.lexeme == lexemes.c.lexeme))
+                          .scalar_subquery())
+                beyond = exists().where(df.c.lexeme != func.all_(title_words))
+                candidates = candidates.add_columns(
+                    (rarest - own_chunks).label("elsewhere"), own_chunks.label("own_chunks"),
+                    beyond.label("beyond"))
+                named_all = candidates.cte("named_titles_all")
+                share = bindparam("title_common_share", lim.title_common_share, type_=Double)
+                least = bindparam("title_common_min", lim.title_common_min, type_=BigInteger)
+                others = select(corpus.c.n).scalar_subquery() - named_all.c.own_chunks
+                common = func.coalesce(and_(
+                    named_all.c.beyond, named_all.c.elsewhere >= least,
+                    cast(named_all.c.elsewhere, Double) > share * others), False)
+                named = (select(named_all.c.document_id, named_all.c.key)
+                         .where(~common).cte("named_titles"))
+                self.extra_rows.append(select(*_row(
+                    lane=literal("title_common"), text=named_all.c.title,
+                    item_count=named_all.c.elsewhere,
+                    lane_rank=cast(others, BigInteger))).where(common))
+            else:
+                named = candidates.cte("named_titles")
             other = named.alias("other_title")
             padded = literal(" ")
             contained = exists().where(
@@ -636,6 +687,7 @@ class _Builder:
             cast(func.coalesce(func.sum(LexicalStat.chunks), 0), Double).label("n"),
             cast(func.coalesce(func.sum(LexicalStat.tokens), 0), Double).label("total"),
         ).where(LexicalStat.tenant_id == tenant).cte("lexical_corpus")
+        self.lexical_df, self.lexical_corpus = term_df, stats
         k1 = bindparam("bm25_k1", lim.bm25_k1, type_=Double)
         b = bindparam("bm25_b", lim.bm25_b, type_=Double)
         df = cast(hits.c.df, Double)

@@ -224,6 +224,9 @@ def candidates_from_rows(rows: Sequence[Mapping[Any, Any]], *, catalog_rrf: floa
         elif lane == "lexical_term":
             corpus.setdefault("terms", []).append(
                 (row["text"], int(row["item_count"] or 0), int(row["lane_rank"] or 0)))
+        elif lane == "title_common":
+            corpus.setdefault("common_titles", []).append(
+                (row["text"], int(row["item_count"] or 0), int(row["lane_rank"] or 0)))
         elif lane == "seed":
             corpus["seeds"].append(row["subject"])
         elif lane == "hydration_dropped":

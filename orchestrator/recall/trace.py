@@ -104,6 +104,12 @@ class Trace:
             terms = sorted(self.corpus["terms"], key=lambda t: (t[1], t[0]))
             lines.append("lexical terms, rarest first (df: chunks scored): " + ", ".join(
                 f"{lexeme} {df}: {'all' if took == df else took}" for lexeme, df, took in terms))
+        if self.corpus.get("common_titles"):
+            lines.append("titles the question names that most other visible chunks hold (they "
+                         "name no document; `recall_title_common_share`): " + ", ".join(
+                             f"{title!r} (its rarest word in {df} of the {others} chunks "
+                             "outside it)"
+                             for title, df, others in sorted(self.corpus["common_titles"])))
         if self.corpus.get("seeds") is not None:
             # Two entities may share a name (spaCy typed "Installs" a place and an
             # organisation): one name, with how many entities carry it.
