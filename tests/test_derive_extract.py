@@ -1003,7 +1003,7 @@ def test_a_list_items_first_word_names_only_a_known_entity(
         names = set(s.execute(select(Entity.canonical_name)).scalars())
     assert "Marco" in names and not {"Budget", "Schema"} & names, sorted(names)
     assert first.openers_skipped >= 2, first.openers_skipped
-    assert f"{first.openers_skipped} list-item or heading first words naming no known" in first.line()
+    assert f"{first.openers_skipped} words capitalised by their place (list items'" in first.line()
     # Once "Budget" is known (by hand here), the same line names it.
     with bound_session(app_engine, writer) as s:
         budget = resolve_entity(s, "organization", "Budget", ("team",))

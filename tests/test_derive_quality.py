@@ -420,6 +420,42 @@ def test_a_name_the_parser_ran_a_heading_into_is_the_part_below_it():
     assert said and not [t for t in said if t.startswith("On Windows: On Windows")], said
 
 
+def test_a_heading_of_ordinary_words_or_an_adjective_by_its_place_names_only_a_known_entity():
+    """npm's docs (rules 14): section headings of ordinary words ("### Token Behavior",
+    "#### Audit Signatures") were people and organisations, and "Valid values for ..." made
+    a group "Valid" of 40 claims. Such mentions are weak (they name an entity only where
+    one is known); names in headings, nationalities and speakers stay names."""
+    from orchestrator.derive.nlp import SpacyEntities, load_spacy, read
+
+    body = ("### Token Behavior\n\nIn order to avoid processing the node_modules folder "
+            "repeatedly, npm caches the token and its behavior.\n\n"
+            "#### Audit Signatures\n\nTo verify audit signatures, npm reads the registry "
+            "signatures of each package.\n\n"
+            "Valid values for the workspace config are either a name or a path.\n\n"
+            "## Priya Raman\n\nPriya leads the platform team.\n\n"
+            "### Windows PowerShell\n\nOpen windows with a shell; French and Korean docs "
+            "ship. Korean docs are new.\n")
+    text = mask_markup(body)
+    doc = load_spacy()(text)
+    mentions = SpacyEntities("x").mentions([text], [doc])[0]
+    typed = {text[m.start:m.end]: m.entity_type for m in mentions}
+    assert {"Token Behavior", "Audit Signatures", "Valid"} <= typed.keys(), typed  # NER's
+    found = {e.name: e.weak for s in read(doc, mentions, original=body, context=text)
+             for e in s.entities}
+    assert found.get("Token Behavior") is True and found.get("Audit Signatures") is True, found
+    assert found.get("Valid") is True, found
+    for name in ("Priya Raman", "Windows PowerShell", "French", "Korean"):
+        assert found.get(name) is False, (name, found)
+    # After a colon a word is capitalised by its place, not inside a sentence: a value its
+    # document also writes in lower case is an ordinary word.
+    body = "#### `name`\n\n* Type: String\n\nThe name is a string of at most 214 characters.\n"
+    text = mask_markup(body)
+    doc = load_spacy()(text)
+    said = {e.name for s in read(doc, SpacyEntities("x").mentions([text], [doc])[0],
+                                 original=body, context=text) for e in s.entities}
+    assert "String" not in said, said
+
+
 def test_a_person_whose_name_no_person_has_is_a_product():
     """The small model types software, formats and units as people, and each got a person's
     profile (35 of 173 "people" of a folder of Node.js, Debian and Python docs)."""

@@ -129,7 +129,9 @@ class ExtractReport:
     skipped: list[poison.Skipped] = field(default_factory=list)  # what was left out, and why
     opted_out: int = 0  # chunks of documents with extract: false whose earlier reading was withdrawn
     aliases_removed: int = 0  # aliases a note's front matter gave and no document gives any longer
-    openers_skipped: int = 0  # list items' and headings' first words that name no known entity
+    # list items' and headings' first words, heading labels and adjectives by their place
+    # (``Entity.weak``) that name no known entity
+    openers_skipped: int = 0
     backend: str = ""
     notice: str | None = None
     more: bool = False  # stopped at the limit: more chunks are waiting
@@ -159,8 +161,9 @@ class ExtractReport:
         if self.aliases_removed:
             out += f", {self.aliases_removed} aliases no note gives any longer removed"
         if self.openers_skipped:
-            out += (f", {self.openers_skipped} list-item or heading first words naming no known "
-                    "entity left out")
+            out += (f", {self.openers_skipped} words capitalised by their place (list items', "
+                    "headings' and sentences' openers, heading labels) naming no known entity "
+                    "left out")
         left = "".join([f", {self.skipped_mentions} entity mentions too long to be a name skipped"
                         if self.skipped_mentions else "",
                         f", {self.skipped_chunks} chunks skipped" if self.skipped_chunks else ""])

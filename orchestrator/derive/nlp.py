@@ -62,7 +62,7 @@ ENTITY_TYPES = {
 }
 # Bumped whenever the rules below change what a chunk yields, so every chunk read under
 # older rules is read again (its stale claims retracted, the new ones written).
-RULES_VERSION = "rules-13"  # 4: markup masked over the whole document (stop 25); 5: a claim's
+RULES_VERSION = "rules-14"  # 4: markup masked over the whole document (stop 25); 5: a claim's
 # sentence keeps its inline code, and a blank line ends a sentence (stop 26); 6: inline code
 # that wraps over a line break is code, MyST roles and targets are markup, no name or sentence
 # runs over two Markdown blocks, names lose trailing punctuation and a leading "E.g." (stop 27);
@@ -81,7 +81,10 @@ RULES_VERSION = "rules-13"  # 4: markup masked over the whole document (stop 25)
 # document's front matter aliases are aliases of the entity its title names, and a "person"
 # whose last word is a product's kind or a company's form is none (stop 36); 13: a list
 # item's or heading's capitalised first word names only a known entity (``_list_opener``,
-# stop 38)
+# stop 38); 14: so does a heading's run of words its document writes in lower case ("###
+# Hidden Lockfiles") and a "group" that is an adjective capitalised by its place ("Valid
+# values"); a colon no longer makes the word after it "inside a sentence"
+# (``_heading_label``, ``_positional_adjective``, stop 39)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -158,8 +161,9 @@ def choose_backend(settings: Settings) -> BackendChoice:
 class Entity:
     entity_type: str
     name: str
-    # Only a word that opens a list item or a heading (``_list_opener``): it names an entity
-    # already known, never a new one. Not part of equality: the same name elsewhere is one entity.
+    # Only a word capitalised by its place (``_list_opener``, ``_positional_adjective``) or
+    # a heading's run of ordinary words (``_heading_label``): it names an entity already known,
+    # never a new one. Not part of equality: the same name elsewhere is one entity.
     weak: bool = field(default=False, compare=False)
 
 
@@ -223,9 +227,10 @@ def crosses_block(written: str, start: int, end: int) -> bool:
 
 
 _WORD = re.compile(r"[^\W\d_]+")
-# A capitalised word inside a sentence: after a letter or digit (and a comma, semicolon,
-# colon or closing parenthesis), never after a full stop.
-_INSIDE = re.compile(r"[^\W_][,;:)]? +([A-Z][^\W\d_A-Z]+)(?![^\W\d_])")
+# A capitalised word inside a sentence: after a letter or digit (and a comma, semicolon
+# or closing parenthesis), never after a full stop or a colon (a label's value: "Type:
+# Boolean", "Default: Public" capitalise by their place).
+_INSIDE = re.compile(r"[^\W_][,;)]? +([A-Z][^\W\d_A-Z]+)(?![^\W\d_])")
 
 
 @lru_cache(maxsize=16)
@@ -423,6 +428,82 @@ def _list_opener(span: Any, written: str, context: str | None) -> bool:
     return word not in _vocabulary(context if context is not None else span.doc.text)[1]
 
 
+@lru_cache(maxsize=4)
+def _lexicon(nlp: Any, pos: tuple[str, ...] = ("noun", "verb", "adj", "adv")) -> frozenset[str]:
+    """The base forms the pipeline's lemmatizer indexes for the parts of speech ``pos`` (the
+    packaged model's ``lemma_index``, from WordNet: English words, a few names among them:
+    "linux", "paris", "obsidian"); empty where the pipeline has no such table."""
+    try:
+        table = nlp.get_pipe("lemmatizer").lookups.get_table("lemma_index")
+    except (KeyError, ValueError, AttributeError):
+        return frozenset()
+    out: set[str] = set()
+    for part in pos:
+        if part in table:
+            out.update(table[part])
+    return frozenset(out)
+
+
+def _english(word: str, lexicon: frozenset[str]) -> bool:
+    """Whether ``word`` (any case) or its singular is in ``lexicon``."""
+    w = word.lower()
+    return any(f in lexicon for f in (w, w[:-1] if w.endswith("s") else "",
+                                      w[:-2] if w.endswith("es") else "",
+                                      w[:-3] + "y" if w.endswith("ies") else "") if f)
+
+
+def _by_place(written: str, at: int) -> bool:
+    """Whether a word at offset ``at`` of ``written`` is capitalised by its place: the first
+    word of its line (after a list marker, a heading's hashes, emphasis or a quote), of a
+    sentence (after ".", "!" or "?"), or after a colon ("Type: Boolean")."""
+    line_start = written.rfind("\n", 0, at) + 1
+    before = written[line_start:at]
+    if _OPENER_PREFIX.fullmatch(before) or not before.strip(" \t*_\"'(["):
+        return True
+    return before.rstrip(" \t*_\"'([").endswith((".", "!", "?", ":"))
+
+
+def _positional_adjective(span: Any, entity_type: str, written: str, context: str | None,
+                          nlp: Any) -> bool:
+    """Whether a one-word "group" is an adjective capitalised only by its place
+    (``_by_place``): "Valid values for the config are ...", "Fantastic!". NER types
+    nationalities and languages as groups, and they are adjectives too, so a group the
+    tagger reads as an adjective stays one (``_common_word``); but an adjective WordNet has
+    as no noun ("valid", "fantastic"; "French" and "Korean" are nouns too), that the tagger
+    does not read as a proper noun and that ``context`` never capitalises inside a
+    sentence, names a group only where one is known already (``Entity.weak``). A one-word
+    name of any other type is not judged so: half of the commonest English first names are
+    WordNet words ("Sam", "Will", "Grace", "Caroline"), and a chat line's speaker ("Caroline:
+    Hey Mel!") is capitalised by its place and read as a common noun."""
+    if entity_type != "group" or len(span) != 1:
+        return False
+    token = span[0]
+    word = token.text
+    if not (word.isalpha() and word[0].isupper() and word[1:].islower()):
+        return False
+    if token.tag_ in ("NNP", "NNPS") or not _by_place(written, span.start_char):
+        return False
+    lexicon = _lexicon(nlp, ("adj",))
+    if word.lower() not in lexicon or _english(word, _lexicon(nlp, ("noun",))):
+        return False
+    return word not in _vocabulary(context if context is not None else span.doc.text)[1]
+
+
+def _heading_label(span: Any, written: str, context: str | None) -> bool:
+    """Whether a mention of two or more words on a heading line is a section's label of
+    ordinary words ("### Hidden Lockfiles", "#### Audit Signatures", "## Granular Access
+    Tokens"): each word capitalised or lower case, letters only, and written in lower case
+    elsewhere by ``context`` (the document). Such a run names an entity only where one is
+    known (``Entity.weak``); a name holds a word its document never writes in lower case
+    ("## Priya Raman", "### Windows PowerShell", "## Travis CI")."""
+    words = [w for w in _SPACES_HYPHENS.split(span.text) if w and w not in ("&", "+", ",")]
+    if len(words) < 2 or not _in_heading(written, span.start_char):
+        return False
+    lower = _vocabulary(context if context is not None else span.doc.text)[0]
+    return all(w.isalpha() and (w.islower() or (w[0].isupper() and w[1:].islower()))
+               and w.lower() in lower for w in words)
+
+
 # What a name never holds: a dash between spaces (a glossary's "RFC - Request For
 # Comments - A Document"), or a lower-case verb ("Windows is Experimental"); nor does it end
 # in a lower-case word that is no noun ("Node.js supports", "Node.js via", "Node.js first").
@@ -546,7 +627,10 @@ def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
             continue
         if (not gates and not any(ch.isalnum() for ch in name)) or any(t.i in owner for t in span):
             continue
-        weak = gates and _list_opener(span, written if written is not None else doc.text, context)
+        as_written = written if written is not None else doc.text
+        weak = gates and (_list_opener(span, as_written, context)
+                          or _positional_adjective(span, m.entity_type, as_written, context, nlp)
+                          or _heading_label(span, as_written, context))
         entity = Entity(_person_or_product(name, m.entity_type) if gates else m.entity_type, name,
                         weak)
         for t in span:
