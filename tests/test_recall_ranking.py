@@ -587,6 +587,35 @@ def test_candidates_carry_the_stored_embeddings_exactly(tenant_factory, app_engi
             assert np.array_equal(c.embedding, np.asarray(stored, dtype=np.float32))
 
 
+def test_the_candidates_and_their_features_do_not_follow_the_statements_row_order(
+        tenant_factory, app_engine, embedder, settings, monkeypatch):
+    """The statement's rows come in its plan's order, which follows the random row ids: the
+    same notes ingested twice came back in another order, and the features that read the
+    list in order (what is fused above a candidate, the best source's time), the models
+    trained on them and the cross-validated figures changed from run to run. The candidates
+    are put in fused order with meaningful ties, whatever order the rows came in."""
+    from orchestrator.recall import service
+    from orchestrator.recall.tail import candidates_from_rows
+
+    alice = tenant_factory("team").identity("alice", write=("team",))
+    write_documents(app_engine, alice, embedder, NOTES, settings)
+    captured: list[list[dict]] = []
+    loaded = service._loaded
+    monkeypatch.setattr(service, "_loaded", lambda result: captured.append(loaded(result))
+                        or captured[-1])
+    recaller_with(app_engine, settings, embedder).trace(alice, "when is the boiler serviced?")
+    rows = captured[-1]
+    assert len(rows) > 5
+    ctx = RankContext("when is the boiler serviced?", "alice",
+                      embedder.embed_query("when is the boiler serviced?"))
+    got = []
+    for ordered in (rows, rows[::-1]):
+        candidates, _ = candidates_from_rows(ordered, catalog_rrf=0.01)
+        got.append(([c.key for c in candidates], feature_matrix(candidates, ctx)))
+    assert got[0][0] == got[1][0]
+    assert np.array_equal(got[0][1], got[1][1], equal_nan=True)
+
+
 def test_usage_rows_store_the_feature_values_exactly_and_missing_ones_as_null(
         tenant_factory, app_engine):
     """The features go to PostgreSQL as one real[] literal: every float32 value comes back

@@ -261,6 +261,11 @@ def candidates_from_rows(rows: Sequence[Mapping[Any, Any]], *, catalog_rrf: floa
             updated_at=max((r["updated_at"] for r in projects if r["updated_at"]), default=None),
             lanes={"projects": len(projects)}, rrf=catalog_rrf,
         ))
+    # In fused order, ties by meaningful keys: the statement's row order follows its plan and
+    # the random row ids, and the ranker's features read the list in order (what is fused
+    # "above" a candidate, the best source's time), as does training: the same data ingested
+    # twice must give the same features and the same models.
+    out.sort(key=lambda c: (-c.rrf, stable_key(c)))
     return out, corpus
 
 
