@@ -332,7 +332,7 @@ def test_a_comment_a_dash_a_verb_inside_or_shorthand_is_not_part_of_a_name():
     name on into the verb or preposition after it ("Node.js supports", "Node.js via",
     "Windows is Experimental"). Chat shorthand (WIP, LGTM) and a date format's placeholder
     (YYYY) name nothing. Each of these was an entity of a folder of Node.js docs (stop 34)."""
-    from orchestrator.derive.nlp import SpacyEntities, _verb_form, _verbs, load_spacy, read
+    from orchestrator.derive.nlp import SpacyEntities, _lemma_index, _verb_form, load_spacy, read
 
     body = ("# Timers\n\n"
             "<!-- YAML\nchanges:\n  - version: v6.8.0\n"
@@ -359,7 +359,7 @@ def test_a_comment_a_dash_a_verb_inside_or_shorthand_is_not_part_of_a_name():
     assert {"Node.js", "Windows", "TSC", "Ada Lovelace", "Grace Hopper"} <= found, found
     assert not found & (junk | {"UNC", "Node.js Permission Model", "LGTM", "AFAIK"}), found
     # A verb in the third person is a verb form, as its base and -ing forms are.
-    verbs = _verbs(nlp)
+    verbs = _lemma_index(nlp, "verb")
     assert all(_verb_form(w, verbs) for w in ("Cancels", "applies", "pushes", "Returns"))
     assert not any(_verb_form(w, verbs) for w in ("Jones", "Rogers", "Evans"))
 

@@ -283,12 +283,13 @@ def _common_word(span: Any, entity_type: str, context: str | None = None) -> boo
     return word.lower() in lower and word not in inside
 
 
-@lru_cache(maxsize=4)
-def _verbs(nlp: Any) -> frozenset[str]:
-    """The base forms the pipeline's lemmatizer indexes as verbs (the packaged model's
-    ``lemma_index`` table, from WordNet); empty where the pipeline has no such table."""
+@lru_cache(maxsize=8)
+def _lemma_index(nlp: Any, pos: str) -> frozenset[str]:
+    """The base forms the pipeline's lemmatizer indexes for the part of speech ``pos``
+    ("verb", "noun", "adj", "adv": the packaged model's ``lemma_index`` table, from WordNet,
+    a few names among them: "linux", "paris"); empty where the pipeline has no such table."""
     try:
-        return frozenset(nlp.get_pipe("lemmatizer").lookups.get_table("lemma_index")["verb"])
+        return frozenset(nlp.get_pipe("lemmatizer").lookups.get_table("lemma_index")[pos])
     except (KeyError, ValueError, AttributeError):
         return frozenset()
 
@@ -343,7 +344,7 @@ def _opens_with_verb(span: Any, nlp: Any) -> bool:
     line_start = text.rfind("\n", 0, first.idx) + 1
     if not (first.is_sent_start or _LINE_LABEL.fullmatch(text, line_start, first.idx)):
         return False
-    if not _verb_form(word, _verbs(nlp)):
+    if not _verb_form(word, _lemma_index(nlp, "verb")):
         return False
     line_end = text.find("\n", first.idx)
     rest = text[first.idx + len(word):len(text) if line_end < 0 else line_end][:200]
@@ -428,30 +429,6 @@ def _list_opener(span: Any, written: str, context: str | None) -> bool:
     return word not in _vocabulary(context if context is not None else span.doc.text)[1]
 
 
-@lru_cache(maxsize=4)
-def _lexicon(nlp: Any, pos: tuple[str, ...] = ("noun", "verb", "adj", "adv")) -> frozenset[str]:
-    """The base forms the pipeline's lemmatizer indexes for the parts of speech ``pos`` (the
-    packaged model's ``lemma_index``, from WordNet: English words, a few names among them:
-    "linux", "paris", "obsidian"); empty where the pipeline has no such table."""
-    try:
-        table = nlp.get_pipe("lemmatizer").lookups.get_table("lemma_index")
-    except (KeyError, ValueError, AttributeError):
-        return frozenset()
-    out: set[str] = set()
-    for part in pos:
-        if part in table:
-            out.update(table[part])
-    return frozenset(out)
-
-
-def _english(word: str, lexicon: frozenset[str]) -> bool:
-    """Whether ``word`` (any case) or its singular is in ``lexicon``."""
-    w = word.lower()
-    return any(f in lexicon for f in (w, w[:-1] if w.endswith("s") else "",
-                                      w[:-2] if w.endswith("es") else "",
-                                      w[:-3] + "y" if w.endswith("ies") else "") if f)
-
-
 def _by_place(written: str, at: int) -> bool:
     """Whether a word at offset ``at`` of ``written`` is capitalised by its place: the first
     word of its line (after a list marker, a heading's hashes, emphasis or a quote), of a
@@ -483,8 +460,8 @@ def _positional_adjective(span: Any, entity_type: str, written: str, context: st
         return False
     if token.tag_ in ("NNP", "NNPS") or not _by_place(written, span.start_char):
         return False
-    lexicon = _lexicon(nlp, ("adj",))
-    if word.lower() not in lexicon or _english(word, _lexicon(nlp, ("noun",))):
+    lower = word.lower()
+    if lower not in _lemma_index(nlp, "adj") or lower in _lemma_index(nlp, "noun"):
         return False
     return word not in _vocabulary(context if context is not None else span.doc.text)[1]
 
