@@ -478,6 +478,10 @@ def test_the_part_cut_to_fit_never_exceeds_the_budget_and_is_the_chunks_own_text
     text = "```bash\nnpm\n```\n\n### Description\n\nnpm is the package manager for Node."
     a, b = best_run(text, "what is npm?", 60, shown="npm")
     assert text[a:b] == "npm is the package manager for Node."
+    # A block indented under a list item is code too.
+    listed = "- Synopsis:\n\n  ```bash\n  npm\n  ```\n\n  npm is the package manager for Node."
+    a, b = best_run(listed, "what is npm?", 60, shown="npm")
+    assert listed[a:b] == "npm is the package manager for Node."
     a, b = best_run(text, "what does npm --version print in bash?", 60, shown="npm")
     assert text[a:b] == "```bash\nnpm\n```"  # more of the question: the block
 

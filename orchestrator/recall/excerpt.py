@@ -44,6 +44,13 @@ _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})[^\n]*(?:\n.*?^ {0,3}\1[`~]*[ \t]*$|.*
                     re.MULTILINE | re.DOTALL)
 
 
+def _fences(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each fenced code block of ``text``, from its opening backticks or
+    tildes (after up to three spaces) to its closing fence or the end of the text."""
+    return [(m.start() + len(m.group()) - len(m.group().lstrip()), m.end())
+            for m in _FENCE.finditer(text)]
+
+
 def parts(text: str) -> list[tuple[int, int]]:
     """(start, end) of each sentence or line of ``text``, surrounding blanks left out; a
     fenced code block is one part (a part never opens a fence it does not close)."""
@@ -60,8 +67,7 @@ def parts(text: str) -> list[tuple[int, int]]:
         if m is not None:
             at = m.end()
     out: list[tuple[int, int]] = []
-    fences = [(m.start() + len(m.group()) - len(m.group().lstrip()), m.end())
-              for m in _FENCE.finditer(text)]
+    fences = _fences(text)
     for start, end in pieces:
         for a, b in fences:
             if a < end and start < b:  # a piece of a code block stands for the whole block
@@ -89,7 +95,9 @@ def best_run(text: str, question: str, room_chars: int, shown: str = "") -> tupl
     found = [terms(text[s:e]) & wanted for s, e in spans]
     heading = [not text[text.rfind("\n", 0, s) + 1:s].strip() and _HEADING.match(text, s) is not None
                for s, _ in spans]
-    prose = [not _FENCE.match(text, s) for s, _ in spans]
+    # A part that opens a code block opens where the block does (``parts``), indented or not.
+    code = {a for a, _ in _fences(text)}
+    prose = [s not in code for s, _ in spans]
     # (terms held, opens on one, opens on prose, start, end)
     best: tuple[int, bool, bool, int, int] | None = None
     for i, (start, _) in enumerate(spans):
