@@ -115,6 +115,7 @@ def test_a_title_most_visible_chunks_hold_names_no_document(
     # 26 of the 27 visible chunks hold "npm", 26 outside npm.md's one.
     assert trace.corpus["common_titles"] == [("npm", 26, 26)]
     assert "'npm' (its rarest word in 26 of the 26 chunks outside it)" in trace.format()
+    assert "Board minutes" not in trace.format()  # carol's pages count for carol only
     # A question about nothing but the title's words still names it.
     _, trace = recaller.trace(alice, "what is npm?")
     assert direct_titles(trace) == {"npm"}

@@ -80,6 +80,7 @@ from orchestrator.recall.tail import (
     drop_redundant_derived,
     keep_direct_best,
     order,
+    stable_key,
     suppress_duplicates,
     trim_overlaps,
 )
@@ -555,7 +556,7 @@ class Recaller:
             if detail:
                 for lane, rank_key in POOLS.items():
                     pool = sorted((c for c in candidates if rank_key in c.lanes),
-                                  key=lambda c, k=rank_key: (c.lanes[k], c.key))  # type: ignore[misc]
+                                  key=lambda c, k=rank_key: (c.lanes[k], stable_key(c)))  # type: ignore[misc]
                     if pool or getattr(shape, lane):
                         trace.pools[lane] = [item(c) for c in pool]
                 for kind in ("area_catalog", "project_catalog"):
@@ -625,7 +626,7 @@ class Recaller:
                 trace.navigation = (f"{navigation} chunk(s) a table of contents or a list of "
                                     f"links, at {s.recall_navigation_discount:g} of their merit")
             if detail:
-                trace.fused = [item(c) for c in sorted(candidates, key=lambda c: (-c.rrf, c.key))]
+                trace.fused = [item(c) for c in sorted(candidates, key=lambda c: (-c.rrf, stable_key(c)))]
             candidates, trace.precedence = apply_precedence(candidates)
             trace.direct_lost = len(keep_direct_best(candidates, s.recall_title_chunks))
             ordered, dropped = suppress_duplicates(order(candidates), s.recall_duplicate_similarity)
@@ -696,7 +697,7 @@ class Recaller:
             return
         # The reranker sees the complete chunk text, never a truncated one; the
         # pool it scores is the best fused candidates plus every direct subject.
-        pool = sorted(candidates, key=lambda c: (not c.direct, -c.rrf, c.key))
+        pool = sorted(candidates, key=lambda c: (not c.direct, -c.rrf, stable_key(c)))
         pool = pool[: max(self.settings.recall_rerank_candidates,
                           sum(1 for c in candidates if c.direct))]
         if not pool:

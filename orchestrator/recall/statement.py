@@ -443,7 +443,7 @@ class _Builder:
                 # chunks outside its document hold (and at least ``title_common_min`` of
                 # them) is the corpus's topic, not a document the question singles out, when
                 # the question asks about more than it: "where does npm keep its cache?"
-                # names npm, not the page titled "npm" of npm's own docs (565 of the 629
+                # names npm, not the page titled "npm" of npm's own docs (562 of the 626
                 # other chunks hold "npm"); "what is npm?" still names that page, and a long
                 # note whose own chunks say its title stays named. Such a title names
                 # nothing (the trace lists it). The dfs are the lexical lane's, over what
