@@ -118,6 +118,15 @@ def test_a_table_of_contents_or_a_link_list_is_navigational_and_prose_is_not():
     # A long link list among more prose than it: below 60% of the lines.
     assert not navigational(toc + "\n" + "\n".join(f"Paragraph line {n}." for n in range(6)))
 
+    # Link reference definitions (where reference-style links point) are links too; a
+    # toctree directive's page names count for neither side (stop 40).
+    refs = "\n".join(f"[ref-{n}]: https://example.org/{n} \"Page {n}\"" for n in range(6))
+    assert navigational(refs + "\nReport security issues to the list.")
+    assert not navigational(refs.replace("]: ", "] is ", 5))
+    toctree = "```{toctree}\n:hidden:\n\n" + "\n".join(f"page-{n}" for n in range(12)) + "\n```"
+    assert not navigational("Widget is a build tool. It builds widgets.\n\n" + toctree)
+    assert navigational(toctree + "\n" + refs)
+
     nav, prose, fact = (cand("n", toc, merit=1.0), cand("p", "Install the compiler.", merit=0.8),
                         cand("f", toc, merit=1.0, kind="claim"))
     assert discount_navigation([nav, prose, fact], 0.5) == 1

@@ -5,7 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import select
 
+from orchestrator.db.models import Chunk, Document
+from orchestrator.db.session import bound_session
 from tests.support.recall import doc, embedder, recaller, recaller_with, write_documents
 
 __all__ = ["embedder", "recaller"]
@@ -165,9 +168,51 @@ def test_a_long_named_document_puts_its_best_chunks_first_and_the_rest_compete(
     best = sorted(named, key=lambda it: -it.merit)[:len(direct)]
     assert {it.label for it in direct} == {it.label for it in best}
     assert any(not it.direct for it in named)
-    assert f"(their best chunks; {len(named) - len(direct)} more of their chunks compete on " \
-           "merit)" in trace.format()
+    assert (f"(their best chunks, a link list only where nothing else of them was found; "
+            f"{len(named) - len(direct)} more of their chunks compete on merit)") in trace.format()
     assert [e.source.title for e in result.evidence[:len(direct)]] == ["Tide Tables"] * len(direct)
+
+
+def test_a_named_documents_link_list_is_no_direct_subject_while_its_prose_was_found(
+        tenant_factory, app_engine, embedder, settings, recaller):
+    """pip's docs (stop 40): "how do I install a package from a local directory with pip?"
+    names the page titled "pip", whose two chunks were both served first: its overview and
+    a chunk of nothing but link reference definitions ("[pypi]: https://pypi.org/"). The
+    answer, another page, came third and was cut to fit."""
+    t = tenant_factory("team")
+    ident = t.identity(write=("team",))
+    intro = ("# Widget\n\nWidget is the [build tool for gadgets][tool]. You can use it to "
+             "build gadgets from the [Gadget Index][index] and from other indexes.\n\n")
+    prose = " ".join(f"Widget reads the gadget recipe in step {n}, checks every part against "
+                     "the index and writes the finished gadget to the output folder."
+                     for n in range(1, 9))
+    refs = "\n".join(f"[{name}]: https://widget.example/{name}/install-local-folder-{n}"
+                     for n, name in enumerate(("tool", "index", "issues", "chat", "forum", "irc",
+                                               "mail", "wiki")))
+    write_documents(app_engine, ident, embedder, [
+        doc("widget.md", "Widget", intro + prose + "\n\n" + refs + "\n"),
+        doc("local.md", "Local installs", "To install a gadget from a local folder, run "
+            "`widget install ./path/to/folder`: the folder is built and installed as it is."),
+    ], settings)
+    question = "how do I install a gadget from a local folder with widget?"
+    result, trace = recaller.trace(ident, question)
+    with bound_session(app_engine, ident) as session:
+        overview, links = session.execute(
+            select(Chunk.id).join(Document, Document.id == Chunk.document_id)
+            .where(Document.path == "widget.md").order_by(Chunk.ordinal)).scalars().all()
+    direct = {it.label.rsplit("#", 1)[1]: it.direct for it in trace.ordered
+              if it.label.startswith("Widget #")}
+    assert set(direct) == {str(overview), str(links)}, "both chunks must be candidates here"
+    assert direct == {str(overview): True, str(links): False}
+    assert trace.direct_lost == 1
+    # The overview first (the named subject), then the answer; the link list behind it.
+    titles = [e.source.title for e in result.evidence]
+    assert titles[:2] == ["Widget", "Local installs"]
+    assert all("[tool]: https://" not in e.text for e in result.evidence[:2])
+    # With the navigation rule off both chunks of the page are direct, as before.
+    off = recaller_with(app_engine, settings, embedder, recall_navigation_discount=1.0)
+    _, trace = off.trace(ident, question)
+    assert [it.direct for it in trace.ordered if it.label.startswith("Widget #")] == [True, True]
 
 
 def test_project_catalog_lists_only_active_and_waiting_with_state_beside_area(

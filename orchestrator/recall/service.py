@@ -628,7 +628,8 @@ class Recaller:
             if detail:
                 trace.fused = [item(c) for c in sorted(candidates, key=lambda c: (-c.rrf, stable_key(c)))]
             candidates, trace.precedence = apply_precedence(candidates)
-            trace.direct_lost = len(keep_direct_best(candidates, s.recall_title_chunks))
+            trace.direct_lost = len(keep_direct_best(candidates, s.recall_title_chunks,
+                                                        s.recall_navigation_discount < 1.0))
             ordered, dropped = suppress_duplicates(order(candidates), s.recall_duplicate_similarity)
             ordered, trace.redundant = drop_redundant_derived(ordered)
             if s.recall_diverse:

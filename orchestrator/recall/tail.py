@@ -323,18 +323,30 @@ def apply_precedence(candidates: list[Candidate]) -> tuple[list[Candidate], Prec
     return kept, report
 
 
-def keep_direct_best(candidates: list[Candidate], per_document: int) -> list[Candidate]:
+def keep_direct_best(candidates: list[Candidate], per_document: int,
+                     navigation: bool = True) -> list[Candidate]:
     """Keep the direct-subject bit on the ``per_document`` best chunks (by merit, then the
     stable key) of each directly named document; its other chunks lose it and compete on
     merit like any evidence. The statement marks every chunk of a named document that a
     lane found (the ranker's ``direct`` feature), so without this a long named document
-    filled the whole budget before any other evidence. Returns the chunks that lost it."""
+    filled the whole budget before any other evidence. With ``navigation`` (the
+    navigation rule on: ``recall_navigation_discount`` below 1), a chunk that is a table of
+    contents or a link list (``navigational``) loses it too while a chunk of its document
+    that is neither was found: what the named document says comes first, not where it
+    links. Returns the chunks that lost it."""
     by_document: dict[uuid.UUID, list[Candidate]] = {}
     for c in candidates:
         if c.direct and c.source is not None and c.document_id is not None:
             by_document.setdefault(c.document_id, []).append(c)
     lost: list[Candidate] = []
     for chunks in by_document.values():
+        if navigation and len(chunks) > 1:
+            links = [c for c in chunks if navigational(c.text)]
+            if links and len(links) < len(chunks):
+                for c in links:
+                    c.direct = False
+                    lost.append(c)
+                chunks = [c for c in chunks if c.direct]
         for c in sorted(chunks, key=lambda c: (-c.merit, stable_key(c)))[per_document:]:
             c.direct = False
             lost.append(c)
@@ -365,25 +377,44 @@ def assign_merit(candidates: list[Candidate], pin_boost: float) -> None:
 # "1. [Install](install.md)"): a line of a table of contents or a link list.
 _LINK_ITEM = re.compile(r"[ \t]*(?:[-*+]|\d{1,3}[.)])[ \t]+\[[^\]\n]{1,300}\]"
                         r"(?:\([^)\s]{0,500}\)|\[[^\]\n]{0,300}\])?[ \t]*")
+# A link reference definition ("[pypi]: https://pypi.org/", "[`path.posix`]: #pathposix
+# 'title'"): where a document's reference-style links point, usually gathered at its end.
+_LINK_DEFINITION = re.compile(r" {0,3}\[[^\]\n]{1,300}\]:[ \t]*\S{1,500}"
+                              r"(?:[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^)\n]*\)))?[ \t]*")
+# A Sphinx/MyST table-of-contents directive ("```{toctree}"): its lines are page names and
+# options, neither a link nor prose; they count for neither side.
+_TOCTREE = re.compile(r"[ \t]*(`{3,}|~{3,})[ \t]*\{toctree\}")
 _ITEM_MARKS = frozenset("-*+0123456789")
 NAVIGATION_MIN_ITEMS = 5
 NAVIGATION_SHARE = 0.6
 
 
 def navigational(text: str) -> bool:
-    """Whether a chunk is mostly a table of contents or a list of links: five or more list
-    items that are a link and nothing else, and at least 60% of its non-blank lines. Such a
-    chunk repeats a document's headings (every word a question shares with the document),
-    and says nothing the sections it links to do not."""
+    """Whether a chunk is mostly a table of contents or a list of links: five or more lines
+    that are a link and nothing else (a list item holding only a link, or a link reference
+    definition), and at least 60% of its non-blank lines outside a ``{toctree}`` directive.
+    Such a chunk repeats a document's headings (every word a question shares with the
+    document) or its link targets, and says nothing the sections it links to do not."""
     if text.count("]") < NAVIGATION_MIN_ITEMS:
         return False  # too few links to be one (most chunks: one count, no scan)
     items = lines = 0
+    fence = ""  # the open toctree directive's fence
     for line in text.splitlines():
         bare = line.lstrip()
         if not bare:
             continue
+        if fence:
+            if bare.startswith(fence) and not bare[len(fence):].strip():
+                fence = ""
+            continue
+        if bare[0] in "`~" and (toc := _TOCTREE.match(line)):
+            fence = toc.group(1)
+            continue
         lines += 1
-        if bare[0] in _ITEM_MARKS and "[" in bare and _LINK_ITEM.fullmatch(line):
+        if "[" not in bare:
+            continue
+        if (bare[0] in _ITEM_MARKS and _LINK_ITEM.fullmatch(line)) or (
+                bare[0] == "[" and _LINK_DEFINITION.fullmatch(line)):
             items += 1
     return items >= NAVIGATION_MIN_ITEMS and items >= NAVIGATION_SHARE * lines
 

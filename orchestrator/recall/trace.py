@@ -152,7 +152,8 @@ class Trace:
         for c, w in p.contradicted:
             lines.append(f"     demoted {item(c).label}: contradicted by "
                          f"{item(w).label if w is not None else c.contradicted_by}")
-        lost = (f" (their best chunks; {self.direct_lost} more of their chunks compete on merit)"
+        lost = (f" (their best chunks, a link list only where nothing else of them was found; "
+                f"{self.direct_lost} more of their chunks compete on merit)"
                 if self.direct_lost else "")
         navigation = "".join(f"; {note}" for note in (self.named_day, self.navigation) if note)
         lines.append(f"4. order (direct subjects first{lost}, then merit; diversity: "
