@@ -19,12 +19,16 @@ from orchestrator.db.session import bound_session
 from orchestrator.derive.extract import (
     EXTRACTED_CONFIDENCE,
     ExtractOnIngest,
+    ExtractReport,
+    _Chunk,
+    _Writer,
     extract,
     extract_all,
     pending_chunks,
 )
 from orchestrator.derive.nlp import (
     RULES_VERSION,
+    Sentence,
     SpacyEntities,
     When,
     choose_backend,
@@ -32,6 +36,7 @@ from orchestrator.derive.nlp import (
     normalise_date,
     read,
 )
+from orchestrator.derive.nlp import Entity as NlpEntity
 from orchestrator.errors import BadInput
 from orchestrator.ingest.documents import DocumentInput, delete_document, put_document
 from orchestrator.ingest.knowledge import current_facts, resolve_entity
@@ -1114,3 +1119,66 @@ def test_a_document_write_whose_text_is_unchanged_wakes_extraction(
     assert write({}, title="Plain", path="plain.md") == []
     assert write({}, title="Renamed", path="plain.md") == []
     assert write({}, title="Renamed", path="plain.md", state="Active") == []
+
+
+def test_a_name_is_one_entity_whatever_type_the_tagger_gave_each_mention(
+        app_engine: Engine, tenant: TenantFixture) -> None:
+    """Rules 15 (stop 40): the small model called "Node.js" a place in one sentence of
+    Node.js's docs and an organisation in the next, and made an entity of each (25 names in
+    57 entities of 179 on 44 pages of pip's and Node.js's docs). A name's mentions in one
+    scope set now go to one entity: the oldest known of that name whatever its type, else one
+    whose alias it is (of its type), else one made with the type most mentions have."""
+    writer = tenant.identity(write=("team",))
+    team = (tenant.scopes["team"],)
+    chunk = _Chunk(uuid.uuid4(), "", b"", team, "notes/node.md", None, False, False)
+    sentences = [
+        Sentence("Node.js runs JavaScript.", entities=[NlpEntity("place", "Node.js")]),
+        Sentence("Node.js ships npm.", entities=[NlpEntity("organization", "Node.js"),
+                                                 NlpEntity("product", "npm")]),
+        Sentence("Install Node.js first.", entities=[NlpEntity("place", "Node.js")]),
+        Sentence("npm is a tool.", entities=[NlpEntity("organization", "npm")])]
+    with bound_session(app_engine, writer) as s:
+        w = _Writer(s, "test", ExtractReport())
+        w._resolve([chunk], [sentences])
+        made = {(e.entity_type, e.canonical_name) for e in s.execute(select(Entity)).scalars()}
+    ids = w.entity_ids
+    assert ids[(team, "place", "Node.js")] == ids[(team, "organization", "Node.js")]
+    assert ids[(team, "product", "npm")] == ids[(team, "organization", "npm")]
+    # The most mentioned type (two places to one organisation); on a tie the order of
+    # TYPE_PRECEDENCE (an organisation before a product).
+    assert made == {("place", "Node.js"), ("organization", "npm")}, made
+    # A later run finds the entity whatever the type of its mention; another type's alias
+    # is no match ("PR", Priya Raman's alias, typed an organisation, is another entity).
+    # A tenant read under older rules holds one entity per type; the oldest takes every
+    # mention (the organisation "Node.js" made here, as rules 14 would have, takes none).
+    with bound_session(app_engine, writer) as s:
+        priya = resolve_entity(s, "person", "Priya Raman", ("team",))
+        s.execute(text("update knowledge.entities set aliases = array['PR'] where id = :i"),
+                  {"i": priya})
+        newer = resolve_entity(s, "organization", "Node.js", ("team",))
+    with bound_session(app_engine, writer) as s:
+        w = _Writer(s, "test", ExtractReport())
+        w._resolve([chunk], [[Sentence("Node.js and PR.", entities=[
+            NlpEntity("person", "Node.js"), NlpEntity("organization", "Node.js"),
+            NlpEntity("organization", "PR")])]])
+    oldest = ids[(team, "place", "Node.js")]
+    assert newer != oldest
+    assert w.entity_ids[(team, "person", "Node.js")] == oldest
+    assert w.entity_ids[(team, "organization", "Node.js")] == oldest
+    assert w.entity_ids[(team, "organization", "PR")] != priya
+
+
+def test_a_mention_tagged_another_type_than_the_known_entity_names_it(
+        app_engine: Engine, tenant: TenantFixture) -> None:
+    """Through the whole extraction: an entity someone made typed an organisation, and a text
+    whose tagger calls the same name a place, is one entity with the text's claims."""
+    writer = tenant.identity(write=("team",))
+    with bound_session(app_engine, writer) as s:
+        known = resolve_entity(s, "organization", "London", ("team",))
+    _put(app_engine, tenant, "ada.md", TEAM_TEXT, ("team",))
+    with bound_session(app_engine, writer) as s:
+        extract(s)
+        london = s.execute(select(Entity.id).where(Entity.canonical_name == "London")).scalars().all()
+        about = set(s.execute(select(FactClaim.subject_id).where(
+            FactClaim.predicate == "mentioned_in", FactClaim.superseded_at.is_(None))).scalars())
+    assert london == [known] and known in about

@@ -55,7 +55,7 @@ import logging
 import threading
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -74,11 +74,13 @@ from orchestrator.derive import poison
 from orchestrator.derive.nlp import (
     RULES_VERSION,
     SPACY_MODEL,
+    TYPE_PRECEDENCE,
     BackendChoice,
     Entity,
     Sentence,
     choose_backend,
     load_spacy,
+    name_key,
     name_word_key,
     read,
     short_name,
@@ -488,6 +490,7 @@ class _Writer:
         stands_for = self._short_names(batch, read_)
         # entity -> whether every mention of it is weak (one ordinary mention makes it)
         wanted: dict[tuple[uuid.UUID, ...], dict[Entity, bool]] = defaultdict(dict)
+        mentions: Counter[tuple[tuple[uuid.UUID, ...], Entity]] = Counter()
         for chunk, sentences in zip(batch, read_, strict=True):
             for s in sentences:
                 for e in s.entities:
@@ -497,24 +500,47 @@ class _Writer:
                     if (chunk.scopes, e.entity_type, e.name) not in self.entity_ids:
                         known = wanted[chunk.scopes]
                         known[e] = known.get(e, True) and e.weak
+                        mentions[(chunk.scopes, e)] += 1
         for scopes, entities in wanted.items():
             if not entities:
                 continue
+            # One entity per name in a scope set, whatever type the tagger gave each mention
+            # (rules 15): the small model calls "Node.js" a place in one sentence and an
+            # organisation in the next. A name's mentions go to the oldest entity of that name
+            # the chunk's readers can read, whatever its type (so a tenant read under older
+            # rules converges on one as its chunks are read again), else to one whose alias it
+            # is, of their type only ("PR", an alias of the person Priya Raman, is no pull
+            # request); failing both, it is made with the type most of them have.
+            groups: dict[str, list[Entity]] = defaultdict(list)
+            for e in entities:
+                groups[name_key(e.name)].append(e)
+            chosen = {key: min(group, key=lambda e: (-mentions[(scopes, e)],
+                                                     TYPE_PRECEDENCE.get(e.entity_type, 99),
+                                                     e.entity_type, e.name))
+                      for key, group in groups.items()}
             # Sorted: resolution locks per name, and two writers must take them in one order.
             # Within the chunk's scopes: only an entity every reader of the chunk can read
             # (migration 0022), so no claim or profile carries a name its readers may not see.
-            ordered = sorted(entities, key=lambda e: (e.entity_type, e.name.lower(), e.name))
+            ordered = sorted(chosen.values(), key=lambda e: (e.entity_type, e.name.lower(), e.name))
             with savepoint(self.session):
                 ids = self.session.execute(text(
-                    "select u.i, knowledge.resolve_entity_within(u.t, u.n, cast(:s as uuid[]), u.c) "
+                    "select u.i, coalesce((select e.id from knowledge.entities e "
+                    "where e.tenant_id = auth.tenant_id() and e.merged_into is null "
+                    "and e.scopes @> cast(:s as uuid[]) "
+                    "and (e.name_key = u.k or (e.entity_type = u.t and u.k = any(e.alias_keys))) "
+                    "order by (e.name_key = u.k) desc, e.created_at, e.id "
+                    "limit 1), knowledge.resolve_entity_within(u.t, u.n, cast(:s as uuid[]), u.c)) "
+                    "from (select v.*, knowledge.normalize_name(v.n) as k "
                     "from unnest(cast(:t as text[]), cast(:n as text[]), cast(:c as boolean[])) "
-                    "with ordinality as u(t, n, c, i) order by u.i"),
+                    "with ordinality as v(t, n, c, i)) as u order by u.i"),
                     {"s": list(scopes), "t": [e.entity_type for e in ordered],
                      "n": [e.name for e in ordered],
-                     "c": [not entities[e] for e in ordered]}).all()
+                     "c": [not all(entities[x] for x in groups[name_key(e.name)]) for e in ordered]}
+                ).all()
             for (_, eid), e in zip(ids, ordered, strict=True):
                 if eid is not None:
-                    self.entity_ids[(scopes, e.entity_type, e.name)] = eid
+                    for variant in groups[name_key(e.name)]:
+                        self.entity_ids[(scopes, variant.entity_type, variant.name)] = eid
         aliases: list[tuple[uuid.UUID, str, list[uuid.UUID]]] = []
         for (scopes, short), full in stands_for.items():
             eid = self.entity_ids[(scopes, "person", full)]

@@ -42,6 +42,7 @@ from __future__ import annotations
 import itertools
 import logging
 import re
+import string
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -62,7 +63,7 @@ ENTITY_TYPES = {
 }
 # Bumped whenever the rules below change what a chunk yields, so every chunk read under
 # older rules is read again (its stale claims retracted, the new ones written).
-RULES_VERSION = "rules-14"  # 4: markup masked over the whole document (stop 25); 5: a claim's
+RULES_VERSION = "rules-15"  # 4: markup masked over the whole document (stop 25); 5: a claim's
 # sentence keeps its inline code, and a blank line ends a sentence (stop 26); 6: inline code
 # that wraps over a line break is code, MyST roles and targets are markup, no name or sentence
 # runs over two Markdown blocks, names lose trailing punctuation and a leading "E.g." (stop 27);
@@ -84,7 +85,8 @@ RULES_VERSION = "rules-14"  # 4: markup masked over the whole document (stop 25)
 # stop 38); 14: so does a heading's run of words its document writes in lower case ("###
 # Hidden Lockfiles") and a "group" that is an adjective capitalised by its place ("Valid
 # values"); a colon no longer makes the word after it "inside a sentence"
-# (``_heading_label``, ``_positional_adjective``, stop 39)
+# (``_heading_label``, ``_positional_adjective``, stop 39); 15: a name's mentions in one scope
+# set are one entity whatever type each was tagged with (``TYPE_PRECEDENCE``, stop 40)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -624,6 +626,21 @@ SHORT_NAME_TYPES = ("person", "organization", "group")
 def name_word_key(word: str) -> str:
     """A word as ``knowledge.normalize_name`` keys it (NFKC, lower case)."""
     return unicodedata.normalize("NFKC", word).lower()
+
+
+def name_key(name: str) -> str:
+    """A name as ``knowledge.normalize_name`` keys it: NFKC, lower case, punctuation and
+    blanks collapsed to one space (ASCII punctuation and Unicode's P categories)."""
+    lowered = unicodedata.normalize("NFKC", name).lower()
+    return " ".join("".join(
+        " " if ch.isspace() or ch in string.punctuation or unicodedata.category(ch)[0] == "P"
+        else ch for ch in lowered).split())
+
+
+# Which type a name's entity is made with when the tagger gave its mentions several in equal
+# numbers (rules 15: one entity per name in a scope set).
+TYPE_PRECEDENCE = {t: n for n, t in enumerate(("person", "organization", "place", "product",
+                                               "group", "event", "work", "law"))}
 
 
 def short_name(entity: Entity) -> bool:
