@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy.engine import make_url
 
 from orchestrator.db.server import free_port
 from tests.support.stack import wait_for
@@ -60,6 +61,12 @@ def test_engram_up_runs_database_worker_derive_and_api(fresh: dict[str, str]) ->
                 return False
 
         wait_for("the API", healthy)
+        # It says how to connect as the application role, without the role's password (its
+        # output is a service's log); `engram db url` prints the whole URL on request.
+        full = run(fresh, "db", "url").strip()
+        password = make_url(full).password
+        assert password and password not in log.read_text()
+        assert make_url(full).render_as_string(hide_password=True) in log.read_text()
         run(fresh, "admin", "create-tenant", "acme", "--name", "Acme")
         run(fresh, "admin", "create-scope", "acme", "team", "--description", "Everyone at Acme")
         run(fresh, "auth", "dev-key")

@@ -370,6 +370,8 @@ def up(
         "--serve/--no-serve", help="then run the worker and the API until interrupted")] = True,
 ) -> None:
     """Start the embedded database (unless external), migrate, then run the worker and the API."""
+    from sqlalchemy.engine import make_url
+
     from orchestrator.db.migrate import migrate
 
     db = _database()
@@ -384,8 +386,10 @@ def up(
     except EngramError as exc:
         _fail(str(exc))
     out.print(f"database migrated to {rev}")
-    out.print("connect as the application role:")
-    out.print(f"  {db.psql_url('engram_app')}")
+    # The password stays out of what `up` prints: its output is a service's log.
+    hidden = make_url(db.psql_url("engram_app")).render_as_string(hide_password=True)
+    out.print("connect as the application role (`engram db url` prints it with its password):")
+    out.print(f"  {hidden}")
     out.print("or open psql as the administrator: engram db psql")
     if serve_api:
         from orchestrator.cli.serve import serve_engram
