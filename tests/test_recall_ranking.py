@@ -126,6 +126,12 @@ def test_a_table_of_contents_or_a_link_list_is_navigational_and_prose_is_not():
     toctree = "```{toctree}\n:hidden:\n\n" + "\n".join(f"page-{n}" for n in range(12)) + "\n```"
     assert not navigational("Widget is a build tool. It builds widgets.\n\n" + toctree)
     assert navigational(toctree + "\n" + refs)
+    # A longer closing fence closes it; a fence with an info string inside does not.
+    longer = toctree.replace("\n```", "\n````")
+    assert not navigational("Widget is a build tool.\n" + longer + "\n" + "\n".join(
+        f"Widget step {n} builds a part." for n in range(6)) + "\n" + refs[:refs.index("\n[ref-5]")])
+    assert navigational(longer + "\n" + refs)
+    assert not navigational(toctree.replace("\n```", "\n```js") + "\n" + refs)
 
     nav, prose, fact = (cand("n", toc, merit=1.0), cand("p", "Install the compiler.", merit=0.8),
                         cand("f", toc, merit=1.0, kind="claim"))

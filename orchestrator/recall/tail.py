@@ -404,7 +404,8 @@ def navigational(text: str) -> bool:
         if not bare:
             continue
         if fence:
-            if bare.startswith(fence) and not bare[len(fence):].strip():
+            closing = bare.rstrip()  # CommonMark: the fence's character, at least as many
+            if len(closing) >= len(fence) and closing == fence[0] * len(closing):
                 fence = ""
             continue
         if bare[0] in "`~" and (toc := _TOCTREE.match(line)):
