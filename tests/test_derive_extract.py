@@ -39,7 +39,7 @@ from orchestrator.derive.nlp import (
 from orchestrator.derive.nlp import Entity as NlpEntity
 from orchestrator.errors import BadInput
 from orchestrator.ingest.documents import DocumentInput, delete_document, put_document
-from orchestrator.ingest.knowledge import current_facts, resolve_entity
+from orchestrator.ingest.knowledge import FactInput, assert_fact, current_facts, resolve_entity
 from tests.conftest import TenantFixture, TestDatabase
 from tests.support.derive import cli_env  # noqa: F401
 from tests.support.knowledge import define_shape
@@ -1182,3 +1182,49 @@ def test_a_mention_tagged_another_type_than_the_known_entity_names_it(
         about = set(s.execute(select(FactClaim.subject_id).where(
             FactClaim.predicate == "mentioned_in", FactClaim.superseded_at.is_(None))).scalars())
     assert london == [known] and known in about
+
+
+def test_a_tenant_read_under_older_rules_merges_its_entities_of_one_name(
+        app_engine: Engine, admin_engine: Engine, tenant: TenantFixture) -> None:
+    """Rules 15 on a tenant extraction split before: "London" a place and, newer, "London" an
+    organisation, each with the extractor's claims about ada.md (the organisation's repeating
+    the place's). Read again, the organisation is merged into the place
+    (``knowledge.merge_entities``: its id resolves to the place), the repeated claims are
+    retracted, the run says so; an entity of that name someone wrote about by hand stays."""
+    writer = tenant.identity(write=("team",))
+    _put(app_engine, tenant, "ada.md", TEAM_TEXT, ("team",))
+    with bound_session(app_engine, writer) as s:
+        extract(s)
+        place = s.execute(select(Entity.id).where(Entity.canonical_name == "London")).scalar_one()
+        split = resolve_entity(s, "organization", "London", ("team",))
+        # Someone's own entity of that name, with a claim of their own: never merged.
+        mine = resolve_entity(s, "product", "London", ("team",))
+        assert assert_fact(s, FactInput(mine, "costs", "London costs ten pounds.", ("team",),
+                                        value="ten pounds")).claim_id
+    with admin_engine.begin() as conn:
+        copied = conn.execute(text(
+            "insert into knowledge.fact_claim (tenant_id, content_id, subject_id, predicate, "
+            "object_id, object_value, object_datatype, scopes, author, author_role, "
+            "epistemic_kind, perspective_key, confidence) "
+            "select tenant_id, content_id, :split, predicate, object_id, object_value, "
+            "object_datatype, scopes, author, author_role, epistemic_kind, perspective_key, "
+            "confidence from knowledge.fact_claim where tenant_id = :t and subject_id = :place "
+            "and superseded_at is null returning id"),
+            {"t": tenant.id, "split": split, "place": place}).scalars().all()
+        assert copied
+        conn.execute(text("update memory.extractions set claim_ids = claim_ids || cast(:ids as uuid[]), "
+                          "model = 'spacy:older|rules-14' where tenant_id = :t"),
+                     {"t": tenant.id, "ids": copied})
+    with bound_session(app_engine, writer) as s:
+        report = extract(s)
+        rows = {r.id: r for r in s.execute(select(Entity)).scalars()}
+        live = s.execute(select(FactClaim.subject_id, FactClaim.predicate, FactClaim.object_value)
+                         .where(FactClaim.superseded_at.is_(None),
+                                FactClaim.subject_id.in_([place, split]))).all()
+    assert rows[split].merged_into == place and rows[place].merged_into is None
+    assert rows[mine].merged_into is None
+    assert report.merged == 1 and "1 entities of a name another of that name stands for merged" \
+        in report.line()
+    assert {subject for subject, _, _ in live} == {place}
+    assert len(live) == len(set(live)), "a repeated claim stays live"
+    assert report.retracted >= len(copied)

@@ -89,7 +89,7 @@ from orchestrator.derive.nlp import (
 )
 from orchestrator.derive.quality import blank_without_words, mask_markup
 from orchestrator.derive.service import ServiceTenant, job_lock, service_session, service_tenants
-from orchestrator.errors import BadInput, is_unavailable
+from orchestrator.errors import BadInput, EngramError, Unavailable, is_unavailable
 from orchestrator.health import Component, supervise
 from orchestrator.ingest.aliases import GivenAliases, give_document_aliases
 from orchestrator.ingest.knowledge import (
@@ -131,6 +131,8 @@ class ExtractReport:
     skipped: list[poison.Skipped] = field(default_factory=list)  # what was left out, and why
     opted_out: int = 0  # chunks of documents with extract: false whose earlier reading was withdrawn
     aliases_removed: int = 0  # aliases a note's front matter gave and no document gives any longer
+    # entities of a name another entity of that name now stands for (rules 15), merged into it
+    merged: int = 0
     # list items' and headings' first words, heading labels and adjectives by their place
     # (``Entity.weak``) that name no known entity
     openers_skipped: int = 0
@@ -147,7 +149,8 @@ class ExtractReport:
         self.quarantined += other.quarantined
         self.skipped += other.skipped
         for name in ("kept", "relations", "dates", "retracted", "opted_out", "skipped_mentions",
-                     "skipped_chunks", "seconds", "waited", "aliases_removed", "openers_skipped"):
+                     "skipped_chunks", "seconds", "waited", "aliases_removed", "openers_skipped",
+                     "merged"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.backend = other.backend or self.backend
         self.notice = other.notice or self.notice
@@ -162,6 +165,9 @@ class ExtractReport:
         out = f", {self.opted_out} opted-out chunks withdrawn" if self.opted_out else ""
         if self.aliases_removed:
             out += f", {self.aliases_removed} aliases no note gives any longer removed"
+        if self.merged:
+            out += (f", {self.merged} entities of a name another of that name stands for merged "
+                    "into it")
         if self.openers_skipped:
             out += (f", {self.openers_skipped} words capitalised by their place (list items', "
                     "headings' and sentences' openers, heading labels) naming no known entity "
@@ -537,10 +543,13 @@ class _Writer:
                      "n": [e.name for e in ordered],
                      "c": [not all(entities[x] for x in groups[name_key(e.name)]) for e in ordered]}
                 ).all()
+            resolved: dict[str, uuid.UUID] = {}
             for (_, eid), e in zip(ids, ordered, strict=True):
                 if eid is not None:
+                    resolved[name_key(e.name)] = eid
                     for variant in groups[name_key(e.name)]:
                         self.entity_ids[(scopes, variant.entity_type, variant.name)] = eid
+            self._merge_same_names(scopes, resolved)
         aliases: list[tuple[uuid.UUID, str, list[uuid.UUID]]] = []
         for (scopes, short), full in stands_for.items():
             eid = self.entity_ids[(scopes, "person", full)]
@@ -550,6 +559,43 @@ class _Writer:
         # "Priya Raman" and later mentions resolve to her in SQL too.
         self._add_aliases(aliases)
         return [self._named(chunk, sentences) for chunk, sentences in zip(batch, read_, strict=True)]
+
+    def _merge_same_names(self, scopes: tuple[uuid.UUID, ...], resolved: dict[str, uuid.UUID]
+                          ) -> None:
+        """Rules 15 for a tenant read under older rules: each other entity of a name this batch
+        resolved (``resolved``: name key -> the entity its mentions go to) is merged into that
+        one (``knowledge.merge_entities``: its claims and aliases move, its id still resolves)
+        where both are shared into exactly ``scopes`` (no alias reaches other readers) and
+        everything ever said about it is the extractor's and no note gives it an alias: an
+        entity someone made or wrote about by hand stays as it is. A merge the database
+        refuses merges nothing of the batch and is logged; the reading goes on."""
+        if not resolved:
+            return
+        try:
+            with savepoint(self.session):
+                merged = self.session.execute(text(
+                    "select knowledge.merge_entities(m.survivor, d.id) "
+                    "from unnest(cast(:k as text[]), cast(:i as uuid[])) as m(k, survivor) "
+                    "join knowledge.entities e on e.tenant_id = auth.tenant_id() "
+                    "and e.id = m.survivor and e.scopes @> cast(:s as uuid[]) "
+                    "and e.scopes <@ cast(:s as uuid[]) "
+                    "join knowledge.entities d on d.tenant_id = auth.tenant_id() "
+                    "and d.name_key = m.k and d.id <> m.survivor and d.merged_into is null "
+                    "and d.scopes @> cast(:s as uuid[]) and d.scopes <@ cast(:s as uuid[]) "
+                    "and d.given_aliases = '{}'::jsonb "
+                    "and exists (select 1 from knowledge.fact_claim c where c.tenant_id = d.tenant_id "
+                    "and (c.subject_id = d.id or c.object_id = d.id)) "
+                    "and not exists (select 1 from knowledge.fact_claim c "
+                    "where c.tenant_id = d.tenant_id and (c.subject_id = d.id or c.object_id = d.id) "
+                    "and c.author_role is distinct from 'extractor') "
+                    "order by m.k, d.created_at, d.id"),
+                    {"k": list(resolved), "i": list(resolved.values()), "s": list(scopes)}).all()
+        except Unavailable:
+            raise
+        except EngramError as exc:
+            log.warning("extract: merging entities of one name refused (%s); they stay apart", exc)
+            return
+        self.report.merged += len(merged)
 
     def _named(self, chunk: _Chunk, sentences: list[Sentence]) -> list[Sentence]:
         """``sentences`` without the mentions no entity was resolved for (and the relations
@@ -737,10 +783,13 @@ class _Writer:
                     add(subject, r.predicate, sentence, value=r.literal)
         return list(facts.values())
 
-    def _previous(self, chunk_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, dict[tuple[Any, ...], uuid.UUID]]:
-        """The current claims earlier runs wrote for these chunks, by what they say."""
+    def _previous(self, chunk_ids: Sequence[uuid.UUID]
+                  ) -> tuple[dict[uuid.UUID, dict[tuple[Any, ...], uuid.UUID]], list[uuid.UUID]]:
+        """The current claims earlier runs wrote for these chunks, by what they say, and the
+        surplus: a second claim of a chunk that says the same (two entities of one name, each
+        with its claim, merged into one: ``_merge_same_names``), to retract."""
         if not chunk_ids:
-            return {}
+            return {}, []
         rows = self.session.execute(text(
             "select e.chunk_id, c.id, c.subject_id, c.predicate, c.object_id, c.object_value, "
             "c.object_datatype, t.text, c.scopes "
@@ -750,17 +799,22 @@ class _Writer:
             "where e.chunk_id = any(cast(:ids as uuid[])) and c.superseded_at is null"),
             {"ids": list(chunk_ids)}).all()
         out: dict[uuid.UUID, dict[tuple[Any, ...], uuid.UUID]] = defaultdict(dict)
-        for r in rows:
-            out[r.chunk_id][_old_key(r.subject_id, r.predicate, r.object_id, r.object_value,
-                                     r.object_datatype, r.text, r.scopes)] = r.id
-        return out
+        surplus: list[uuid.UUID] = []
+        for r in sorted(rows, key=lambda r: (str(r.chunk_id), str(r.id))):
+            said = out[r.chunk_id]
+            key = _old_key(r.subject_id, r.predicate, r.object_id, r.object_value,
+                           r.object_datatype, r.text, r.scopes)
+            if key in said:
+                surplus.append(r.id)
+            else:
+                said[key] = r.id
+        return out, surplus
 
     def write(self, batch: Sequence[_Chunk], read_: Sequence[list[Sentence]]) -> None:
         read_ = self._resolve(batch, read_)
-        previous = self._previous([c.id for c in batch if c.read_before])
+        previous, vanished = self._previous([c.id for c in batch if c.read_before])
         new: list[tuple[int, FactInput]] = []
         kept: list[list[uuid.UUID]] = [[] for _ in batch]
-        vanished: list[uuid.UUID] = []
         for i, (chunk, sentences) in enumerate(zip(batch, read_, strict=True)):
             old = dict(previous.get(chunk.id, {}))
             for fact in self._facts(chunk, sentences):
