@@ -533,7 +533,7 @@ class _Writer:
                     "select u.i, coalesce((select e.id from knowledge.entities e "
                     "where e.tenant_id = auth.tenant_id() and e.merged_into is null "
                     "and e.scopes @> cast(:s as uuid[]) "
-                    "and (e.name_key = u.k or (e.entity_type = u.t and u.k = any(e.alias_keys))) "
+                    "and (e.name_key = u.k or (e.entity_type = u.t and e.alias_keys @> array[u.k])) "
                     "order by (e.name_key = u.k) desc, e.created_at, e.id "
                     "limit 1), knowledge.resolve_entity_within(u.t, u.n, cast(:s as uuid[]), u.c)) "
                     "from (select v.*, knowledge.normalize_name(v.n) as k "
