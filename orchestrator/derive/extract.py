@@ -530,12 +530,15 @@ class _Writer:
             ordered = sorted(chosen.values(), key=lambda e: (e.entity_type, e.name.lower(), e.name))
             with savepoint(self.session):
                 ids = self.session.execute(text(
+                    # The name, any type, by its index; else resolve_entity_within (the
+                    # type's name or alias, or a new one). One lookup with an OR of the alias
+                    # read every entity of the tenant per name: 2-5 s a batch on a tenant of
+                    # 5,000 entities.
                     "select u.i, coalesce((select e.id from knowledge.entities e "
-                    "where e.tenant_id = auth.tenant_id() and e.merged_into is null "
-                    "and e.scopes @> cast(:s as uuid[]) "
-                    "and (e.name_key = u.k or (e.entity_type = u.t and e.alias_keys @> array[u.k])) "
-                    "order by (e.name_key = u.k) desc, e.created_at, e.id "
-                    "limit 1), knowledge.resolve_entity_within(u.t, u.n, cast(:s as uuid[]), u.c)) "
+                    "where e.tenant_id = auth.tenant_id() and e.name_key = u.k "
+                    "and e.merged_into is null and e.scopes @> cast(:s as uuid[]) "
+                    "order by e.created_at, e.id limit 1), "
+                    "knowledge.resolve_entity_within(u.t, u.n, cast(:s as uuid[]), u.c)) "
                     "from (select v.*, knowledge.normalize_name(v.n) as k "
                     "from unnest(cast(:t as text[]), cast(:n as text[]), cast(:c as boolean[])) "
                     "with ordinality as v(t, n, c, i)) as u order by u.i"),
