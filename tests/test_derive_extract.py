@@ -1197,12 +1197,13 @@ def test_a_tenant_read_under_older_rules_merges_its_entities_of_one_name(
         extract(s)
         place = s.execute(select(Entity.id).where(Entity.canonical_name == "London")).scalar_one()
         split = resolve_entity(s, "organization", "London", ("team",))
+        refused = resolve_entity(s, "group", "London", ("team",))
         # Someone's own entity of that name, with a claim of their own: never merged.
         mine = resolve_entity(s, "product", "London", ("team",))
         assert assert_fact(s, FactInput(mine, "costs", "London costs ten pounds.", ("team",),
                                         value="ten pounds")).claim_id
     with admin_engine.begin() as conn:
-        copied = conn.execute(text(
+        copied = [cid for duplicate in (split, refused) for cid in conn.execute(text(
             "insert into knowledge.fact_claim (tenant_id, content_id, subject_id, predicate, "
             "object_id, object_value, object_datatype, scopes, author, author_role, "
             "epistemic_kind, perspective_key, confidence) "
@@ -1210,17 +1211,32 @@ def test_a_tenant_read_under_older_rules_merges_its_entities_of_one_name(
             "object_datatype, scopes, author, author_role, epistemic_kind, perspective_key, "
             "confidence from knowledge.fact_claim where tenant_id = :t and subject_id = :place "
             "and superseded_at is null returning id"),
-            {"t": tenant.id, "split": split, "place": place}).scalars().all()
+            {"t": tenant.id, "split": duplicate, "place": place}).scalars().all()]
         assert copied
+        # The database refuses to merge one of them (a stand-in for any refusal): it is
+        # counted and left apart, and the other merges all the same.
+        conn.execute(text(
+            "create function public.tests_refuse_merge() returns trigger language plpgsql as "
+            "$$ begin raise exception 'merge refused for this test' using errcode = '23514'; end $$"))
+        conn.execute(text(
+            "create trigger tests_refuse_merge before update of merged_into on knowledge.entities "
+            f"for each row when (old.id = '{refused}') execute function public.tests_refuse_merge()"))
         conn.execute(text("update memory.extractions set claim_ids = claim_ids || cast(:ids as uuid[]), "
                           "model = 'spacy:older|rules-14' where tenant_id = :t"),
                      {"t": tenant.id, "ids": copied})
-    with bound_session(app_engine, writer) as s:
-        report = extract(s)
-        rows = {r.id: r for r in s.execute(select(Entity)).scalars()}
-        live = s.execute(select(FactClaim.subject_id, FactClaim.predicate, FactClaim.object_value)
-                         .where(FactClaim.superseded_at.is_(None),
-                                FactClaim.subject_id.in_([place, split]))).all()
+    try:
+        with bound_session(app_engine, writer) as s:
+            report = extract(s)
+            rows = {r.id: r for r in s.execute(select(Entity)).scalars()}
+            live = s.execute(select(FactClaim.subject_id, FactClaim.predicate, FactClaim.object_value)
+                             .where(FactClaim.superseded_at.is_(None),
+                                    FactClaim.subject_id.in_([place, split]))).all()
+    finally:
+        with admin_engine.begin() as conn:
+            conn.execute(text("drop trigger tests_refuse_merge on knowledge.entities"))
+            conn.execute(text("drop function public.tests_refuse_merge()"))
+    assert rows[refused].merged_into is None
+    assert report.merges_refused == 1 and "1 such merges refused (logged; left apart)" in report.line()
     assert rows[split].merged_into == place and rows[place].merged_into is None
     assert rows[mine].merged_into is None
     assert report.merged == 1 and "1 entities of a name another of that name stands for merged" \

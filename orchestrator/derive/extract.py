@@ -80,7 +80,6 @@ from orchestrator.derive.nlp import (
     Sentence,
     choose_backend,
     load_spacy,
-    name_key,
     name_word_key,
     read,
     short_name,
@@ -133,6 +132,7 @@ class ExtractReport:
     aliases_removed: int = 0  # aliases a note's front matter gave and no document gives any longer
     # entities of a name another entity of that name now stands for (rules 15), merged into it
     merged: int = 0
+    merges_refused: int = 0  # such merges the database refused (logged; left apart)
     # list items' and headings' first words, heading labels and adjectives by their place
     # (``Entity.weak``) that name no known entity
     openers_skipped: int = 0
@@ -150,7 +150,7 @@ class ExtractReport:
         self.skipped += other.skipped
         for name in ("kept", "relations", "dates", "retracted", "opted_out", "skipped_mentions",
                      "skipped_chunks", "seconds", "waited", "aliases_removed", "openers_skipped",
-                     "merged"):
+                     "merged", "merges_refused"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.backend = other.backend or self.backend
         self.notice = other.notice or self.notice
@@ -168,6 +168,8 @@ class ExtractReport:
         if self.merged:
             out += (f", {self.merged} entities of a name another of that name stands for merged "
                     "into it")
+        if self.merges_refused:
+            out += f", {self.merges_refused} such merges refused (logged; left apart)"
         if self.openers_skipped:
             out += (f", {self.openers_skipped} words capitalised by their place (list items', "
                     "headings' and sentences' openers, heading labels) naming no known entity "
@@ -507,6 +509,15 @@ class _Writer:
                         known = wanted[chunk.scopes]
                         known[e] = known.get(e, True) and e.weak
                         mentions[(chunk.scopes, e)] += 1
+        # Each name's key as resolution matches it (``knowledge.normalize_name``), one query.
+        names = sorted({e.name for entities in wanted.values() for e in entities})
+        keys: dict[str, str] = {n: k for n, k in self.session.execute(text(
+            "select u.n, knowledge.normalize_name(u.n) from unnest(cast(:n as text[])) as u(n)"),
+            {"n": names}).all() if k is not None} if names else {}
+
+        def key(name: str) -> str:
+            return keys.get(name, "\0" + name)  # no key (no letter or digit): its own
+
         for scopes, entities in wanted.items():
             if not entities:
                 continue
@@ -519,7 +530,7 @@ class _Writer:
             # request); failing both, it is made with the type most of them have.
             groups: dict[str, list[Entity]] = defaultdict(list)
             for e in entities:
-                groups[name_key(e.name)].append(e)
+                groups[key(e.name)].append(e)
             chosen = {key: min(group, key=lambda e: (-mentions[(scopes, e)],
                                                      TYPE_PRECEDENCE.get(e.entity_type, 99),
                                                      e.entity_type, e.name))
@@ -544,13 +555,13 @@ class _Writer:
                     "with ordinality as v(t, n, c, i)) as u order by u.i"),
                     {"s": list(scopes), "t": [e.entity_type for e in ordered],
                      "n": [e.name for e in ordered],
-                     "c": [not all(entities[x] for x in groups[name_key(e.name)]) for e in ordered]}
+                     "c": [not all(entities[x] for x in groups[key(e.name)]) for e in ordered]}
                 ).all()
             resolved: dict[str, uuid.UUID] = {}
             for (_, eid), e in zip(ids, ordered, strict=True):
                 if eid is not None:
-                    resolved[name_key(e.name)] = eid
-                    for variant in groups[name_key(e.name)]:
+                    resolved[key(e.name)] = eid
+                    for variant in groups[key(e.name)]:
                         self.entity_ids[(scopes, variant.entity_type, variant.name)] = eid
             self._merge_same_names(scopes, resolved)
         aliases: list[tuple[uuid.UUID, str, list[uuid.UUID]]] = []
@@ -570,35 +581,41 @@ class _Writer:
         one (``knowledge.merge_entities``: its claims and aliases move, its id still resolves)
         where both are shared into exactly ``scopes`` (no alias reaches other readers) and
         everything ever said about it is the extractor's and no note gives it an alias: an
-        entity someone made or wrote about by hand stays as it is. A merge the database
-        refuses merges nothing of the batch and is logged; the reading goes on."""
+        entity someone made or wrote about by hand stays as it is. Each merge in its own
+        savepoint: one the database refuses is logged, counted in the run's line and left
+        apart; the others and the reading go on."""
         if not resolved:
             return
-        try:
-            with savepoint(self.session):
-                merged = self.session.execute(text(
-                    "select knowledge.merge_entities(m.survivor, d.id) "
-                    "from unnest(cast(:k as text[]), cast(:i as uuid[])) as m(k, survivor) "
-                    "join knowledge.entities e on e.tenant_id = auth.tenant_id() "
-                    "and e.id = m.survivor and e.scopes @> cast(:s as uuid[]) "
-                    "and e.scopes <@ cast(:s as uuid[]) "
-                    "join knowledge.entities d on d.tenant_id = auth.tenant_id() "
-                    "and d.name_key = m.k and d.id <> m.survivor and d.merged_into is null "
-                    "and d.scopes @> cast(:s as uuid[]) and d.scopes <@ cast(:s as uuid[]) "
-                    "and d.given_aliases = '{}'::jsonb "
-                    "and exists (select 1 from knowledge.fact_claim c where c.tenant_id = d.tenant_id "
-                    "and (c.subject_id = d.id or c.object_id = d.id)) "
-                    "and not exists (select 1 from knowledge.fact_claim c "
-                    "where c.tenant_id = d.tenant_id and (c.subject_id = d.id or c.object_id = d.id) "
-                    "and c.author_role is distinct from 'extractor') "
-                    "order by m.k, d.created_at, d.id"),
-                    {"k": list(resolved), "i": list(resolved.values()), "s": list(scopes)}).all()
-        except Unavailable:
-            raise
-        except EngramError as exc:
-            log.warning("extract: merging entities of one name refused (%s); they stay apart", exc)
-            return
-        self.report.merged += len(merged)
+        pairs = self.session.execute(text(
+            "select m.survivor, d.id "
+            "from unnest(cast(:k as text[]), cast(:i as uuid[])) as m(k, survivor) "
+            "join knowledge.entities e on e.tenant_id = auth.tenant_id() "
+            "and e.id = m.survivor and e.scopes @> cast(:s as uuid[]) "
+            "and e.scopes <@ cast(:s as uuid[]) "
+            "join knowledge.entities d on d.tenant_id = auth.tenant_id() "
+            "and d.name_key = m.k and d.id <> m.survivor and d.merged_into is null "
+            "and d.scopes @> cast(:s as uuid[]) and d.scopes <@ cast(:s as uuid[]) "
+            "and d.given_aliases = '{}'::jsonb "
+            "and exists (select 1 from knowledge.fact_claim c where c.tenant_id = d.tenant_id "
+            "and (c.subject_id = d.id or c.object_id = d.id)) "
+            "and not exists (select 1 from knowledge.fact_claim c "
+            "where c.tenant_id = d.tenant_id and (c.subject_id = d.id or c.object_id = d.id) "
+            "and c.author_role is distinct from 'extractor') "
+            "order by m.k, d.created_at, d.id"),
+            {"k": list(resolved), "i": list(resolved.values()), "s": list(scopes)}).all()
+        for survivor, merged in pairs:
+            try:
+                with savepoint(self.session):
+                    self.session.execute(text("select knowledge.merge_entities(:s, :m)"),
+                                         {"s": survivor, "m": merged})
+            except Unavailable:
+                raise
+            except EngramError as exc:
+                log.warning("extract: entity %s stays apart from %s, of the same name: %s",
+                            merged, survivor, exc)
+                self.report.merges_refused += 1
+                continue
+            self.report.merged += 1
 
     def _named(self, chunk: _Chunk, sentences: list[Sentence]) -> list[Sentence]:
         """``sentences`` without the mentions no entity was resolved for (and the relations

@@ -42,7 +42,6 @@ from __future__ import annotations
 import itertools
 import logging
 import re
-import string
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -626,15 +625,6 @@ SHORT_NAME_TYPES = ("person", "organization", "group")
 def name_word_key(word: str) -> str:
     """A word as ``knowledge.normalize_name`` keys it (NFKC, lower case)."""
     return unicodedata.normalize("NFKC", word).lower()
-
-
-def name_key(name: str) -> str:
-    """A name as ``knowledge.normalize_name`` keys it: NFKC, lower case, punctuation and
-    blanks collapsed to one space (ASCII punctuation and Unicode's P categories)."""
-    lowered = unicodedata.normalize("NFKC", name).lower()
-    return " ".join("".join(
-        " " if ch.isspace() or ch in string.punctuation or unicodedata.category(ch)[0] == "P"
-        else ch for ch in lowered).split())
 
 
 # Which type a name's entity is made with when the tagger gave its mentions several in equal
