@@ -22,7 +22,7 @@ from dataclasses import replace
 from orchestrator.recall.features import terms
 from orchestrator.recall.render import Prefixes
 from orchestrator.recall.result import Evidence
-from orchestrator.recall.tail import token_cost
+from orchestrator.recall.tail import code_fences, token_cost
 
 # Less room than this is left unused: a part of a few words is no evidence.
 MIN_ROOM_TOKENS = 24
@@ -37,18 +37,6 @@ _ORDERED_MARKER = re.compile(r"[ \t]*[0-9]{1,9}\.")
 
 # An ATX heading's line ("## Action items").
 _HEADING = re.compile(r" {0,3}#{1,6}(?:[ \t]|$)", re.MULTILINE)
-
-# A fenced code block, to its closing fence or the end of the text (CommonMark: up to three
-# spaces, then three or more backticks or tildes; the closing fence is at least as long).
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})[^\n]*(?:\n.*?^ {0,3}\1[`~]*[ \t]*$|.*\Z)",
-                    re.MULTILINE | re.DOTALL)
-
-
-def _fences(text: str) -> list[tuple[int, int]]:
-    """(start, end) of each fenced code block of ``text``, from its opening backticks or
-    tildes (after up to three spaces) to its closing fence or the end of the text."""
-    return [(m.start() + len(m.group()) - len(m.group().lstrip()), m.end())
-            for m in _FENCE.finditer(text)]
 
 
 def parts(text: str) -> list[tuple[int, int]]:
@@ -67,7 +55,7 @@ def parts(text: str) -> list[tuple[int, int]]:
         if m is not None:
             at = m.end()
     out: list[tuple[int, int]] = []
-    fences = _fences(text)
+    fences = code_fences(text)
     for start, end in pieces:
         for a, b in fences:
             if a < end and start < b:  # a piece of a code block stands for the whole block
@@ -96,7 +84,7 @@ def best_run(text: str, question: str, room_chars: int, shown: str = "") -> tupl
     heading = [not text[text.rfind("\n", 0, s) + 1:s].strip() and _HEADING.match(text, s) is not None
                for s, _ in spans]
     # A part that opens a code block opens where the block does (``parts``), indented or not.
-    code = {a for a, _ in _fences(text)}
+    code = {a for a, _ in code_fences(text)}
     prose = [s not in code for s, _ in spans]
     # (terms held, opens on one, opens on prose, start, end)
     best: tuple[int, bool, bool, int, int] | None = None

@@ -381,9 +381,20 @@ _LINK_ITEM = re.compile(r"[ \t]*(?:[-*+]|\d{1,3}[.)])[ \t]+\[[^\]\n]{1,300}\]"
 # 'title'"): where a document's reference-style links point, usually gathered at its end.
 _LINK_DEFINITION = re.compile(r" {0,3}\[[^\]\n]{1,300}\]:[ \t]*\S{1,500}"
                               r"(?:[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^)\n]*\)))?[ \t]*")
+# A fenced code block (CommonMark): its opening backticks or tildes after up to three
+# spaces, to a closing fence of that character at least as long, or the end of the text.
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})[^\n]*(?:\n.*?^ {0,3}\1[`~]*[ \t]*$|.*\Z)",
+                    re.MULTILINE | re.DOTALL)
 # A Sphinx/MyST table-of-contents directive ("```{toctree}"): its lines are page names and
 # options, neither a link nor prose; they count for neither side.
-_TOCTREE = re.compile(r"[ \t]*(`{3,}|~{3,})[ \t]*\{toctree\}")
+_TOCTREE = re.compile(r"(?:`{3,}|~{3,})[ \t]*\{toctree\}")
+
+
+def code_fences(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each fenced code block of ``text``, from its opening backticks or
+    tildes (after up to three spaces) to its closing fence or the end of the text."""
+    return [(m.start() + len(m.group()) - len(m.group().lstrip()), m.end())
+            for m in _FENCE.finditer(text)]
 _ITEM_MARKS = frozenset("-*+0123456789")
 NAVIGATION_MIN_ITEMS = 5
 NAVIGATION_SHARE = 0.6
@@ -397,19 +408,17 @@ def navigational(text: str) -> bool:
     document) or its link targets, and says nothing the sections it links to do not."""
     if text.count("]") < NAVIGATION_MIN_ITEMS:
         return False  # too few links to be one (most chunks: one count, no scan)
+    toctrees = [(a, b) for a, b in code_fences(text) if _TOCTREE.match(text, a)]
     items = lines = 0
-    fence = ""  # the open toctree directive's fence
-    for line in text.splitlines():
+    at = 0
+    for raw in text.splitlines(keepends=True):
+        start, at = at, at + len(raw)
+        line = raw.rstrip("\r\n")
         bare = line.lstrip()
         if not bare:
             continue
-        if fence:
-            closing = bare.rstrip()  # CommonMark: the fence's character, at least as many
-            if len(closing) >= len(fence) and closing == fence[0] * len(closing):
-                fence = ""
-            continue
-        if bare[0] in "`~" and (toc := _TOCTREE.match(line)):
-            fence = toc.group(1)
+        first = start + len(line) - len(bare)
+        if any(a <= first < b for a, b in toctrees):
             continue
         lines += 1
         if "[" not in bare:
