@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -288,6 +289,16 @@ def test_an_ordinary_word_that_opens_a_sentence_is_not_a_name():
     assert {"Listens", "Spawns", "Types"} <= ungated
 
 
+def _parsed(body: str) -> tuple[str, Any, list[Any]]:
+    """``body`` masked as extraction masks it, parsed by the packaged pipeline, and the
+    mentions its NER finds: what ``nlp.read`` is given."""
+    from orchestrator.derive.nlp import SpacyEntities, load_spacy
+
+    text = mask_markup(body)
+    doc = load_spacy()(text)
+    return text, doc, SpacyEntities("x").mentions([text], [doc])[0]
+
+
 def test_a_command_a_shout_or_a_lower_case_word_is_not_a_name():
     """Release notes and headings open lines with commands and gerunds that NER reads as part
     of a name ("Fix MacPorts", "Running Rustfmt", "D. Install Python": profiles of them were
@@ -297,7 +308,7 @@ def test_a_command_a_shout_or_a_lower_case_word_is_not_a_name():
     (API, MIT, NVIDIA) are kept, and an organisation or place is never all lower case
     ("stdin"). A one-word heading the prose never capitalises mid-sentence is a section's
     label ("# Changelog" was a place); Homebrew, named in a sentence, stays."""
-    from orchestrator.derive.nlp import SpacyEntities, load_spacy, read
+    from orchestrator.derive.nlp import read
 
     body = ("# Changelog\n\n"
             "* Add GraalPy 25.0.2 by @msimacek in https://github.com/pyenv/pyenv/pull/3395\n"
@@ -311,9 +322,7 @@ def test_a_command_a_shout_or_a_lower_case_word_is_not_a_name():
             "THE SOFTWARE IS PROVIDED AS IS, WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED. "
             "IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES "
             "OR OTHER LIABILITY.\n")
-    text = mask_markup(body)
-    doc = load_spacy()(text)
-    mentions = SpacyEntities("x").mentions([text], [doc])[0]
+    text, doc, mentions = _parsed(body)
     junk = {"Fix MacPorts", "Running Rustfmt", "D. Install Python", "EXPRESS",
             "DAMAGES", "LIABILITY", "SOFTWARE", "stdin", "Changelog"}
     assert junk <= {text[m.start:m.end] for m in mentions}  # what NER says
@@ -425,7 +434,7 @@ def test_a_heading_of_ordinary_words_or_an_adjective_by_its_place_names_only_a_k
     "#### Audit Signatures") were people and organisations, and "Valid values for ..." made
     a group "Valid" of 40 claims. Such mentions are weak (they name an entity only where
     one is known); names in headings, nationalities and speakers stay names."""
-    from orchestrator.derive.nlp import SpacyEntities, load_spacy, read
+    from orchestrator.derive.nlp import read
 
     body = ("### Token Behavior\n\nIn order to avoid processing the node_modules folder "
             "repeatedly, npm caches the token and its behavior.\n\n"
@@ -435,9 +444,7 @@ def test_a_heading_of_ordinary_words_or_an_adjective_by_its_place_names_only_a_k
             "## Priya Raman\n\nPriya leads the platform team.\n\n"
             "### Windows PowerShell\n\nOpen windows with a shell; French and Korean docs "
             "ship. Korean docs are new.\n")
-    text = mask_markup(body)
-    doc = load_spacy()(text)
-    mentions = SpacyEntities("x").mentions([text], [doc])[0]
+    text, doc, mentions = _parsed(body)
     typed = {text[m.start:m.end]: m.entity_type for m in mentions}
     assert {"Token Behavior", "Audit Signatures", "Valid"} <= typed.keys(), typed  # NER's
     found = {e.name: e.weak for s in read(doc, mentions, original=body, context=text)
@@ -449,10 +456,8 @@ def test_a_heading_of_ordinary_words_or_an_adjective_by_its_place_names_only_a_k
     # After a colon a word is capitalised by its place, not inside a sentence: a value its
     # document also writes in lower case is an ordinary word.
     body = "#### `name`\n\n* Type: String\n\nThe name is a string of at most 214 characters.\n"
-    text = mask_markup(body)
-    doc = load_spacy()(text)
-    said = {e.name for s in read(doc, SpacyEntities("x").mentions([text], [doc])[0],
-                                 original=body, context=text) for e in s.entities}
+    text, doc, mentions = _parsed(body)
+    said = {e.name for s in read(doc, mentions, original=body, context=text) for e in s.entities}
     assert "String" not in said, said
 
 
