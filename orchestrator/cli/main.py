@@ -370,8 +370,6 @@ def up(
         "--serve/--no-serve", help="then run the worker and the API until interrupted")] = True,
 ) -> None:
     """Start the embedded database (unless external), migrate, then run the worker and the API."""
-    from sqlalchemy.engine import make_url
-
     from orchestrator.db.migrate import migrate
 
     db = _database()
@@ -387,7 +385,7 @@ def up(
         _fail(str(exc))
     out.print(f"database migrated to {rev}")
     # The password stays out of what `up` prints: its output is a service's log.
-    hidden = make_url(db.psql_url("engram_app")).render_as_string(hide_password=True)
+    hidden = db.psql_url("engram_app", hide_password=True)
     out.print("connect as the application role (`engram db url` prints it with its password):")
     out.print(f"  {hidden}")
     out.print("or open psql as the administrator: engram db psql")

@@ -86,9 +86,12 @@ class Database:
     def app_url(self) -> str:
         return self.role_url("engram_app")
 
-    def psql_url(self, role: str | None = None) -> str:
+    def psql_url(self, role: str | None = None, *, hide_password: bool = False) -> str:
+        """A libpq URL for ``role`` (the administrator by default); ``hide_password`` writes
+        ``***`` for the password, for output that ends up in logs."""
         url = self.admin_url() if role is None else self.role_url(role)
-        return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        return make_url(url).set(drivername="postgresql").render_as_string(
+            hide_password=hide_password)
 
     def set_role_passwords(self) -> None:
         """Give the login roles their passwords: generated (embedded) or configured (external).
