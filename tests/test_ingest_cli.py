@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from orchestrator.audit import chain
 from orchestrator.auth.devkey import create_dev_key
-from orchestrator.cli.ingest import SourceFile, parse_front_matter, to_document
+from orchestrator.cli.ingest import SourceFile, parse_front_matter, to_document, with_summary
 from orchestrator.cli.main import app
 from orchestrator.config import Settings
 from orchestrator.errors import BadInput
@@ -203,6 +203,49 @@ def test_a_yaml_front_matter_becomes_the_documents_fields(tmp_path: Path) -> Non
     assert doc.title == "2024" and doc.scopes == ("team", "board") and doc.kind == "project"
     assert doc.occurred_at == datetime(2024, 1, 5, 8, 30, tzinfo=UTC)
     assert doc.metadata == {"tags": ["a", "b"], "extract": False} and doc.body == "Body text.\n"
+
+
+def test_a_front_matter_description_opens_the_body() -> None:
+    # npm's, Docusaurus's and Hugo's pages summarise themselves in the front matter.
+    assert with_summary("### Synopsis\n\nnpm uninstall\n", {"description": "Remove a package"}) == \
+        "Remove a package\n\n### Synopsis\n\nnpm uninstall\n"
+    # After the level-1 heading that opens the body, whitespace made one paragraph.
+    assert with_summary("\n# npm-run\r\n\r\nBody\n", {"description": "Run  arbitrary\n package scripts"}) \
+        == "# npm-run\n\nRun arbitrary package scripts\n\nBody\n"
+    assert with_summary("## Usage\n", {"summary": "Hugo's key"}) == "Hugo's key\n\n## Usage\n"
+    assert with_summary("B\n", {"description": "D", "summary": "S"}) == "D\n\nB\n"
+    # Already the first paragraph (Jekyll's excerpt), or no text: the body as it is.
+    for body, meta in [("# T\n\nRemove a  package. Then more.\n", {"description": "remove a package."}),
+                       ("Body\n", {"description": ["a", "b"]}), ("Body\n", {"description": True}),
+                       ("Body\n", {"description": " "}), ("Body\n", {"tags": ["x"]})]:
+        assert with_summary(body, meta) == body, (body, meta)
+    # Said further down is not said first: the summary still opens the page.
+    assert with_summary("Intro.\n\nTo remove a package, run it.\n", {"description": "Remove a package"}) \
+        .startswith("Remove a package\n\nIntro.")
+
+
+def test_a_page_is_found_by_the_words_of_its_front_matter_description(
+        cli_env: dict[str, str], tmp_path: Path, tenant_factory: Tenants, admin_engine: Engine) -> None:
+    t = tenant_factory("team")
+    root = tmp_path / "npm"
+    root.mkdir()
+    (root / "npm-uninstall.md").write_text(
+        "---\ntitle: npm-uninstall\nsection: 1\ndescription: Remove a package\n---\n\n"
+        "### Synopsis\n\n```bash\nnpm uninstall [<@scope>/]<pkg>...\n```\n\n"
+        "### Description\n\nThis uninstalls a package, completely deleting what npm installed.\n")
+    args = ("ingest", str(root), "--tenant", t.org_id, "--scopes", "write:team", "--user", "ingester")
+    code, output = run(cli_env, *args)
+    assert code == 0 and "1 created" in output, output
+    with admin_engine.connect() as conn:
+        row = conn.execute(text(
+            "select d.metadata, c.text, c.lexical @@ plainto_tsquery('english', 'removing packages') "
+            "as found from sources.documents d join sources.chunks c on c.tenant_id = d.tenant_id "
+            "and c.document_id = d.id where d.tenant_id = :t and c.ordinal = 0"), {"t": t.id}).one()
+    # The lexical lane finds it by the summary's word (the body says "uninstalls", "deleting").
+    assert row.text.startswith("Remove a package\n\n### Synopsis") and row.found
+    assert row.metadata == {"section": 1, "description": "Remove a package"}
+    code, output = run(cli_env, *args)
+    assert code == 0 and "0 created, 0 updated, 1 unchanged" in output, output
 
 
 def test_a_file_named_by_a_day_is_dated_that_day(tmp_path: Path) -> None:

@@ -12,7 +12,11 @@ not YAML but is plain ``key: value`` lines (``title: Budget: Q3``) is read line 
 line, as before. ``kind``, ``state``, ``area``, ``title``, ``date`` (ISO 8601, when
 what the document describes happened; a date alone is midnight UTC) and ``scopes``
 (``[a, b]``, a YAML list or ``a, b``) are used, other keys go to the document's
-metadata (dates as ISO strings). The block is not part of the body. Without a
+metadata (dates as ISO strings). The block is not part of the body, except the page's own
+summary: ``description`` (Docusaurus, Hugo, Jekyll, MkDocs, npm's docs) or ``summary``
+(Hugo) opens the body as its first paragraph (after a level-1 heading that opens it), so
+recall finds and shows the page by the words its author summarised it with; it stays in
+the metadata too, and a body whose first paragraph opens with it is left as it is. Without a
 ``date``, a file name that starts with a calendar date (``2026-12-01.md``, as
 Obsidian's daily notes, Jekyll's posts ``2026-12-01-title.md`` and Logseq's
 journals ``2026_12_01.md`` are named) dates the document at midnight UTC of that day.
@@ -274,6 +278,37 @@ def heading_title(body: str, limit: int) -> str:
     return title
 
 
+# Front matter keys that hold the page's own one-paragraph summary, the first one given wins.
+SUMMARY_KEYS = ("description", "summary")
+_SPACE = re.compile(r"\s+")
+LINE_BREAKS = "\r\n"
+_PARAGRAPH_BREAK = re.compile(r"\r?\n[ \t]*\r?\n")
+
+
+def with_summary(body: str, meta: dict[str, Any]) -> str:
+    """``body`` opened by the front matter's summary (``SUMMARY_KEYS``) as its first paragraph,
+    after a level-1 ATX heading that opens the body; ``body`` as it is when there is none (or
+    it is no text: a list, a mapping) or the body's first paragraph already opens with it
+    (whitespace and case aside: Jekyll's excerpt is often that paragraph itself)."""
+    value = next((meta[k] for k in SUMMARY_KEYS if meta.get(k) not in (None, "")), None)
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        return body
+    summary = _SPACE.sub(" ", str(value)).strip()
+    if not summary:
+        return body
+    rest = body.lstrip(LINE_BREAKS)
+    first, _, after = rest.partition("\n")
+    heading = _ATX.fullmatch(first.rstrip(LINE_BREAKS))
+    opened = heading is not None and len(heading.group(1)) == 1
+    below = after.lstrip(LINE_BREAKS) if opened else rest
+    lead = _PARAGRAPH_BREAK.split(below, maxsplit=1)[0]
+    if _SPACE.sub(" ", lead).strip().casefold().startswith(summary.casefold()):
+        return body
+    if opened:
+        return f"{first.rstrip(LINE_BREAKS)}\n\n{summary}\n\n{below}"
+    return f"{summary}\n\n{rest}"
+
+
 def to_document(src: SourceFile, default_scopes: list[str], *, extract: bool | None = None,
                 max_title_chars: int = 500) -> DocumentInput:
     """The file as a document; ``extract=False`` marks it opted out unless its front matter says.
@@ -296,7 +331,8 @@ def to_document(src: SourceFile, default_scopes: list[str], *, extract: bool | N
         extra["extract"] = _extract_flag(meta["extract"])
     elif extract is False:
         extra["extract"] = False
-    return DocumentInput(collection=src.collection, path=src.path, title=title.strip(), body=body,
+    return DocumentInput(collection=src.collection, path=src.path, title=title.strip(),
+                         body=with_summary(body, meta),
                          scopes=tuple(scopes), kind=_text(meta.get("kind")) or "note",
                          state=_text(meta.get("state")) or None, area=_text(meta.get("area")) or None,
                          metadata=extra or None, occurred_at=occurred)
