@@ -1244,3 +1244,50 @@ def test_a_tenant_read_under_older_rules_merges_its_entities_of_one_name(
     assert {subject for subject, _, _ in live} == {place}
     assert len(live) == len(set(live)), "a repeated claim stays live"
     assert report.retracted >= len(copied)
+
+
+SETTINGS_TEXT = (
+    "* Owner: Lena\n* Reviewer: Marcus Brody\n\nAll reviews went to Marcus Brody and then to "
+    "Lena in Berlin.\n\n### Configuration\n\n#### `registry`\n\n"
+    '* Default: "https://registry.npmjs.org/"\n* Type: URL\n\n'
+    "The base URL of the npm registry.\n\n#### `otp`\n\n* Default: null\n"
+    "* Type: null or String\n\nThis is a one-time password from a two-factor authenticator. "
+    "It's needed\nwhen publishing or changing package permissions with `npm access`.\n\n"
+    "#### `dry-run`\n\n* Default: false\n* Type: Boolean")
+
+
+def test_a_weak_mention_names_no_entity_that_only_older_rules_made(
+        app_engine: Engine, admin_engine: Engine, tenant: TenantFixture) -> None:
+    """Rules 16 on a tenant read under older rules: "* Type: Boolean" made an entity
+    "Boolean" with the extractor's claims. Its mention is weak now (``nlp._label_item``), and
+    a weak mention names only an entity known apart from such mentions, so read again the
+    chunk names it no longer and its claims are retracted; an entity of a weak mention's name
+    that someone made by hand ("String", nothing said about it) is still named."""
+    writer = tenant.identity(write=("team",))
+    _put(app_engine, tenant, "npm-config.md", SETTINGS_TEXT, ("team",))
+    with bound_session(app_engine, writer) as s:
+        extract(s)
+        names = set(s.execute(select(Entity.canonical_name)).scalars())
+        assert {"Lena", "Marcus Brody"} <= names and not names & {"Boolean", "String"}, names
+        # Older rules made "Boolean" from this chunk: an extractor's claim the chunk recorded.
+        boolean = resolve_entity(s, "group", "Boolean", ("team",))
+        string = resolve_entity(s, "person", "String", ("team",))  # someone's own, by hand
+    with admin_engine.begin() as conn:
+        old = conn.execute(text(
+            "insert into knowledge.fact_claim (tenant_id, content_id, subject_id, predicate, "
+            "object_value, object_datatype, scopes, author, author_role, epistemic_kind, "
+            "perspective_key, confidence) select tenant_id, content_id, :b, predicate, "
+            "object_value, object_datatype, scopes, author, author_role, epistemic_kind, "
+            "perspective_key, confidence from knowledge.fact_claim where tenant_id = :t "
+            "and author_role = 'extractor' and superseded_at is null limit 1 returning id"),
+            {"t": tenant.id, "b": boolean}).scalar_one()
+        conn.execute(text("update memory.extractions set claim_ids = claim_ids || :c, "
+                          "entity_ids = entity_ids || :b, model = 'spacy:older|rules-15' "
+                          "where tenant_id = :t"), {"t": tenant.id, "c": [old], "b": [boolean]})
+    with bound_session(app_engine, writer) as s:
+        extract(s)
+        live = {subject for subject in s.execute(select(FactClaim.subject_id).where(
+            FactClaim.superseded_at.is_(None))).scalars()}
+        named = {e for (ids,) in s.execute(select(Extraction.entity_ids)) for e in ids}
+    assert boolean not in live and boolean not in named
+    assert string in named  # made by hand: a weak mention names it

@@ -473,6 +473,25 @@ def _old_key(subject: uuid.UUID, predicate: str, object_id: uuid.UUID | None, va
     return (subject, predicate, object_id, value, datatype, text_, tuple(sorted(scopes, key=str)))
 
 
+# Whether the entity ``r.id`` is known apart from the weak mentions that would name it
+# (``Entity.weak``: a list item's first word, a label's value): someone made it or wrote
+# about it (nothing said about it, or something said by someone other than the extractor;
+# or a note's front matter gives it an alias), or a chunk read under the current model and
+# rules (``:m``) names it. An entity only extraction under older rules made is none: "* Type:
+# Boolean" made "Boolean" under rules 15, and a weak mention resolving to it would keep it
+# for good; read again, its chunks let it go (rules 16).
+_KNOWN_APART = (
+    "(exists (select 1 from knowledge.entities g where g.tenant_id = auth.tenant_id() "
+    "and g.id = r.id and g.given_aliases <> '{}'::jsonb) "
+    "or not exists (select 1 from knowledge.fact_claim c where c.tenant_id = auth.tenant_id() "
+    "and (c.subject_id = r.id or c.object_id = r.id) and c.author_role = 'extractor') "
+    "or exists (select 1 from knowledge.fact_claim c where c.tenant_id = auth.tenant_id() "
+    "and (c.subject_id = r.id or c.object_id = r.id) "
+    "and c.author_role is distinct from 'extractor') "
+    "or exists (select 1 from memory.extractions x where x.tenant_id = auth.tenant_id() "
+    "and x.model = :m and r.id = any(x.entity_ids)))")
+
+
 class _Writer:
     """The writes of one run: entities resolved once per run, claims and records per batch."""
 
@@ -545,15 +564,18 @@ class _Writer:
                     # type's name or alias, or a new one). One lookup with an OR of the alias
                     # read every entity of the tenant per name: 2-5 s a batch on a tenant of
                     # 5,000 entities.
-                    "select u.i, coalesce((select e.id from knowledge.entities e "
+                    "select u.i, case when u.c or r.id is null or " + _KNOWN_APART
+                    + " then r.id end "
+                    "from (select v.*, knowledge.normalize_name(v.n) as k "
+                    "from unnest(cast(:t as text[]), cast(:n as text[]), cast(:c as boolean[])) "
+                    "with ordinality as v(t, n, c, i)) as u "
+                    "cross join lateral (select coalesce((select e.id from knowledge.entities e "
                     "where e.tenant_id = auth.tenant_id() and e.name_key = u.k "
                     "and e.merged_into is null and e.scopes @> cast(:s as uuid[]) "
                     "order by e.created_at, e.id limit 1), "
-                    "knowledge.resolve_entity_within(u.t, u.n, cast(:s as uuid[]), u.c)) "
-                    "from (select v.*, knowledge.normalize_name(v.n) as k "
-                    "from unnest(cast(:t as text[]), cast(:n as text[]), cast(:c as boolean[])) "
-                    "with ordinality as v(t, n, c, i)) as u order by u.i"),
-                    {"s": list(scopes), "t": [e.entity_type for e in ordered],
+                    "knowledge.resolve_entity_within(u.t, u.n, cast(:s as uuid[]), u.c)) as id) "
+                    "as r order by u.i"),
+                    {"s": list(scopes), "m": self.model, "t": [e.entity_type for e in ordered],
                      "n": [e.name for e in ordered],
                      "c": [not all(entities[x] for x in groups[key(e.name)]) for e in ordered]}
                 ).all()

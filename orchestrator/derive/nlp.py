@@ -62,7 +62,7 @@ ENTITY_TYPES = {
 }
 # Bumped whenever the rules below change what a chunk yields, so every chunk read under
 # older rules is read again (its stale claims retracted, the new ones written).
-RULES_VERSION = "rules-15"  # 4: markup masked over the whole document (stop 25); 5: a claim's
+RULES_VERSION = "rules-16"  # 4: markup masked over the whole document (stop 25); 5: a claim's
 # sentence keeps its inline code, and a blank line ends a sentence (stop 26); 6: inline code
 # that wraps over a line break is code, MyST roles and targets are markup, no name or sentence
 # runs over two Markdown blocks, names lose trailing punctuation and a leading "E.g." (stop 27);
@@ -85,7 +85,9 @@ RULES_VERSION = "rules-15"  # 4: markup masked over the whole document (stop 25)
 # Hidden Lockfiles") and a "group" that is an adjective capitalised by its place ("Valid
 # values"); a colon no longer makes the word after it "inside a sentence"
 # (``_heading_label``, ``_positional_adjective``, stop 39); 15: a name's mentions in one scope
-# set are one entity whatever type each was tagged with (``TYPE_PRECEDENCE``, stop 40)
+# set are one entity whatever type each was tagged with (``TYPE_PRECEDENCE``, stop 40);
+# 16: so does a list item's label or a word of its short value ("* Type: Boolean",
+# ``_label_item``, stop 41)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -254,6 +256,15 @@ _CAPITALISED_TYPES = frozenset({"person", "place", "group", "organization"})
 _SPACES_HYPHENS = re.compile(r"[\s-]+")
 
 
+def _title_word(span: Any) -> bool:
+    """Whether ``span`` is one word of letters written with a capital and the rest lower
+    case ("Boolean", "Lena"; not "npm", "JSON", "GitHub")."""
+    if len(span) != 1:
+        return False
+    word = span[0].text
+    return bool(word.isalpha() and word[0].isupper() and word[1:].islower())
+
+
 def _common_word(span: Any, entity_type: str, context: str | None = None) -> bool:
     """Whether a one-word mention is an ordinary word, not a name: API references and
     release notes open sentences with capitalised verbs and nouns ("Listens once to the
@@ -337,10 +348,10 @@ def _opens_with_verb(span: Any, nlp: Any) -> bool:
     name that is also a verb stays a name in its sentence ("mark said the build is broken":
     a proper noun; "rogers said": a plural noun), and a noun that opens a line is no verb
     ("Homebrew on macOS")."""
+    if not _title_word(span[:1]):
+        return False
     first = span[0]
     word = first.text
-    if not (word.isalpha() and word[0].isupper() and word[1:].islower()):
-        return False
     text = span.doc.text
     line_start = text.rfind("\n", 0, first.idx) + 1
     if not (first.is_sent_start or _LINE_LABEL.fullmatch(text, line_start, first.idx)):
@@ -388,11 +399,9 @@ def _heading_word(span: Any, written: str, context: str | None) -> bool:
     """Whether a one-word mention is a heading's whole text ("## Background", "Bug" over a
     setext underline) that ``context`` never capitalises inside a sentence: a section's
     label, not a name (a name is written in the prose too: "install Python with Homebrew")."""
-    if len(span) != 1:
+    if not _title_word(span):
         return False
     word = span[0].text
-    if not (word.isalpha() and word[0].isupper() and word[1:].islower()):
-        return False
     if not _in_heading(written, span.start_char):
         return False
     start = written.rfind("\n", 0, span.start_char) + 1
@@ -416,11 +425,9 @@ def _list_opener(span: Any, written: str, context: str | None) -> bool:
     capitalised wherever it stands), the mention names an entity only where one of that
     name is known already (``Entity.weak``: extraction resolves it, never makes it), so
     "- Lena books the venue" still names a known Lena."""
-    if len(span) != 1:
+    if not _title_word(span):
         return False
     word = span[0].text
-    if not (word.isalpha() and word[0].isupper() and word[1:].islower()):
-        return False
     line_start = written.rfind("\n", 0, span.start_char) + 1
     if not _OPENER_PREFIX.fullmatch(written, line_start, span.start_char):
         return False
@@ -428,6 +435,53 @@ def _list_opener(span: Any, written: str, context: str | None) -> bool:
     if after is None or not (after.text.isalpha() and after.text.islower()):
         return False
     return word not in _vocabulary(context if context is not None else span.doc.text)[1]
+
+
+# A list item that opens with a label: "* Type: Boolean", "- Default: Public", "1. **Owner**:
+# Lena", "* Default:" (its value on the lines below); the label one to three words. Its value
+# is short at most eight words ("* Type: String (can be set multiple times)").
+_LABEL_ITEM = re.compile(
+    r"[ \t]*(?:[-*+]|\d{1,9}[.)])[ \t]+(?:\[[ xX]\][ \t]+)?[*_]{0,2}"
+    r"(?P<label>[^\W\d_][\w-]*(?:[ \t]+[\w-]+){0,2})[*_]{0,2}:[*_]{0,2}(?=[ \t\r]|$)")
+_SHORT_VALUE = 8
+# Such a line with a short value in a document masked for reading (its list marker and
+# emphasis are spaces).
+_LABEL_LINE = re.compile(r"(?m)^[ \t]*[^\W\d_][\w-]*(?:[ \t]+[\w-]+){0,2}[ \t]*:"
+                         r"(?:[ \t]+[^ \t\n]+){0,8}[ \t\r]*$")  # _SHORT_VALUE words
+
+
+@lru_cache(maxsize=16)
+def _outside_labels(text: str) -> str:
+    """``text`` without its lines that are a label and a short value (``_LABEL_LINE``)."""
+    return _LABEL_LINE.sub("", text)
+
+
+def _label_item(span: Any, written: str, context: str | None) -> bool:
+    """Whether a one-word mention is a list item's label or a word of its short value ("*
+    Default: false", "* Type: Boolean", "* Type: null or String"): a property list's
+    entries, capitalised by their place or as a schema's type names, which the small model
+    reads as groups, people and organisations (over npm's docs, "Boolean" and "String" were
+    entities of 113 and 89 claims, one "mentioned in" each page that lists a setting).
+    Unless ``context`` (the document) capitalises the word inside a sentence elsewhere than
+    such a short item (a name is capitalised wherever it stands), it names an entity only
+    where one of that name is known already (``Entity.weak``), so "- Owner: Lena" still
+    names a known Lena."""
+    if not _title_word(span):
+        return False
+    word = span[0].text
+    line_start = written.rfind("\n", 0, span.start_char) + 1
+    line_end = written.find("\n", span.start_char)
+    line_end = len(written) if line_end < 0 else line_end
+    item = _LABEL_ITEM.match(written, line_start, line_end)
+    if item is None:
+        return False
+    in_label = item.start("label") <= span.start_char < item.end("label")
+    in_value = (span.start_char >= item.end()
+                and len(written[item.end():line_end].split()) <= _SHORT_VALUE)
+    if not (in_label or in_value):
+        return False
+    prose = _outside_labels(context if context is not None else span.doc.text)
+    return word not in _vocabulary(prose)[1]
 
 
 def _by_place(written: str, at: int) -> bool:
@@ -453,12 +507,10 @@ def _positional_adjective(span: Any, entity_type: str, written: str, context: st
     name of any other type is not judged so: half of the commonest English first names are
     WordNet words ("Sam", "Will", "Grace", "Caroline"), and a chat line's speaker ("Caroline:
     Hey Mel!") is capitalised by its place and read as a common noun."""
-    if entity_type != "group" or len(span) != 1:
+    if entity_type != "group" or not _title_word(span):
         return False
     token = span[0]
     word = token.text
-    if not (word.isalpha() and word[0].isupper() and word[1:].islower()):
-        return False
     if token.tag_ in ("NNP", "NNPS") or not _by_place(written, span.start_char):
         return False
     lower = word.lower()
@@ -607,6 +659,7 @@ def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
             continue
         as_written = written if written is not None else doc.text
         weak = gates and (_list_opener(span, as_written, context)
+                          or _label_item(span, as_written, context)
                           or _positional_adjective(span, m.entity_type, as_written, context, nlp)
                           or _heading_label(span, as_written, context))
         entity = Entity(_person_or_product(name, m.entity_type) if gates else m.entity_type, name,
