@@ -10,7 +10,9 @@ among them the **junk** ones: an entity whose name is not a plausible name, a
 profile, an observation or a fact whose text (profile: the part after its title)
 is code, a URL, markup, numbers or a log line once its inline code and links are
 masked as extraction masks them (``orchestrator.derive.quality.statement_junk``),
-and observations whose text another observation already says (served twice). Up to
+and observations whose text another observation already says (served twice); and the
+RAPTOR and community summaries with a sentence that is junk so or a list of links
+(``quality.link_list``). Up to
 ``--examples`` junk items per kind are printed.
 
     .venv/bin/python benchmarks/derive_junk.py [--folder PATH] [--examples 5]
@@ -30,7 +32,8 @@ from orchestrator.auth import Identity
 from orchestrator.cli.ingest import ingest_paths
 from orchestrator.db.engine import make_app_engine
 from orchestrator.db.session import bound_session
-from orchestrator.derive.quality import plausible_entity, statement_junk
+from orchestrator.derive.quality import link_list, plausible_entity, statement_junk
+from orchestrator.derive.summarize import split_sentences
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "markdown"
 
@@ -46,6 +49,9 @@ def count(app: object, org: str, examples: int) -> tuple[dict[str, int], list[st
         observations = session.execute(text("select text from memory.observations "
                                             "where confidence >= 0.65")).scalars().all()
         facts = session.execute(text("select text from knowledge.fact_content")).scalars().all()
+        summaries = session.execute(text(
+            "select summary from memory.raptor_nodes union all "
+            "select summary from memory.communities")).scalars().all()
     figures["entities"] = len(names)
     for n in names:
         if not plausible_entity(n):
@@ -72,6 +78,11 @@ def count(app: object, org: str, examples: int) -> tuple[dict[str, int], list[st
     figures["facts (distinct sentences)"] = len(facts)
     for f in facts:
         tally("facts", "fact", f, statement_junk(f))
+    figures["summaries (RAPTOR, communities)"] = len(summaries)
+    for x in summaries:
+        tally("summaries", "summary", x, next(
+            (r for r in (statement_junk(s) or ("link list" if link_list(s) else None)
+                         for s in split_sentences(x)) if r), None))
     return figures, shown
 
 
@@ -106,7 +117,8 @@ def main() -> None:
         worker.dispose()
     keys = list(rows["before (gates off)"].keys() | rows["after (gates on)"].keys())
     order = ["entities", "junk entities", "profiles", "junk profiles", "recallable observations",
-             "junk observations", "repeated observations", "facts (distinct sentences)", "junk facts"]
+             "junk observations", "repeated observations", "facts (distinct sentences)", "junk facts",
+             "summaries (RAPTOR, communities)", "junk summaries"]
     keys = [k for k in order if k in keys]
     print(f"\n{'':28s} {'before':>8s} {'after':>8s}")
     for k in keys:

@@ -299,6 +299,21 @@ def _parsed(body: str) -> tuple[str, Any, list[Any]]:
     return text, doc, SpacyEntities("x").mentions([text], [doc])[0]
 
 
+def _weak_names(body: str, tagged: set[str]) -> dict[str, bool]:
+    """Each entity ``nlp.read`` finds in ``body`` -> whether every mention of it is weak,
+    once the NER is seen to have tagged ``tagged`` (else the test would prove nothing)."""
+    from orchestrator.derive.nlp import read
+
+    text, doc, mentions = _parsed(body)
+    typed = {text[m.start:m.end]: m.entity_type for m in mentions}
+    assert tagged <= typed.keys(), typed
+    found: dict[str, bool] = {}
+    for s in read(doc, mentions, original=body, context=text):
+        for e in s.entities:
+            found[e.name] = found.get(e.name, True) and e.weak
+    return found
+
+
 def test_a_command_a_shout_or_a_lower_case_word_is_not_a_name():
     """Release notes and headings open lines with commands and gerunds that NER reads as part
     of a name ("Fix MacPorts", "Running Rustfmt", "D. Install Python": profiles of them were
@@ -444,11 +459,7 @@ def test_a_heading_of_ordinary_words_or_an_adjective_by_its_place_names_only_a_k
             "## Priya Raman\n\nPriya leads the platform team.\n\n"
             "### Windows PowerShell\n\nOpen windows with a shell; French and Korean docs "
             "ship. Korean docs are new.\n")
-    text, doc, mentions = _parsed(body)
-    typed = {text[m.start:m.end]: m.entity_type for m in mentions}
-    assert {"Token Behavior", "Audit Signatures", "Valid"} <= typed.keys(), typed  # NER's
-    found = {e.name: e.weak for s in read(doc, mentions, original=body, context=text)
-             for e in s.entities}
+    found = _weak_names(body, {"Token Behavior", "Audit Signatures", "Valid"})
     assert found.get("Token Behavior") is True and found.get("Audit Signatures") is True, found
     assert found.get("Valid") is True, found
     for name in ("Priya Raman", "Windows PowerShell", "French", "Korean"):
@@ -459,6 +470,57 @@ def test_a_heading_of_ordinary_words_or_an_adjective_by_its_place_names_only_a_k
     text, doc, mentions = _parsed(body)
     said = {e.name for s in read(doc, mentions, original=body, context=text) for e in s.entities}
     assert "String" not in said, said
+
+
+def test_a_list_items_label_or_short_value_names_only_a_known_entity():
+    """npm's docs (rules 16): every setting is listed as "* Default: false", "* Type:
+    Boolean", "* Type: null or String", and the small model read the type names as a group
+    and a person: "Boolean" and "String" were entities of 113 and 90 claims. A list item's
+    label and the words of its short value are weak (they name an entity only where one is
+    known); a label's value that the document also writes in a sentence is a name, as is a
+    longer value and a name in a sentence."""
+
+    body = ("* Owner: Lena\n* Reviewer: Marcus Brody\n\nAll reviews went to Marcus Brody "
+            "and then to Lena in Berlin.\n\n### Configuration\n\n#### `registry`\n\n"
+            '* Default: "https://registry.npmjs.org/"\n* Type: URL\n\n'
+            "The base URL of the npm registry.\n\n#### `otp`\n\n* Default: null\n"
+            "* Type: null or String\n\nThis is a one-time password from a two-factor "
+            "authenticator. It's needed\nwhen publishing or changing package permissions with "
+            "`npm access`.\n\n#### `diff`\n\n* Default:\n* Type: String (can be set multiple "
+            "times)\n\n#### `dry-run`\n\n* Default: false\n* Type: Boolean")
+    found = _weak_names(body, {"Boolean", "String"})
+    assert found.get("Boolean") is True and found.get("String") is True, found
+    # A label alone (its value on the lines below) and a label's word are weak as well; a
+    # name in a list item's sentence is not.
+    from orchestrator.derive.nlp import _label_item, load_spacy
+
+    for written, word, weak in [("* Default:\n* Type: Boolean\n", "Default", True),
+                                ("- **Owner**: Lena\n", "Lena", True),
+                                ("* Reviewers: Marcus and Lena asked for a second review of "
+                                 "the draft before Friday\n", "Lena", False),
+                                ("* Lena reviewed the draft.\n", "Lena", False)]:
+        parsed = load_spacy()(mask_markup(written))
+        at = written.index(word)
+        span = parsed.char_span(at, at + len(word))
+        assert _label_item(span, written, parsed.text) is weak, (written, word)
+    # Lena is capitalised in a sentence of the document: a name wherever she stands.
+    assert found.get("Lena") is False and found.get("Marcus Brody") is False, found
+
+
+def test_a_list_of_links_is_no_statement():
+    """A "See also" list is navigation: it was a RAPTOR summary's sentence ("* [npm
+    access](/commands/npm-access) * [npm config](/commands/npm-config)"). A sentence with a
+    link in it is prose."""
+    from orchestrator.derive.quality import link_list, plausible_statement
+
+    for said in ("* [npm access](/commands/npm-access)\n* [npm config](/commands/npm-config)\n"
+                 "* [npm registry](/using-npm/registry)",
+                 "See [npm install](/commands/npm-install) and [npm ci](/commands/npm-ci)."):
+        assert link_list(said) and not plausible_statement(said), said
+    for said in ("Run the tests before you push; see [the guide](docs/guide.md) for the rest.",
+                 "Priya covers payments until the end of the quarter.",
+                 "![badge](https://img.shields.io/x) The parser reads every Markdown file."):
+        assert not link_list(said) and plausible_statement(said), said
 
 
 def test_a_person_whose_name_no_person_has_is_a_product():

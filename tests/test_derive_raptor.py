@@ -19,7 +19,7 @@ from orchestrator.db.engine import make_app_engine
 from orchestrator.db.knowledge_models import FactContent, RaptorNode
 from orchestrator.db.models import Chunk, Document
 from orchestrator.db.session import bound_session
-from orchestrator.derive.raptor import build, config, split
+from orchestrator.derive.raptor import SENTENCES, build, config, split
 from orchestrator.derive.summarize import METHOD
 from orchestrator.errors import BadInput
 from orchestrator.ingest.documents import DocumentInput, delete_document
@@ -111,7 +111,7 @@ def _check_tree(nodes: dict[uuid.UUID, RaptorNode], chunks: dict[uuid.UUID, tupl
             assert kids and not n.member_chunk_ids and not n.member_fact_ids
             expected = np.mean(np.stack([k.centroid for k in kids]), axis=0)
         assert np.allclose(n.centroid, expected, atol=1e-5)
-        assert n.summary and n.summary_method == METHOD and n.summary_model is None
+        assert n.summary and n.summary_method == METHOD + SENTENCES and n.summary_model is None
 
 
 def _edges(admin_engine: Engine, tenant: uuid.UUID) -> Counter[tuple[str, str, str]]:
@@ -317,6 +317,40 @@ def test_full_rebuild_replaces_the_tree(app_engine: Engine, team: TenantFixture,
     with bound_session(app_engine, ident) as s:
         again = build(s, settings=cfg)
     assert (again.inserted, again.updated, again.deleted, again.unchanged) == (0, 0, 0, len(after))
+
+
+def test_a_leaf_is_summarised_from_its_prose_and_an_older_tree_once_again(
+        app_engine: Engine, admin_engine: Engine, team: TenantFixture, embedder: Any,
+        settings: Settings) -> None:
+    """npm's docs: leaves were summarised from every sentence of their chunks, so summaries
+    read "```bash npm access list packages <org:team> ```." and "* [npm access](...) *
+    [npm config](...)". A leaf's sentences are its prose now (``quality.plausible_statement``);
+    a tree summarised before (its nodes' method without ``SENTENCES``) is summarised again
+    once, and then left alone."""
+    ident = team.identity(write=("team",))
+    code = "```bash\nnpm access list packages <org:team>\n```"
+    table = "| Flag | Default | Type |\n| --- | --- | --- |\n| `--file` | null | String |"
+    links = "* [npm access](/commands/npm-access)\n* [npm config](/commands/npm-config)"
+    topics = {k: [f"{body}\n\n{code}\n\n{table}\n\n{links}" for body in v] for k, v in TOPICS.items()}
+    write_documents(app_engine, ident, embedder, _corpus(topics=topics), settings)
+    cfg = _small(settings, raptor_summary_sentences=6)
+    with bound_session(app_engine, ident) as s:
+        build(s, settings=cfg)
+    nodes = _nodes(app_engine, ident)
+    said = " ".join(n.summary for n in nodes.values())
+    assert nodes and not any(x in said for x in ("```", "| Flag", "[npm access]", "(/commands")), said
+    assert any(sentence in said for v in TOPICS.values() for sentence in v), said
+    # A tree summarised under the rule before: every node is summarised again, once.
+    with admin_engine.begin() as conn:
+        conn.execute(text(f"update {NODES} set summary_method = :m where tenant_id = :t"),
+                     {"m": METHOD, "t": team.id})
+    with bound_session(app_engine, ident) as s:
+        again = build(s, settings=cfg)
+    assert again.resummarised == len(nodes) and again.updated == len(nodes), again
+    assert {n.summary_method for n in _nodes(app_engine, ident).values()} == {METHOD + SENTENCES}
+    with bound_session(app_engine, ident) as s:
+        third = build(s, settings=cfg)
+    assert (third.resummarised, third.updated, third.unchanged) == (0, 0, len(nodes)), third
 
 
 def test_killed_run_rolls_back_and_the_restart_completes(app_engine: Engine, admin_engine: Engine,

@@ -129,6 +129,12 @@ def _made(app_engine: Engine, t: TenantFixture) -> dict[str, set[tuple[str, str 
                 for name, m in (("communities", Community), ("profiles", Profile), ("raptor", RaptorNode))}
 
 
+def _each(method: str, model: str | None) -> dict[str, set[tuple[str, str | None]]]:
+    """What each job records for ``method``: RAPTOR adds how it chose a leaf's sentences."""
+    return {"communities": {(method, model)}, "profiles": {(method, model)},
+            "raptor": {(method + raptor.SENTENCES, model)}}
+
+
 def test_every_job_records_method_and_model(app_engine: Engine, tenant_factory: Tenants, embedder: Any,
                                             settings: Settings, caplog: pytest.LogCaptureFixture) -> None:
     t = tenant_factory("team")
@@ -144,8 +150,7 @@ def test_every_job_records_method_and_model(app_engine: Engine, tenant_factory: 
         abstractive = _endpoint(settings, ep.url)
         c1, p1, r1 = run(abstractive)
         assert (c1.inserted, p1.inserted) == (1, 2) and r1.inserted >= 1
-        assert _made(app_engine, t) == {k: {(ABSTRACTIVE_METHOD, "tiny-llm")}
-                                        for k in ("communities", "profiles", "raptor")}
+        assert _made(app_engine, t) == _each(ABSTRACTIVE_METHOD, "tiny-llm")
         with bound_session(app_engine, ident) as s:
             summaries = list(s.execute(select(RaptorNode.summary)).scalars())
         assert all(x.startswith(PREFIX) for x in summaries)
@@ -156,7 +161,7 @@ def test_every_job_records_method_and_model(app_engine: Engine, tenant_factory: 
     # Back to extractive: every summary is remade by the configured method, and says so.
     c3, p3, r3 = run(settings)
     assert (c3.updated, p3.updated, r3.updated) == (1, 2, r1.inserted)
-    assert _made(app_engine, t) == {k: {(METHOD, None)} for k in ("communities", "profiles", "raptor")}
+    assert _made(app_engine, t) == _each(METHOD, None)
     # A failing endpoint leaves the extractive summaries as they are (nothing written), and warns.
     caplog.set_level(logging.WARNING, logger="engram.derive.summarize")
     with chat_endpoint(fail=True) as down:
@@ -164,4 +169,4 @@ def test_every_job_records_method_and_model(app_engine: Engine, tenant_factory: 
     assert (c4.updated, p4.updated, r4.updated, r4.inserted) == (0, 0, 0, 0)
     assert r4.resummarised == r1.inserted and r4.unchanged == r1.inserted
     assert any("extractive instead" in r.getMessage() for r in caplog.records)
-    assert _made(app_engine, t) == {k: {(METHOD, None)} for k in ("communities", "profiles", "raptor")}
+    assert _made(app_engine, t) == _each(METHOD, None)

@@ -272,7 +272,22 @@ def statement_junk(text: str) -> str | None:
     return junk_reason(mask_markup(text))
 
 
+# A Markdown link's text (its target is masked with the rest of the markup).
+_LINK_TEXT = re.compile(r"(?<!!)\[([^\]\n]{0,500})\](?=\()")
+
+
+def link_list(text: str) -> bool:
+    """Whether most of ``text``'s letters are the text of Markdown links: a "See also" list
+    ("* [npm access](/commands/npm-access) * [npm config](/commands/npm-config)"), a
+    navigation line, not a statement. A sentence with a link in it ("see [the guide](...)
+    first") is prose."""
+    linked = sum(ch.isalpha() for m in _LINK_TEXT.finditer(text) for ch in str(m.group(1)))
+    return linked > 0 and linked >= 0.5 * sum(ch.isalpha() for ch in mask_markup(text))
+
+
 def plausible_statement(text: str) -> bool:
-    """Whether a claim's sentence is prose worth summarising (three words or more, no junk)."""
+    """Whether a claim's sentence is prose worth summarising (three words or more, no junk,
+    no list of links)."""
     masked = mask_markup(text)
-    return len(re.findall(r"[A-Za-z]{2,}", masked)) >= 3 and junk_reason(masked) is None
+    return (len(re.findall(r"[A-Za-z]{2,}", masked)) >= 3 and junk_reason(masked) is None
+            and not link_list(text))

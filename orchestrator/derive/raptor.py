@@ -71,6 +71,7 @@ from orchestrator.config import Settings, get_settings
 from orchestrator.db.knowledge_models import FactContent, RaptorNode, current_claims
 from orchestrator.db.models import EMBEDDING_DIMENSION, Chunk, Document
 from orchestrator.derive import poison
+from orchestrator.derive.quality import plausible_statement
 from orchestrator.derive.summarize import Summarizer, get_summarizer, split_sentences
 from orchestrator.errors import BadInput
 
@@ -87,6 +88,11 @@ FANOUT = 32
 CENTROID_TOLERANCE = 1e-5
 EXTRACTOR_ROLE = "extractor"
 EMPTY_SUMMARY = "A group of related passages."
+# How a leaf's sentences are chosen (``_sentences``), recorded after the summarizer's method
+# so a tree summarised under another rule is summarised again once: "+prose" (stop 41), a
+# leaf's prose sentences only; before it, every sentence, code blocks, tables and "See also"
+# link lists included ("```bash npm access list packages <org:team> ```.").
+SENTENCES = "+prose"
 _BATCH = 5000
 _UUIDS = ARRAY(UUID(as_uuid=True))
 
@@ -115,6 +121,8 @@ class RaptorConfig:
     summary_sentences: int
     summary_chars: int
     seed: int
+    # A leaf's prose sentences only (``derive_quality_gates``; off only to measure them).
+    prose_only: bool = True
 
 
 def config(settings: Settings) -> RaptorConfig:
@@ -135,7 +143,7 @@ def config(settings: Settings) -> RaptorConfig:
     return RaptorConfig(settings.raptor_cluster_size, settings.raptor_max_cluster_size,
                         settings.raptor_join_distance, settings.raptor_max_levels,
                         settings.raptor_summary_sentences, settings.raptor_summary_chars,
-                        settings.raptor_seed)
+                        settings.raptor_seed, settings.derive_quality_gates)
 
 
 @dataclass(frozen=True)
@@ -446,7 +454,7 @@ def _plan(session: Session, key: ScopeKey, stored: list[_Node], chunk_ids: set[u
         tree.recentred.add(id(leaf))
 
     _link_levels(tree, cfg)
-    _mark_resummarise(tree, summarizer)
+    _mark_resummarise(tree, summarizer, cfg)
     return tree
 
 
@@ -517,9 +525,9 @@ def _centroid(node: _Node) -> Vec:
     return node.centroid
 
 
-def _mark_resummarise(tree: _Tree, summarizer: Summarizer) -> None:
+def _mark_resummarise(tree: _Tree, summarizer: Summarizer, cfg: RaptorConfig) -> None:
     """The nodes that may need a new summary: changed members, another method, or such a descendant."""
-    wanted = (summarizer.method, summarizer.model)
+    wanted = (_method(summarizer.method, cfg), summarizer.model)
     touched: set[int] = set()
     for n in sorted(tree.nodes, key=lambda n: n.level):
         if n.members_changed or n.stored is None or (n.method, n.model) != wanted or any(
@@ -528,10 +536,22 @@ def _mark_resummarise(tree: _Tree, summarizer: Summarizer) -> None:
             touched.add(id(n))
 
 
-def _sentences(tree: _Tree, node: _Node, texts: dict[uuid.UUID, str]) -> list[str]:
+def _sentences(tree: _Tree, node: _Node, texts: dict[uuid.UUID, str], cfg: RaptorConfig
+               ) -> list[str]:
+    """What a node is summarised from: a leaf's members' prose sentences
+    (``quality.plausible_statement``: no code block, table row, log line, list of links or
+    number soup; a leaf with none keeps them all; every sentence with ``prose_only`` off), a
+    higher node's children's summaries."""
     if node.level == 0:
-        return [s for i in sorted(node.chunks) + sorted(node.facts) for s in split_sentences(texts[i])]
+        said = [s for i in sorted(node.chunks) + sorted(node.facts) for s in split_sentences(texts[i])]
+        return ([s for s in said if plausible_statement(s)] or said) if cfg.prose_only else said
     return [s for k in tree.children(node) for s in split_sentences(k.summary)]
+
+
+def _method(summarizer_method: str, cfg: RaptorConfig) -> str:
+    """The method recorded for a node's summary: the summarizer's, and ``SENTENCES`` where a
+    leaf's sentences are its prose."""
+    return summarizer_method + SENTENCES if cfg.prose_only else summarizer_method
 
 
 def _summarise(session: Session, trees: list[_Tree], summarizer: Summarizer, cfg: RaptorConfig,
@@ -543,7 +563,7 @@ def _summarise(session: Session, trees: list[_Tree], summarizer: Summarizer, cfg
     different; a parent whose children all read as before keeps its summary
     (an abstractive endpoint is not asked again for the same input).
     """
-    wanted = (summarizer.method, summarizer.model)
+    wanted = (_method(summarizer.method, cfg), summarizer.model)
     total = sum(len(t.to_summarise) for t in trees)
     done = summarised = 0
     for tree in trees:
@@ -555,13 +575,14 @@ def _summarise(session: Session, trees: list[_Tree], summarizer: Summarizer, cfg
             done += 1
             if node.members_changed or node.stored is None or (node.method, node.model) != wanted or any(
                     k.summary_changed for k in tree.children(node)):
-                made = summarizer.summarize(_sentences(tree, node, texts),
+                made = summarizer.summarize(_sentences(tree, node, texts, cfg),
                                             max_sentences=cfg.summary_sentences, max_chars=cfg.summary_chars)
                 text = made.text or EMPTY_SUMMARY
                 node.summarised = True
                 summarised += 1
-                if (text, made.method, made.model) != (node.summary, node.method, node.model):
-                    node.summary, node.method, node.model = text, made.method, made.model
+                method = _method(made.method, cfg)
+                if (text, method, made.model) != (node.summary, node.method, node.model):
+                    node.summary, node.method, node.model = text, method, made.model
                     node.summary_changed = True
             if progress is not None:
                 progress(done, total)
