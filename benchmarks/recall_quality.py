@@ -71,6 +71,7 @@ from orchestrator.db.scratch import scratch_database
 from orchestrator.db.session import bound_session
 from orchestrator.ingest.documents import DocumentInput, put_document
 from orchestrator.recall import PLAN_STUDY, Recaller
+from orchestrator.recall.tail import ITEM_KINDS
 
 # The evaluation data sits beside the checkout (../shared/data); --data PATH names it elsewhere.
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo-dev.json"
@@ -223,6 +224,23 @@ def print_categories(results: dict[str, list[dict[str, float]]], categories: lis
         print(f"{'R@all (served at all), ' + shown[0]:44s} " + " ".join(
             f"{mean([r for r, k in zip(rows, categories, strict=True) if k == c])['recall@all']:>13.3f}"
             for c in present))
+
+
+def print_served_kinds(results: dict[str, list[dict[str, float]]]) -> None:
+    """The first 10 served positions by kind, a mean per question, for the engram systems:
+    where derived memory takes positions, and how many positions could score nothing."""
+    systems = [k for k, rows in results.items() if k.startswith("engram: ") and rows
+               and "first10 unscorable" in rows[0]]
+    if not systems:
+        return
+    kinds = [k for k in SERVED_KINDS if any(mean(results[s])[f"first10 {k}"] for s in systems)]
+    print("\nfirst 10 served positions by kind (mean per question); unscorable: a derived item "
+          "that is no fact of a turn, or a turn served again")
+    print(f"{'system':44s} " + " ".join(f"{k[:11]:>11s}" for k in kinds) + f" {'unscorable':>11s}")
+    for name in systems:
+        m = mean(results[name])
+        print(f"{name:44s} " + " ".join(f"{m[f'first10 {k}']:11.2f}" for k in kinds)
+              + f" {m['first10 unscorable']:11.2f}")
 
 
 def derive_tenant(app: Engine, worker: Engine, settings: Settings, embedder: Any, org: str,
@@ -619,7 +637,19 @@ def score_served(dataset: str, res: Any, truth: list[str], claim_turn: dict[uuid
         ranking = [e.source.path if e.source is not None else f"position-{i}"
                    for i, e in enumerate(res.evidence)]
         return scores_for(distinct(ranking), truth)
-    return scores_for(served_ranking(res, claim_turn), truth)
+    ranking = served_ranking(res, claim_turn)
+    out = scores_for(ranking, truth)
+    # What the first 10 served positions were: each kind's count, and how many could not
+    # score (a derived item that is no fact of a turn, or a turn served again).
+    first = res.evidence[:10]
+    for kind in SERVED_KINDS:
+        out[f"first10 {kind}"] = sum(e.kind == kind for e in first)
+    out["first10 unscorable"] = sum(r.startswith("position-") for r in ranking[:10])
+    return out
+
+
+# The kinds an evidence item is served as.
+SERVED_KINDS = (*dict.fromkeys(ITEM_KINDS.values()), "catalog")
 
 
 @dataclass
@@ -797,6 +827,8 @@ def report(part: Part) -> None:
         if part.categories.get(" +derive"):
             print_categories(ordered, part.categories[" +derive"],
                              [k for k in systems if k.endswith("+derive")])
+    if part.dataset == "locomo":
+        print_served_kinds(ordered)
     if part.costs:
         ms = sorted(c for c, _ in part.costs)
         sizes = sorted(n for _, n in part.costs)
