@@ -42,6 +42,7 @@ from orchestrator.recall.tail import (
     drop_redundant_derived,
     navigational,
     order,
+    served_once,
     suppress_duplicates,
     unit_rows,
 )
@@ -244,6 +245,26 @@ def test_a_derived_item_an_excerpt_holds_is_served_by_the_excerpt_once():
                   source=src, merit=0.5)
     kept, dropped = drop_redundant_derived([single, wider, source])
     assert [c.key for c in kept] == ["api", "wider"] and dropped == [("single", "api", True)]
+
+
+def test_a_fact_ranked_above_its_near_duplicate_turn_is_served_by_the_turn():
+    """LoCoMo with every derive job run: a fact is a sentence of a short turn, as near the
+    turn as a duplicate (cosine 0.99); ranked above it, duplicate suppression dropped the
+    turn first and the fact was served alone, without the rest of what was said. The turn
+    serves it now, in its place; a duplicate of another kind still goes."""
+    src = SourceRef(collection="locomo", path="D8:6", title="D8:6")
+    deg = np.pi / 180
+    near = [np.cos(8 * deg), np.sin(8 * deg)]  # cosine 0.990 to [1, 0]
+    fact = cand("fact", "Melanie: We love painting together lately, especially nature-inspired "
+                "ones.", [1.0, 0.0], kind="fact", merit=0.9)
+    turn = cand("turn", "Melanie: We love painting together lately, especially nature-inspired "
+                "ones. Here's our latest work from last weekend.", near, source=src, merit=0.5)
+    twin = cand("twin", "Melanie: Our latest work from last weekend, the lake at sunrise.",
+                [np.cos(9 * deg), np.sin(9 * deg)], source=src, merit=0.4)  # 0.9998 to turn
+    kept, redundant, dropped = served_once([fact, turn, twin], 0.95)
+    assert [c.key for c in kept] == ["turn"] and turn.merit == 0.9
+    assert redundant == [("fact", "turn", True)]
+    assert [(a.key, b.key) for a, b, _ in dropped] == [("twin", "turn")]
 
 
 def test_unit_rows_mask_missing_zero_and_foreign_dimension_embeddings():

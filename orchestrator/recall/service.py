@@ -77,11 +77,10 @@ from orchestrator.recall.tail import (
     budget_cut,
     candidates_from_rows,
     discount_navigation,
-    drop_redundant_derived,
     keep_direct_best,
     order,
+    served_once,
     stable_key,
-    suppress_duplicates,
     trim_overlaps,
 )
 from orchestrator.recall.trace import Trace, item
@@ -630,8 +629,8 @@ class Recaller:
             candidates, trace.precedence = apply_precedence(candidates)
             trace.direct_lost = len(keep_direct_best(candidates, s.recall_title_chunks,
                                                         s.recall_navigation_discount < 1.0))
-            ordered, dropped = suppress_duplicates(order(candidates), s.recall_duplicate_similarity)
-            ordered, trace.redundant = drop_redundant_derived(ordered)
+            ordered, trace.redundant, dropped = served_once(order(candidates),
+                                                            s.recall_duplicate_similarity)
             if s.recall_diverse:
                 started = time.perf_counter()
                 ordered, deferred = diversify(ordered, s.recall_mmr_lambda, s.recall_mmr_doc_cap,

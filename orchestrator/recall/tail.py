@@ -17,13 +17,13 @@ Order of work, each step visible in the trace:
 4. ``order``: directly named sources first, merit order inside each group, ties
    broken by meaningful keys (``stable_key``: document, position, kind, text),
    never by a random id, so the same data ingested twice orders the same way;
-5. ``suppress_duplicates``: a candidate too similar to one already kept (cosine
-   of the chunk embeddings, or identical text) is dropped; then
-   ``drop_redundant_derived``: a derived item (a fact, an observation) whose
-   text a source excerpt of the pool holds is served by that excerpt (dropped
-   below it; above it, the excerpt takes its place), so derived memory is served
-   only where it adds to the sources it was derived from; MMR
-   (``recall.mmr``) then trades relevance against novelty;
+5. ``served_once``: first ``drop_redundant_derived``: a derived item (a fact, an
+   observation) whose text a source excerpt of the pool holds is served by that
+   excerpt (dropped below it; above it, the excerpt takes its place), so derived
+   memory is served only where it adds to the sources it was derived from; then
+   ``suppress_duplicates``: a candidate too similar to one already kept (cosine of the
+   chunk embeddings, or identical text) is dropped; MMR (``recall.mmr``) then trades
+   relevance against novelty;
 6. ``budget_cut``: the longest prefix whose rendered cost fits the budget. The
    cost is measured on the rendered string itself (characters / chars-per-token,
    rounded up), so the result can never exceed the budget, headers included.
@@ -594,6 +594,20 @@ def drop_redundant_derived(ordered: list[Candidate]
             kept.append(holder)
         dropped.append((c.key, holder.key, raised))
     return kept, dropped
+
+
+def served_once(ordered: list[Candidate], threshold: float
+                ) -> tuple[list[Candidate], list[tuple[str, str, bool]],
+                           list[tuple[Candidate, Candidate, float]]]:
+    """``ordered`` with each thing said once: a derived item a source excerpt holds is
+    served by that excerpt (``drop_redundant_derived``), then duplicates go
+    (``suppress_duplicates``). In that order: a fact is a sentence of a short turn, as near
+    the turn as a duplicate, and ranked above its turn it dropped the turn as a duplicate of
+    itself, so the fact was served without the words around it. Returns the order, the
+    redundant items (``drop_redundant_derived``'s triples) and the duplicates dropped."""
+    kept, redundant = drop_redundant_derived(ordered)
+    kept, dropped = suppress_duplicates(kept, threshold)
+    return kept, redundant, dropped
 
 
 def trim_overlaps(evidence: Sequence[Evidence]) -> list[Evidence]:
