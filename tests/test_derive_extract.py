@@ -1286,8 +1286,8 @@ def test_a_weak_mention_names_no_entity_that_only_older_rules_made(
                           "where tenant_id = :t"), {"t": tenant.id, "c": [old], "b": [boolean]})
     with bound_session(app_engine, writer) as s:
         extract(s)
-        live = {subject for subject in s.execute(select(FactClaim.subject_id).where(
-            FactClaim.superseded_at.is_(None))).scalars()}
+        live = set(s.execute(select(FactClaim.subject_id).where(
+            FactClaim.superseded_at.is_(None))).scalars())
         named = {e for (ids,) in s.execute(select(Extraction.entity_ids)) for e in ids}
     assert boolean not in live and boolean not in named
     assert string in named  # made by hand: a weak mention names it
