@@ -447,7 +447,7 @@ _SHORT_VALUE = 8
 # Such a line with a short value in a document masked for reading (its list marker and
 # emphasis are spaces).
 _LABEL_LINE = re.compile(r"(?m)^[ \t]*[^\W\d_][\w-]*(?:[ \t]+[\w-]+){0,2}[ \t]*:"
-                         r"(?:[ \t]+[^ \t\n]+){0,8}[ \t\r]*$")  # _SHORT_VALUE words
+                         rf"(?:[ \t]+[^ \t\n]+){{0,{_SHORT_VALUE}}}[ \t\r]*$")
 
 
 @lru_cache(maxsize=16)

@@ -276,13 +276,16 @@ def statement_junk(text: str) -> str | None:
 _LINK_TEXT = re.compile(r"(?<!!)\[([^\]\n]{0,500})\](?=\()")
 
 
-def link_list(text: str) -> bool:
+def link_list(text: str, masked: str | None = None) -> bool:
     """Whether most of ``text``'s letters are the text of Markdown links: a "See also" list
     ("* [npm access](/commands/npm-access) * [npm config](/commands/npm-config)"), a
     navigation line, not a statement. A sentence with a link in it ("see [the guide](...)
-    first") is prose."""
+    first") is prose. ``masked``: ``mask_markup(text)`` where the caller has it."""
     linked = sum(ch.isalpha() for m in _LINK_TEXT.finditer(text) for ch in str(m.group(1)))
-    return linked > 0 and linked >= 0.5 * sum(ch.isalpha() for ch in mask_markup(text))
+    if not linked:
+        return False
+    return linked >= 0.5 * sum(ch.isalpha() for ch in (masked if masked is not None
+                                                        else mask_markup(text)))
 
 
 def plausible_statement(text: str) -> bool:
@@ -290,4 +293,4 @@ def plausible_statement(text: str) -> bool:
     no list of links)."""
     masked = mask_markup(text)
     return (len(re.findall(r"[A-Za-z]{2,}", masked)) >= 3 and junk_reason(masked) is None
-            and not link_list(text))
+            and not link_list(text, masked))
