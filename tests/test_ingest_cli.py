@@ -212,7 +212,11 @@ def test_a_front_matter_description_opens_the_body() -> None:
     # After the level-1 heading that opens the body, whitespace made one paragraph.
     assert with_summary("\n# npm-run\r\n\r\nBody\n", {"description": "Run  arbitrary\n package scripts"}) \
         == "# npm-run\n\nRun arbitrary package scripts\n\nBody\n"
+    assert with_summary("npm-run\n=======\nBody\n", {"description": "Run scripts"}) \
+        == "npm-run\n=======\n\nRun scripts\n\nBody\n"  # a setext title
     assert with_summary("## Usage\n", {"summary": "Hugo's key"}) == "Hugo's key\n\n## Usage\n"
+    assert with_summary("# Only a title", {"description": "D"}) == "# Only a title\n\nD\n"
+    assert with_summary("", {"description": "D"}) == "D\n"
     assert with_summary("B\n", {"description": "D", "summary": "S"}) == "D\n\nB\n"
     # Already the first paragraph (Jekyll's excerpt), or no text: the body as it is.
     for body, meta in [("# T\n\nRemove a  package. Then more.\n", {"description": "remove a package."}),

@@ -287,9 +287,10 @@ _PARAGRAPH_BREAK = re.compile(r"\r?\n[ \t]*\r?\n")
 
 def with_summary(body: str, meta: dict[str, Any]) -> str:
     """``body`` opened by the front matter's summary (``SUMMARY_KEYS``) as its first paragraph,
-    after a level-1 ATX heading that opens the body; ``body`` as it is when there is none (or
-    it is no text: a list, a mapping) or the body's first paragraph already opens with it
-    (whitespace and case aside: Jekyll's excerpt is often that paragraph itself)."""
+    after a level-1 heading that opens the body ("# Title", or "Title" over "===="); ``body``
+    as it is when there is none (or it is no text: a list, a mapping) or the body's first
+    paragraph already opens with it (whitespace and case aside: Jekyll's excerpt is often
+    that paragraph itself)."""
     value = next((meta[k] for k in SUMMARY_KEYS if meta.get(k) not in (None, "")), None)
     if not isinstance(value, str | int | float) or isinstance(value, bool):
         return body
@@ -297,16 +298,25 @@ def with_summary(body: str, meta: dict[str, Any]) -> str:
     if not summary:
         return body
     rest = body.lstrip(LINE_BREAKS)
-    first, _, after = rest.partition("\n")
-    heading = _ATX.fullmatch(first.rstrip(LINE_BREAKS))
-    opened = heading is not None and len(heading.group(1)) == 1
-    below = after.lstrip(LINE_BREAKS) if opened else rest
+    lines = rest.split("\n", 2)
+    atx = _ATX.fullmatch(lines[0].rstrip(LINE_BREAKS))
+    # The title the body opens with: "# Title", or "Title" over a line of "=" (setext).
+    if atx is not None and len(atx.group(1)) == 1:
+        head = 1
+    elif (len(lines) > 1 and lines[0].strip()
+          and (underline := _SETEXT.fullmatch(lines[1].rstrip(LINE_BREAKS))) is not None
+          and underline.group(1)[0] == "="):
+        head = 2
+    else:
+        head = 0
+    title = "\n".join(line.rstrip(LINE_BREAKS) for line in lines[:head])
+    below = "\n".join(lines[head:]).lstrip(LINE_BREAKS) if head else rest
     lead = _PARAGRAPH_BREAK.split(below, maxsplit=1)[0]
     if _SPACE.sub(" ", lead).strip().casefold().startswith(summary.casefold()):
         return body
-    if opened:
-        return f"{first.rstrip(LINE_BREAKS)}\n\n{summary}\n\n{below}"
-    return f"{summary}\n\n{rest}"
+    parts = [title, summary, below] if head else [summary, rest]
+    opened = "\n\n".join(part for part in parts if part)
+    return opened if parts[-1] else opened + "\n"  # nothing below: the summary ends the body
 
 
 def to_document(src: SourceFile, default_scopes: list[str], *, extract: bool | None = None,
