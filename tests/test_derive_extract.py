@@ -1066,6 +1066,12 @@ def test_which_known_person_a_one_word_name_stands_for() -> None:
     ], people) == {Named("person", "Priya"): "Priya Raman", Named("group", "Priya"): "Priya Raman",
                    Named("organization", "Tomás"): "Tomás Ortega",
                    Named("person", "Okafor"): "Sam Okafor", Named("person", "TOMÁS"): "Tomás Ortega"}
+    # A heading NER read as a person ("#### Node Modules", ordinary words ending in a plural
+    # noun) takes no first name (rules 17); a surname WordNet has as a plural stays one.
+    assert short_name_targets([Named("organization", "Node"), Named("person", "Release"),
+                               Named("person", "Tom")],
+                              ["Node Modules", "Release Notes", "Tom Banks"]) == {
+        Named("person", "Tom"): "Tom Banks"}
 
 
 def test_a_first_name_becomes_an_alias_only_of_a_person_shared_into_exactly_its_scopes(

@@ -62,7 +62,7 @@ ENTITY_TYPES = {
 }
 # Bumped whenever the rules below change what a chunk yields, so every chunk read under
 # older rules is read again (its stale claims retracted, the new ones written).
-RULES_VERSION = "rules-16"  # 4: markup masked over the whole document (stop 25); 5: a claim's
+RULES_VERSION = "rules-17"  # 4: markup masked over the whole document (stop 25); 5: a claim's
 # sentence keeps its inline code, and a blank line ends a sentence (stop 26); 6: inline code
 # that wraps over a line break is code, MyST roles and targets are markup, no name or sentence
 # runs over two Markdown blocks, names lose trailing punctuation and a leading "E.g." (stop 27);
@@ -87,7 +87,8 @@ RULES_VERSION = "rules-16"  # 4: markup masked over the whole document (stop 25)
 # (``_heading_label``, ``_positional_adjective``, stop 39); 15: a name's mentions in one scope
 # set are one entity whatever type each was tagged with (``TYPE_PRECEDENCE``, stop 40);
 # 16: so does a list item's label or a word of its short value ("* Type: Boolean",
-# ``_label_item``, stop 41)
+# ``_label_item``, stop 41); 17: a "person" of ordinary words ending in a plural noun
+# ("Node Modules") takes no first name (``_ordinary_plural``, stop 41)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -692,17 +693,44 @@ def short_name(entity: Entity) -> bool:
             and entity.name[:1].isupper())
 
 
-def short_name_targets(shorts: Iterable[Entity], people: Iterable[str]) -> dict[Entity, str]:
+def _ordinary_plural(name: str, nlp: Any) -> bool:
+    """Whether ``name`` is ordinary words ending in a plural noun ("Node Modules", "Release
+    Notes"): WordNet (the pipeline's lemma index) has each word before the last as a noun,
+    verb or adjective, and the last as no word of its own but the plural of a noun. NER
+    reads such a heading ("#### Node Modules") as a person; a surname that is a plural
+    ("Banks", "Woods") is in WordNet as it stands."""
+    words = [w.lower() for w in name.split()]
+    nouns = _lemma_index(nlp, "noun")
+    last = words[-1]
+    plural = last.isalpha() and last not in nouns and (
+        (last.endswith("ies") and last[:-3] + "y" in nouns)
+        or (last.endswith("es") and last[:-2] in nouns) or (last.endswith("s") and last[:-1] in nouns))
+    return plural and all(w in _ordinary_words(nlp) for w in words[:-1])
+
+
+@lru_cache(maxsize=8)
+def _ordinary_words(nlp: Any) -> frozenset[str]:
+    """The base forms of WordNet's nouns, verbs and adjectives (the pipeline's lemma index)."""
+    return _lemma_index(nlp, "noun") | _lemma_index(nlp, "verb") | _lemma_index(nlp, "adj")
+
+
+def short_name_targets(shorts: Iterable[Entity], people: Iterable[str], nlp: Any = None
+                       ) -> dict[Entity, str]:
     """Which one-word mentions (``short_name``) stand for a known person of two or more words
     (``people``), and whom: the only one whose first name it is ("Priya" for "Priya Raman",
     typed person, group or organisation), or, typed person, the only one whose last name it
-    is ("Okafor" for "Sam Okafor"). A word two known people share stands for neither."""
+    is ("Okafor" for "Sam Okafor"). A word two known people share stands for neither. A
+    "person" of ordinary words ending in a plural noun (``_ordinary_plural``: "Node Modules",
+    NER's reading of a heading) takes no one's name: every "Node" of the Node.js docs stood
+    for it (rules 17). ``nlp``: the pipeline whose lemma index says so (the packaged one
+    when None)."""
+    nlp = load_spacy() if nlp is None else nlp
     canonical: dict[str, str] = {}
     by_first: dict[str, set[str]] = {}
     by_last: dict[str, set[str]] = {}
     for full in people:
         words = full.split()
-        if len(words) < 2:
+        if len(words) < 2 or _ordinary_plural(full, nlp):
             continue
         key = " ".join(name_word_key(w) for w in words)
         canonical.setdefault(key, full)
