@@ -1,0 +1,130 @@
+"""Recall over a folder of ordinary Markdown: where the page that answers each question comes.
+
+The folder (default: npm's own docs as npm ships them, ``/usr/lib/node_modules/npm/docs/
+content``, 91 pages) is ingested into a fresh tenant exactly as ``engram ingest`` does (front
+matter included), its chunks are embedded and, unless ``--no-derive``, every derive job runs
+as it would in a live home. Each question of ``--questions`` (a JSON file: ``{"questions":
+[{"question": ..., "page": <the answering document's title>}, ...]}``; default
+``benchmarks/data/npm_docs_questions.json``, 20 questions written in a user's words) is asked
+with each plan-study shape of ``--shapes`` (default ``learned,fused``: the shipped ranker and
+the fused order it replaces) at the largest budget, and scored by the position of the first
+served excerpt of the answering page: mean reciprocal rank, and how many come first and in
+the first three, side by side, with each question's positions. ``--without-summary`` adds a
+second tenant ingested as before stop 41 (the front matter's ``description`` left out of the
+body), scored in the same run.
+
+    .venv/bin/python benchmarks/docs_questions.py [--folder PATH] [--questions FILE]
+        [--shapes learned,fused] [--no-derive] [--without-summary]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import uuid
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+from unittest.mock import patch
+
+DEFAULT_FOLDER = Path("/usr/lib/node_modules/npm/docs/content")
+DEFAULT_QUESTIONS = Path(__file__).resolve().parent / "data" / "npm_docs_questions.json"
+
+
+def load_questions(path: Path) -> list[tuple[str, str]]:
+    """(question, page title) pairs; a file that is not such a list is refused by name."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        items = data["questions"] if isinstance(data, dict) else data
+        pairs = [(str(q["question"]), str(q["page"])) for q in items]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"{path}: not a questions file ({exc})") from None
+    if not pairs:
+        raise SystemExit(f"{path}: no questions")
+    return pairs
+
+
+def position(res: Any, page: str) -> int | None:
+    """1-based position of the first served excerpt of the document titled ``page``."""
+    return next((i + 1 for i, e in enumerate(res.evidence)
+                 if e.source is not None and e.source.title == page), None)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--folder", type=Path, default=DEFAULT_FOLDER)
+    ap.add_argument("--questions", type=Path, default=DEFAULT_QUESTIONS)
+    ap.add_argument("--shapes", default="learned,fused", help="plan-study shapes, a,b")
+    ap.add_argument("--no-derive", action="store_true", help="embed only; run no derive job")
+    ap.add_argument("--without-summary", action="store_true",
+                    help="also a tenant ingested as before stop 41: the front matter's "
+                         "description left out of the body (cli.ingest.with_summary)")
+    args = ap.parse_args()
+    if not args.folder.is_dir():
+        raise SystemExit(f"{args.folder}: no such folder (give --folder)")
+    questions = load_questions(args.questions)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from recall_quality import derive_tenant, embedded_database, make_tenant
+
+    from orchestrator.auth import Identity
+    from orchestrator.cli.ingest import ingest_paths
+    from orchestrator.db.engine import make_app_engine
+    from orchestrator.recall import PLAN_STUDY, Recaller
+    from orchestrator.worker.embedder import Embedder
+    from orchestrator.worker.queue import QueueWorker
+
+    shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    unknown = [s for s in shapes if s not in PLAN_STUDY]
+    if unknown:
+        raise SystemExit(f"unknown shapes {unknown}; known: {', '.join(PLAN_STUDY)}")
+    tenants = [("", False)] + ([(", no summary", True)] if args.without_summary else [])
+    columns = [f"{shape}{tag}" for tag, _ in tenants for shape in shapes]
+    found: dict[str, list[int | None]] = {c: [] for c in columns}
+    with embedded_database() as (settings, admin, app, worker_url):
+        settings = settings.model_copy(update={"rank_usage_rows": False})
+        embedder = Embedder.from_settings(settings)
+        worker = make_app_engine(worker_url, pool_size=1)
+        recaller = Recaller(app, settings, embedder=embedder)
+        for tag, without in tenants:
+            org = f"docs-{uuid.uuid4().hex[:6]}"
+            tenant_id = make_tenant(admin, org, "docs")
+            writer = Identity.of(org, "writer", write=["docs"])
+            keep = (patch("orchestrator.cli.ingest.with_summary", lambda body, meta: body)
+                    if without else nullcontext())
+            with keep:
+                summary = ingest_paths(settings, app, writer, [args.folder], collection="docs",
+                                       scopes=["docs"])
+            print(f"tenant{tag or ''}: {summary.files} files of {args.folder}, {summary.chunks} "
+                  f"chunks, {len(summary.failed)} failed")
+            if args.no_derive:
+                rows = QueueWorker(worker, embedder, settings, tenants=[tenant_id]).drain().rows
+                print(f"  embedded {rows} chunks; no derive job run (--no-derive)")
+            else:
+                print("  " + derive_tenant(app, worker, settings, embedder, org, tenant_id, "docs"))
+            reader = Identity.of(org, "newcomer", read=["docs"])
+            for question, page in questions:
+                for shape in shapes:
+                    res, _ = recaller.study(reader, question, PLAN_STUDY[shape],
+                                            budget_tokens=settings.recall_max_budget_tokens)
+                    found[f"{shape}{tag}"].append(position(res, page))
+        worker.dispose()
+    print(f"\n{len(questions)} questions ({args.questions}); position of the answering page's "
+          "first excerpt (- not served)")
+    width = max(9, *(len(c) for c in columns))
+    print(f"{'page':24s} " + " ".join(f"{c:>{width}s}" for c in columns) + "  question")
+    for i, (question, page) in enumerate(questions):
+        cells = " ".join(f"{found[c][i] if found[c][i] is not None else '-':>{width}}"
+                         for c in columns)
+        print(f"{page[:24]:24s} {cells}  {question}")
+    print(f"\n{'shape':{width}s} {'MRR':>6s} {'first':>6s} {'top 3':>6s} {'top 10':>7s}")
+    n = len(questions)
+    for c in columns:
+        ranks = found[c]
+        mrr = sum(1 / r for r in ranks if r) / n
+        print(f"{c:{width}s} {mrr:6.3f} {sum(r == 1 for r in ranks):6d} "
+              f"{sum(bool(r and r <= 3) for r in ranks):6d} {sum(bool(r and r <= 10) for r in ranks):7d}")
+
+
+if __name__ == "__main__":
+    main()
