@@ -473,21 +473,29 @@ def _old_key(subject: uuid.UUID, predicate: str, object_id: uuid.UUID | None, va
     return (subject, predicate, object_id, value, datatype, text_, tuple(sorted(scopes, key=str)))
 
 
+def _extractor_only(entity: str) -> str:
+    """SQL: whether the ``knowledge.entities`` row ``entity`` (an alias in the query) is only
+    the extractor's: no note gives it an alias, something is said about it, and everything
+    said about it is the extractor's. Such an entity may be merged into another of its name
+    (``_Writer._merge_same_names``, rules 15); one someone made or wrote about is left as
+    it is, and is known apart from weak mentions (``_KNOWN_APART``)."""
+    about = (f"from knowledge.fact_claim c where c.tenant_id = {entity}.tenant_id "
+             f"and (c.subject_id = {entity}.id or c.object_id = {entity}.id)")
+    return (f"({entity}.given_aliases = '{{}}'::jsonb "
+            f"and exists (select 1 {about} and c.author_role = 'extractor') "
+            f"and not exists (select 1 {about} and c.author_role is distinct from 'extractor'))")
+
+
 # Whether the entity ``r.id`` is known apart from the weak mentions that would name it
-# (``Entity.weak``: a list item's first word, a label's value): someone made it or wrote
-# about it (nothing said about it, or something said by someone other than the extractor;
-# or a note's front matter gives it an alias), or a chunk read under the current model and
-# rules (``:m``) names it. An entity only extraction under older rules made is none: "* Type:
-# Boolean" made "Boolean" under rules 15, and a weak mention resolving to it would keep it
-# for good; read again, its chunks let it go (rules 16).
+# (``Entity.weak``: a list item's first word, a label's value): it is not only the
+# extractor's (``_extractor_only``: someone made it, wrote about it or gave it an alias in a
+# note), or a chunk read under the current model and rules (``:m``) names it. An entity only
+# extraction under older rules made is none: "* Type: Boolean" made "Boolean" under rules
+# 15, and a weak mention resolving to it would keep it for good; read again, its chunks let
+# it go (rules 16).
 _KNOWN_APART = (
-    "(exists (select 1 from knowledge.entities g where g.tenant_id = auth.tenant_id() "
-    "and g.id = r.id and g.given_aliases <> '{}'::jsonb) "
-    "or not exists (select 1 from knowledge.fact_claim c where c.tenant_id = auth.tenant_id() "
-    "and (c.subject_id = r.id or c.object_id = r.id) and c.author_role = 'extractor') "
-    "or exists (select 1 from knowledge.fact_claim c where c.tenant_id = auth.tenant_id() "
-    "and (c.subject_id = r.id or c.object_id = r.id) "
-    "and c.author_role is distinct from 'extractor') "
+    "(not exists (select 1 from knowledge.entities g where g.tenant_id = auth.tenant_id() "
+    f"and g.id = r.id and {_extractor_only('g')}) "
     "or exists (select 1 from memory.extractions x where x.tenant_id = auth.tenant_id() "
     "and x.model = :m and r.id = any(x.entity_ids)))")
 
@@ -617,12 +625,7 @@ class _Writer:
             "join knowledge.entities d on d.tenant_id = auth.tenant_id() "
             "and d.name_key = m.k and d.id <> m.survivor and d.merged_into is null "
             "and d.scopes @> cast(:s as uuid[]) and d.scopes <@ cast(:s as uuid[]) "
-            "and d.given_aliases = '{}'::jsonb "
-            "and exists (select 1 from knowledge.fact_claim c where c.tenant_id = d.tenant_id "
-            "and (c.subject_id = d.id or c.object_id = d.id)) "
-            "and not exists (select 1 from knowledge.fact_claim c "
-            "where c.tenant_id = d.tenant_id and (c.subject_id = d.id or c.object_id = d.id) "
-            "and c.author_role is distinct from 'extractor') "
+            f"and {_extractor_only('d')} "
             "order by m.k, d.created_at, d.id"),
             {"k": list(resolved), "i": list(resolved.values()), "s": list(scopes)}).all()
         for survivor, merged in pairs:
