@@ -413,8 +413,11 @@ def _heading_word(span: Any, written: str, context: str | None) -> bool:
 
 
 # What may stand before a list item's or a heading's first word: the marker, a task box,
-# emphasis ("- [x] **Budget** owner", "3. Flip reads", "### Cutover plan").
-_OPENER_PREFIX = re.compile(r"[ \t]*(?:#{1,6}|[-*+]|\d{1,9}[.)])[ \t]+(?:\[[ xX]\][ \t]+)?[*_]{0,2}")
+# emphasis ("- [x] **Budget** owner", "3. Flip reads", "### Cutover plan"); a list item's
+# alone for a label item (``_LABEL_ITEM``).
+_LIST_MARKER = r"[-*+]|\d{1,9}[.)]"
+_BOX_AND_EMPHASIS = r"[ \t]+(?:\[[ xX]\][ \t]+)?[*_]{0,2}"
+_OPENER_PREFIX = re.compile(rf"[ \t]*(?:#{{1,6}}|{_LIST_MARKER}){_BOX_AND_EMPHASIS}")
 
 
 def _list_opener(span: Any, written: str, context: str | None) -> bool:
@@ -442,7 +445,7 @@ def _list_opener(span: Any, written: str, context: str | None) -> bool:
 # Lena", "* Default:" (its value on the lines below); the label one to three words. Its value
 # is short at most eight words ("* Type: String (can be set multiple times)").
 _LABEL_ITEM = re.compile(
-    r"[ \t]*(?:[-*+]|\d{1,9}[.)])[ \t]+(?:\[[ xX]\][ \t]+)?[*_]{0,2}"
+    rf"[ \t]*(?:{_LIST_MARKER}){_BOX_AND_EMPHASIS}"
     r"(?P<label>[^\W\d_][\w-]*(?:[ \t]+[\w-]+){0,2})[*_]{0,2}:[*_]{0,2}(?=[ \t\r]|$)")
 _SHORT_VALUE = 8
 # Such a line with a short value in a document masked for reading (its list marker and
