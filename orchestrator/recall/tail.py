@@ -117,6 +117,12 @@ class Candidate:
         return vars(self)["unit"]  # type: ignore[no-any-return]
 
     @cached_property
+    def navigation(self) -> bool:
+        """Whether this is a source chunk that is a table of contents or a list of links
+        (``navigational``): asked by the discount and by the direct bit, computed once."""
+        return self.kind == "source" and navigational(self.text)
+
+    @cached_property
     def flat_text(self) -> str:
         """The text with whitespace runs as one space, case-folded: what "the same text" means."""
         return " ".join(self.text.split()).lower()
@@ -341,7 +347,7 @@ def keep_direct_best(candidates: list[Candidate], per_document: int,
     lost: list[Candidate] = []
     for chunks in by_document.values():
         if navigation and len(chunks) > 1:
-            links = [c for c in chunks if navigational(c.text)]
+            links = [c for c in chunks if c.navigation]
             if links and len(links) < len(chunks):
                 for c in links:
                     c.direct = False
@@ -436,7 +442,7 @@ def discount_navigation(candidates: Sequence[Candidate], discount: float) -> int
     if discount >= 1.0:
         return found
     for c in candidates:
-        if c.kind == "source" and navigational(c.text):
+        if c.navigation:
             c.merit *= discount
             found += 1
     return found
