@@ -172,44 +172,71 @@ def test_every_size_class_text_is_the_one_compiled_statement_behind_its_comment(
                for k, t in enumerate(recaller.sql(FULL_PLAN, k) for k in range(7)))
 
 
-def test_the_warm_up_leaves_no_plan_made_for_no_tenant(
+def test_the_warm_up_plans_the_small_classes_on_every_pooled_connection(
         tenant_factory: Any, test_db: Any, app_engine: Engine, embedder: Any,
         settings: Any) -> None:
-    """The warm-up runs the statement with no identity bound and must not leave that plan
-    behind: the planner estimates a generic plan's rows for the tenant bound when it plans,
-    and a plan made for no tenant (one row expected everywhere) ran nested loops that took
-    4-9 s a recall on a 3,000-chunk tenant. The first recall of a tenant prepares its size
-    class's statement, planned for itself, and the next reuses it."""
+    """The warm-up leaves the generic plan of each size class below
+    ``recall_warm_plan_classes`` on every pooled connection, made for a tenant id no tenant
+    has (a small tenant's estimates; never for no tenant, whose plan expects one row
+    everywhere), so a small tenant's first recall plans nothing and serves what a recall
+    planned for itself serves. With the setting at 0 it leaves no plan."""
     from orchestrator.recall import Recaller
 
     t = _corpus(tenant_factory, app_engine, embedder, settings, "lambda")
     reader = t.identity("reader", read=("team",))
-    # One pooled connection, and no receipt: no background thread may take the connection
-    # between the recall and the look at its prepared statements.
-    engine = make_app_engine(test_db.database.app_url(), pool_size=1)
-    try:
-        recaller = Recaller(engine, settings.model_copy(update={"recall_receipts": False}),
-                            embedder=embedder)
-        laps = recaller.warm_up()
-        assert {"models", "statement", "reads", "tail", "ranker"} <= set(laps) and recaller.warmed
-        # The reads a tenant's first recall makes ran for no tenant: nothing is kept for one.
-        assert recaller.sizes.get(t.org_id) is None and recaller.models._cache == {}
+    question = "what about the lambda budget?"
+    # No receipt: no background thread may take a connection between a recall and the look
+    # at its prepared statements.
+    quiet = settings.model_copy(update={"recall_receipts": False, "rank_usage_rows": False})
 
-        def plans() -> dict[str, tuple[int, int]]:
-            with engine.begin() as conn:  # committed: a ROLLBACK would drop them all
+    def plans(engine: Engine) -> list[dict[str, tuple[int, int]]]:
+        """Each pooled connection's prepared recall statements (all checked out at once)."""
+        conns = [engine.connect() for _ in range(2)]
+        try:
+            found = []
+            for conn in conns:
                 rows = conn.execute(text(
                     "select substring(statement from 'tenant size class [0-9]') as klass, "
                     "generic_plans, custom_plans from pg_prepared_statements "
                     "where statement like '/* engram recall full,%'")).all()
-            return {r.klass: (r.generic_plans, r.custom_plans) for r in rows}
+                conn.commit()  # a ROLLBACK would make psycopg drop them all
+                found.append({r.klass: (r.generic_plans, r.custom_plans) for r in rows})
+            return found
+        finally:
+            for conn in conns:
+                conn.close()
 
-        assert plans() == {}
-        _, trace = recaller.trace(reader, "what about the lambda budget?")
-        assert trace.receipt_id is None and not trace.touched_claims
-        first = plans()
-        assert len(first) == 1 and list(first.values()) == [(1, 0)], first
-        recaller.trace(reader, "and the lambda schedule?")
-        assert plans() == dict.fromkeys(first, (2, 0))
+    cold = make_app_engine(test_db.database.app_url(), pool_size=1)
+    try:
+        planned_here = Recaller(cold, quiet, embedder=embedder).recall(reader, question)
+    finally:
+        cold.dispose()
+
+    none = make_app_engine(test_db.database.app_url(), pool_size=2)
+    try:
+        recaller = Recaller(none, quiet.model_copy(update={"recall_warm_plan_classes": 0}),
+                            embedder=embedder)
+        assert {"models", "statement", "reads", "tail", "ranker"} <= set(recaller.warm_up())
+        assert plans(none) == [{}, {}]
+    finally:
+        none.dispose()
+
+    engine = make_app_engine(test_db.database.app_url(), pool_size=2)
+    try:
+        recaller = Recaller(engine, quiet, embedder=embedder)
+        assert recaller.warm_up() and recaller.warmed
+        # The reads a tenant's first recall makes ran for no tenant: nothing is kept for one.
+        assert recaller.sizes.get(t.org_id) is None and recaller.models._cache == {}
+        warm = {"tenant size class 0": (1, 0), "tenant size class 1": (1, 0)}
+        assert plans(engine) == [warm, warm]
+        served, trace = recaller.trace(reader, question)
+        assert "tenant size class 0" in trace.plan_note
+        # The first recall reused the warmed plan of its class on the connection it got.
+        after = plans(engine)
+        assert sorted(after, key=str) == sorted([warm, {**warm, "tenant size class 0": (2, 0)}],
+                                                key=str), after
+        assert [e.text for e in served.evidence] == [e.text for e in planned_here.evidence]
+        assert served.evidence and "lambda" in served.rendered
     finally:
         engine.dispose()
 

@@ -127,6 +127,14 @@ class Settings(BaseSettings):
     # LRU cache of query embeddings (0 turns it off).
     recall_plan_reuse: bool = True
     recall_size_ttl_s: float = 60.0
+    # The warm-up (`engram serve`/`up` before ready) makes the reused plan of the size
+    # classes below recall_warm_plan_classes on the first recall_warm_plan_connections
+    # pooled connections: 2 = tenants below 100 visible chunks, whose first recall then
+    # plans nothing (a larger class's plan depends on its tenant's statistics and is made by
+    # that tenant's first recall); 0 makes none. Each plan costs its connection about 6 MB
+    # of server memory and the warm-up about 50 ms.
+    recall_warm_plan_classes: int = Field(default=2, ge=0)
+    recall_warm_plan_connections: int = Field(default=4, ge=1)
     # Measured with benchmarks/recall_latency.py --ef-sweep on 100k chunks (docs/recall.md):
     # a tenant of 4k-30k chunks filtered out of a shared HNSW index finds 0.80-0.90 of the
     # exact top 40 at 200, 0.89-0.98 at 800; smaller tenants are read exactly by the planner.

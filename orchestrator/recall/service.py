@@ -22,12 +22,13 @@ never ranked against another model's vectors.
 from __future__ import annotations
 
 import copy
+import json
 import threading
 import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import numpy as np
 from sqlalchemy import Connection, CursorResult, Engine, event, func, select, text
 from sqlalchemy.orm import Session
+from sqlalchemy.pool import QueuePool
 
 from orchestrator.auth import Identity
 from orchestrator.config import Settings, get_settings
@@ -49,6 +51,7 @@ from orchestrator.recall.features import RankContext
 from orchestrator.recall.mmr import diversify
 from orchestrator.recall.plan import FULL_PLAN, PlanShape
 from orchestrator.recall.plans import (
+    MAX_CLASS,
     TenantSizes,
     size_class,
     tenant_size,
@@ -70,6 +73,7 @@ from orchestrator.recall.statement import (
 )
 from orchestrator.recall.tail import (
     CLAIMS,
+    ITEM_KINDS,
     Candidate,
     apply_precedence,
     assign_merit,
@@ -273,15 +277,9 @@ class Recaller:
         """Load the models and run each stage of a recall once, so that the first recall
         after this costs what later ones do; returns milliseconds per stage.
 
-        The statement's text is compiled (about 100 ms for SQLAlchemy) and run once in a
-        transaction with no identity bound, where row level security shows it nothing: it
-        writes nothing and reads no row, and loads the catalog entries it needs. It is *not*
-        left prepared: the planner estimates a generic plan's rows with the tenant bound at
-        planning time, so a plan made here, for no tenant, expects one row where a large
-        tenant has thousands and chose nested loops that took 4-9 s a recall on a 3,000-chunk
-        tenant (every warmed connection, after ``engram serve`` started). Each size class's
-        plan is made by the first recall of a tenant of that class on each connection.
-        The query model runs twice (its first call is much slower than the second)."""
+        The statement's text is compiled (about 100 ms for SQLAlchemy), and the plans of the
+        small size classes are made on every pooled connection (``_warm_plans``). The query
+        model runs twice (its first call is much slower than the second)."""
         laps: dict[str, float] = {}
         clock = time.perf_counter()
 
@@ -298,14 +296,18 @@ class Recaller:
         if self.reranker.available:
             self.reranker.score("warm up", ["the cross-encoder"])
         lap("reranker")
-        # The text recall sends (compiled once: every size class's text is it behind a
-        # comment), run unprepared and planned for this call only.
-        params = {"question": "warm up", "query_embedding": vector_text(vector), "mode": None,
-                  "session": None, "days": None, "days_end": None}
-        with self.engine.connect() as conn, conn.begin():
-            conn.exec_driver_sql(self.sql(FULL_PLAN, 0), params).mappings().all()
-        lap("statement")
-        self._warm_reads()
+        # The texts first: compiling reads the index tier through a connection of its own,
+        # which would come back to the pool past the held ones and push a warmed one out.
+        texts = {k: self.sql(FULL_PLAN, k) for k in range(MAX_CLASS + 1)}
+        pooled = self.engine.pool.size() if isinstance(self.engine.pool, QueuePool) else 1
+        with ExitStack() as held:  # the connections at once, so each is a different one
+            conns = [held.enter_context(self.engine.connect()) for _ in
+                     range(max(1, min(pooled, self.settings.recall_warm_plan_connections)))]
+            for conn in conns:
+                self._warm_plans(conn, texts, vector)
+            lap("statement")
+            for conn in conns:
+                self._warm_reads(conn)
         self._background()  # the thread that writes usage rows and chains receipts
         lap("reads")
         candidates_from_rows([], catalog_rrf=0.0)
@@ -317,17 +319,51 @@ class Recaller:
         self.warmed = True
         return laps
 
-    def _warm_reads(self) -> None:
-        """What a tenant's first recall reads besides the statement, once with no identity
-        bound (row level security shows nothing, so nothing is cached for anyone): its size
-        class, its own ranking model, and the receipt seal's query of served row versions
-        (its plan is made at its first call on a connection). Their first calls compile
-        statements and load catalog entries, about 5-10 ms of a first recall."""
-        with Session(self.engine) as session, session.begin():
+    def _warm_plans(self, conn: Connection, texts: dict[int, str], vector: Any) -> int:
+        """The recall statement (``texts``: the text recall sends per size class, compiled
+        once) run on one of the first ``recall_warm_plan_connections`` connections of the
+        pool (it hands out the one returned last, so these serve the first recalls and
+        every recall at light load), in a transaction bound to a tenant id that no tenant
+        has and to no scope, so row level security shows it nothing: it reads no row and
+        writes nothing. With plan reuse on, each size class below
+        ``recall_warm_plan_classes`` is run prepared, and its generic plan stays on the
+        connection (the transaction commits: a rollback would make psycopg drop its prepared
+        statements), so a small tenant's first recall reuses it instead of planning (40-60
+        ms of a 10-20 ms recall). Only small classes: the planner estimates a generic plan's
+        rows with the tenant bound when it plans, and a tenant no statistics know stands for
+        a small one; measured on the kept 10k corpus (docs/recall.md), a plan made so ran as
+        fast as one made for the tenant itself for tenants of 10 and 48 chunks, but 2-3x
+        slower for 500 and 3,000 (and a plan made for no tenant at all, one row expected
+        everywhere, ran nested loops that took 4-9 s on 3,000 chunks). A larger tenant's
+        class is planned by its first recall on each connection. Returns the plans made."""
+        s = self.settings
+        classes = range(min(s.recall_warm_plan_classes, MAX_CLASS + 1)) if s.recall_plan_reuse else range(0)
+        params = {"question": "warm up", "query_embedding": vector_text(vector), "mode": None,
+                  "session": None, **day_bounds(())}
+        with conn.begin():
+            conn.execute(select(func.set_config("engram.tenant_id", str(uuid.uuid4()), True)))
+            if not classes:  # catalog entries only: run unprepared, planned for this call
+                conn.exec_driver_sql(texts[0], params).all()
+            for k in classes:
+                conn.execute(select(*(func.set_config(name, value, True) for name, value
+                                      in transaction_settings(10 ** k, s).items())))
+                with prepared_at_once(conn):
+                    conn.exec_driver_sql(texts[k], params).all()
+        return len(classes)
+
+    def _warm_reads(self, conn: Connection) -> None:
+        """What a tenant's first recall reads besides the statement, on one warmed
+        connection with no identity bound (row level security shows nothing, so nothing is
+        cached for anyone): its size class, its own ranking model, and the receipt seal's
+        query of served row versions, every branch (its plan is made at its first call on a
+        connection). Their first calls compile statements and load catalog entries, about
+        5-10 ms of a first recall."""
+        nobody = json.dumps({table: [str(uuid.uuid4())] for table in ITEM_KINDS})
+        with conn.begin(), Session(bind=conn) as session:
             tenant_size(session)
             self.models.stored(session)
-            session.execute(text("select count(*) from provenance.served_row_versions("
-                                 "'{}'::jsonb, null::uuid)"))
+            conn.execute(text("select count(*) from provenance.served_row_versions("
+                              "cast(:ids as jsonb), null::uuid)"), {"ids": nobody})
 
     def _warm_ranker(self, vector: Any) -> None:
         """The ranking tail once over two made-up candidates: loads the ranker model (importing
