@@ -11,7 +11,9 @@ the fused order it replaces) at the largest budget, and scored by the position o
 served excerpt of the answering page: mean reciprocal rank, and how many come first and in
 the first three, side by side, with each question's positions. ``--without-summary`` adds a
 second tenant ingested as before stop 41 (the front matter's ``description`` left out of the
-body), scored in the same run.
+body), scored in the same run. A second question file, ``benchmarks/data/
+node_api_questions.json`` (22 questions), asks Node.js's API reference as Debian's nodejs
+package ships it (``--folder /usr/share/doc/nodejs/api``, 64 pages of short sections).
 
     .venv/bin/python benchmarks/docs_questions.py [--folder PATH] [--questions FILE]
         [--shapes learned,fused] [--no-derive] [--without-summary]

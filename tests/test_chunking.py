@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from itertools import pairwise
+from typing import Any
 
 import pytest
 
 from orchestrator.ingest.chunking import chunk_text
+from orchestrator.markdown import code_fences, inside, section_starts
 
 WRAPPED = "\n".join([
     "The test runner reports a failure when a subtest is created after its parent",
@@ -116,3 +118,68 @@ def test_neighbouring_excerpts_served_together_print_their_shared_text_once() ->
     assert out[3] == fact and out[4] == served[4]
     # Each item depends only on those before it: a prefix trims the same.
     assert trim_overlaps(served[:2]) == out[:2]
+
+
+def _sections(n: int) -> str:
+    """An API reference's shape: short sections, each a heading, prose and an example."""
+    parts = []
+    for i in range(n):
+        parts.append(f"### `handle.method{i}(options)`\n\n"
+                     f"Method {i} reads the handle and returns a promise. It fails when the "
+                     f"handle is closed.\n\n```js\nconst r{i} = await handle.method{i}();\n"
+                     f"# not a heading: a comment in the example\nconsole.log(r{i});\n```\n\n")
+    return "".join(parts)
+
+
+def _holds(body: str, spans: list[Any]) -> None:
+    """Offsets hold, no chunk starts or ends blank, and no text is left out."""
+    covered: set[int] = set()
+    for i, c in enumerate(spans):
+        assert c.ordinal == i and body[c.start:c.end] == c.text and c.text == c.text.strip()
+        covered.update(range(c.start, c.end))
+    assert all(i in covered for i, ch in enumerate(body) if not ch.isspace())
+
+
+def test_a_chunk_ends_before_a_heading_and_the_next_opens_with_it() -> None:
+    body = _sections(20)
+    heads = section_starts(body)
+    assert len(heads) == 20  # the "# not a heading" lines are inside code blocks
+    spans = chunk_text(body, 600, 150)
+    _holds(body, spans)
+    for c in spans:
+        assert c.start in heads and len(c.text) <= 600, c.text[:80]
+        assert c.end in heads or c.end == len(body.rstrip()) or body[c.end:].lstrip().startswith("###")
+    for a, b in pairwise(spans):  # sections: the next chunk starts where this one ends
+        assert body[a.end:b.start].strip() == ""
+    # Before: a chunk ended at the last paragraph break of its second half, so most chunks
+    # opened with the end of the section before (an example, the prose under a heading).
+    assert sum(c.text.startswith("###") for c in spans) == len(spans)
+
+
+def test_a_code_block_is_not_cut_while_a_break_outside_it_is_in_reach() -> None:
+    prose = "The handle reads the file. It returns a promise that settles later.\n\n"
+    code = "```js\n" + "".join(f"const x{i} = await handle.read({i});\n" for i in range(8)) + "```\n\n"
+    body = (prose * 3 + code) * 6
+    fences = code_fences(body)
+    for size, overlap in ((400, 0), (400, 120), (700, 150)):
+        spans = chunk_text(body, size, overlap)
+        _holds(body, spans)
+        for c in spans:
+            assert not inside(c.start, fences) and not inside(c.end, fences), (size, c.text[:60])
+
+
+def test_a_code_block_longer_than_a_chunk_is_cut_at_its_lines() -> None:
+    code = "```python\n" + "".join(f"value_{i} = compute({i})\n" for i in range(120)) + "```\n"
+    body = "Some prose before the block.\n\n" + code + "\nAnd prose after it.\n"
+    spans = chunk_text(body, 500, 100)
+    _holds(body, spans)
+    assert len(spans) >= 5 and all(len(c.text) <= 500 for c in spans)
+    assert all(body[c.end] == "\n" for c in spans[:-1])  # at a line break, never mid-line
+
+
+def test_section_starts_reads_atx_and_setext_headings_outside_code() -> None:
+    body = ("Title\n=====\n\nIntro text.\n\n## Usage\n\nRun it.\n\n#hashtag is not one\n\n"
+            "Options\n-------\n\n- an item\n---\n\n```sh\n# a comment\n```\n\n   ### Indented\n")
+    starts = section_starts(body)
+    assert [body[s:body.index("\n", s)].strip() for s in starts] == [
+        "Title", "## Usage", "Options", "### Indented"]

@@ -1,7 +1,12 @@
 """Splitting a document body into chunks of the configured size.
 
-Chunks prefer to end at a paragraph break, then a line break, then a sentence
-end, then a space, so a section is not cut mid-word; consecutive chunks overlap
+A chunk ends before the last heading in the last two thirds of its size, so a section
+starts a chunk with its heading (an API reference's "#### `filehandle.readLines()`" with
+its text and example, not that example at the head of the next section's chunk), and the
+next chunk starts there, with no overlap. Without such a heading, chunks prefer to end at
+a paragraph break, then a line break, then a sentence end, then a space, so a section is
+not cut mid-word, and never inside a fenced code block while a cut outside one is in the
+window's second half (or before the block, when it fills that half); consecutive chunks overlap
 by up to ``overlap`` characters, and the overlap starts where a reader would: at
 the first paragraph or sentence start in the last ``overlap`` characters of the
 chunk before (an excerpt served alone then opens with a whole sentence, not "from
@@ -13,7 +18,10 @@ body, so ``body[start:end] == text`` for every chunk.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
+
+from orchestrator.markdown import code_fences, inside, section_starts
 
 _BREAKS = ("\n\n", "\n", ". ", "? ", "! ", "; ", ", ", " ")
 # Where an overlap may start: after a paragraph break or a sentence end (best), after a
@@ -42,6 +50,42 @@ class ChunkSpan:
     text: str
 
 
+def _last_break(body: str, lo: int, hi: int, fences: list[tuple[int, int]]) -> int | None:
+    """Where a chunk ending in ``body[lo:hi]`` ends best (after the first of ``_BREAKS``
+    found there, the last one), never inside a fenced code block; None when nowhere."""
+    for mark in _BREAKS:
+        at = hi
+        while (cut := body.rfind(mark, lo, at)) != -1:
+            end = cut + len(mark)
+            if not inside(end, fences):
+                return end
+            at = cut + len(mark) - 1
+    return None
+
+
+def _cut(body: str, start: int, limit: int, sections: list[int],
+         fences: list[tuple[int, int]]) -> tuple[int, bool]:
+    """Where the chunk from ``start`` that may run to ``limit`` ends, and whether a section
+    starts there."""
+    size = limit - start
+    i = bisect.bisect_right(sections, limit) - 1
+    if i >= 0 and sections[i] > start + size // 3:
+        return sections[i], True
+    end = _last_break(body, start + size // 2, limit, fences)
+    if end is not None:
+        return end, False
+    # The window's second half is inside one code block: end before it where that leaves a
+    # quarter of the size, else cut the block at a line (as any over-long text is cut).
+    block = next((a for a, b in fences if a < limit < b), None)
+    if block is not None and block > start + size // 4:
+        return block, False
+    for mark in _BREAKS:
+        cut = body.rfind(mark, start + size // 2, limit)
+        if cut != -1:
+            return cut + len(mark), False
+    return limit, False
+
+
 def chunk_text(body: str, size: int = 1200, overlap: int = 150) -> list[ChunkSpan]:
     if size <= 0:
         raise ValueError("chunk size must be positive")
@@ -49,6 +93,8 @@ def chunk_text(body: str, size: int = 1200, overlap: int = 150) -> list[ChunkSpa
         raise ValueError("chunk overlap must be at least 0 and smaller than the chunk size")
     spans: list[ChunkSpan] = []
     n = len(body)
+    fences = code_fences(body)
+    sections = section_starts(body, fences)
     start = 0
     while start < n:
         # Skip leading whitespace so no chunk starts blank.
@@ -56,19 +102,20 @@ def chunk_text(body: str, size: int = 1200, overlap: int = 150) -> list[ChunkSpa
             start += 1
         if start >= n:
             break
-        end = min(start + size, n)
+        end, section = min(start + size, n), False
         if end < n:
-            window = body[start:end]
-            floor = len(window) // 2
-            for mark in _BREAKS:
-                cut = window.rfind(mark, floor)
-                if cut != -1:
-                    end = start + cut + len(mark)
-                    break
+            end, section = _cut(body, start, end, sections, fences)
         text = body[start:end].rstrip()
         if text:
             spans.append(ChunkSpan(len(spans), start, start + len(text), text))
         if end >= n:
             break
-        start = _overlap_start(body, max(end - overlap, start + 1), end) if overlap else end
+        if section or not overlap:
+            start = end  # a section opens the next chunk: no overlap into it
+            continue
+        lo = max(end - overlap, start + 1)
+        start = _overlap_start(body, lo, end)
+        block = next((a for a, b in fences if a < start < b), None)
+        if block is not None:  # an overlap opens at a code block's fence, never inside it
+            start = block if block >= lo else end
     return spans

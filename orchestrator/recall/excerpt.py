@@ -19,10 +19,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
+from orchestrator.markdown import code_fences
 from orchestrator.recall.features import terms
 from orchestrator.recall.render import Prefixes
 from orchestrator.recall.result import Evidence
-from orchestrator.recall.tail import code_fences, token_cost
+from orchestrator.recall.tail import token_cost
 
 # Less room than this is left unused: a part of a few words is no evidence.
 MIN_ROOM_TOKENS = 24

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.db.knowledge_models import RECALLABLE_CONFIDENCE
+from orchestrator.markdown import code_fences
 from orchestrator.recall.result import Evidence, FactRef, Provenance, ScopeRef, SourceRef
 
 CLAIMS = "knowledge.fact_claim"
@@ -387,20 +388,11 @@ _LINK_ITEM = re.compile(r"[ \t]*(?:[-*+]|\d{1,3}[.)])[ \t]+\[[^\]\n]{1,300}\]"
 # 'title'"): where a document's reference-style links point, usually gathered at its end.
 _LINK_DEFINITION = re.compile(r" {0,3}\[[^\]\n]{1,300}\]:[ \t]*\S{1,500}"
                               r"(?:[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^)\n]*\)))?[ \t]*")
-# A fenced code block (CommonMark): its opening backticks or tildes after up to three
-# spaces, to a closing fence of that character at least as long, or the end of the text.
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})[^\n]*(?:\n.*?^ {0,3}\1[`~]*[ \t]*$|.*\Z)",
-                    re.MULTILINE | re.DOTALL)
 # A Sphinx/MyST table-of-contents directive ("```{toctree}"): its lines are page names and
 # options, neither a link nor prose; they count for neither side.
 _TOCTREE = re.compile(r"(?:`{3,}|~{3,})[ \t]*\{toctree\}")
 
 
-def code_fences(text: str) -> list[tuple[int, int]]:
-    """(start, end) of each fenced code block of ``text``, from its opening backticks or
-    tildes (after up to three spaces) to its closing fence or the end of the text."""
-    return [(m.start() + len(m.group()) - len(m.group().lstrip()), m.end())
-            for m in _FENCE.finditer(text)]
 _ITEM_MARKS = frozenset("-*+0123456789")
 NAVIGATION_MIN_ITEMS = 5
 NAVIGATION_SHARE = 0.6
