@@ -283,3 +283,43 @@ def test_aliases_taken_before_0087_are_recorded_as_their_notes(scratch_url: str)
         assert conn.execute(text("select * from provenance.verify_rows(:t)"),
                             {"t": tenant}).all() == []
     eng.dispose()
+
+
+def test_the_identity_functions_return_the_same_in_either_language(scratch_url: str) -> None:
+    """0088 turns the five identity functions into PL/pgSQL and its downgrade back into SQL;
+    each returns the same for no identity, a bound user and the derive service."""
+    migrate.upgrade(scratch_url, "head")
+    eng = create_engine(scratch_url, poolclass=pool.NullPool)
+    probe = text("select auth.tenant_id()::text, auth.user_id(), auth.read_scopes()::text, "
+                 "auth.write_scopes()::text, auth.is_service()")
+    languages = text("select array_agg(distinct l.lanname) from pg_proc p "
+                     "join pg_language l on l.oid = p.prolang where p.pronamespace = "
+                     "'auth'::regnamespace and p.proname in ('tenant_id', 'user_id', "
+                     "'write_scopes', 'read_scopes', 'is_service')")
+
+    def read() -> tuple[str, list[tuple[Any, ...]]]:
+        with eng.begin() as conn:
+            language = conn.execute(languages).scalar_one()
+            rows = [tuple(conn.execute(probe).one())]
+            conn.execute(text("select auth.bind_identity('org-idf', 'alice', array['team'], "
+                              "array['exec'])"))
+            rows.append(tuple(conn.execute(probe).one()))
+            conn.execute(text("select auth.bind_service_identity('org-idf', array['team'])"))
+            rows.append(tuple(conn.execute(probe).one()))
+        return ",".join(language), rows
+
+    with eng.begin() as conn:
+        tenant = conn.execute(text("select auth.create_tenant('org-idf', 'Identity')")).scalar_one()
+        for scope in ("team", "exec"):
+            conn.execute(text("select auth.create_scope(:t, :s, :s)"), {"t": tenant, "s": scope})
+    language, now = read()
+    assert language == "plpgsql"
+    assert now[0] == (None, None, "{}", "{}", False)
+    assert now[1][:2] == (str(tenant), "alice") and now[1][4] is False
+    assert len(now[1][2].split(",")) == 2 and now[1][3].strip("{}") in now[1][2]  # write implies read
+    assert now[2][1] == "service:derive" and now[2][4] is True
+    migrate.downgrade(scratch_url, "0087_document_aliases")
+    assert read() == ("sql", now)
+    migrate.upgrade(scratch_url, "head")
+    assert read() == ("plpgsql", now)
+    eng.dispose()
