@@ -11,8 +11,8 @@ profile, an observation or a fact whose text (profile: the part after its title)
 is code, a URL, markup, numbers or a log line once its inline code and links are
 masked as extraction masks them (``orchestrator.derive.quality.statement_junk``),
 and observations whose text another observation already says (served twice); and the
-RAPTOR and community summaries with a sentence that is junk so or a list of links
-(``quality.link_list``). Up to
+RAPTOR and community summaries with a sentence that is junk so, a list of links
+(``quality.link_list``) or part of an HTML comment. Up to
 ``--examples`` junk items per kind are printed.
 
     .venv/bin/python benchmarks/derive_junk.py [--folder PATH] [--examples 5]
@@ -82,6 +82,7 @@ def count(app: object, org: str, examples: int) -> tuple[dict[str, int], list[st
     for x in summaries:
         tally("summaries", "summary", x, next(
             (r for r in (statement_junk(s) or ("link list" if link_list(s) else None)
+                         or ("html comment" if "<!--" in s or "-->" in s else None)
                          for s in split_sentences(x)) if r), None))
     return figures, shown
 

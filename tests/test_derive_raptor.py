@@ -353,6 +353,28 @@ def test_a_leaf_is_summarised_from_its_prose_and_an_older_tree_once_again(
     assert (third.resummarised, third.updated, third.unchanged) == (0, 0, len(nodes)), third
 
 
+def test_a_leaf_is_summarised_from_the_text_a_reader_sees(
+        app_engine: Engine, team: TenantFixture, embedder: Any, settings: Settings) -> None:
+    """Node.js's API reference keeps each method's change history in an HTML comment, which a
+    reader never sees; cut into sentences with the comment in, a summary read "<!-- YAML
+    added: v0.5.8 changes: - version: v5.0.0 pr-url: https://github.com/... description: A
+    truncated input stream will now result in an 'error' event." The comment goes first, and
+    the link reference definitions a page keeps at its end ("[`fs.stat()`]: fs.md#...")."""
+    ident = team.identity(write=("team",))
+    history = ("<!-- YAML\nadded: v0.5.8\nchanges:\n  - version: v5.0.0\n    pr-url: "
+               "https://github.com/nodejs/node/pull/2595\n    description: A truncated input "
+               "stream will now result in an error event and the caller is told.\n-->")
+    links = "[`fs.stat()`]: fs.md#fsstatpath-options-callback\n[Readable]: #class-streamreadable"
+    topics = {k: [f"{history}\n\n{body}\n\n{links}" for body in v] for k, v in TOPICS.items()}
+    write_documents(app_engine, ident, embedder, _corpus(topics=topics), settings)
+    with bound_session(app_engine, ident) as s:
+        build(s, settings=_small(settings, raptor_summary_sentences=6))
+    said = " ".join(n.summary for n in _nodes(app_engine, ident).values())
+    assert said and not any(x in said for x in ("<!--", "YAML", "pr-url", "truncated", "fs.md#",
+                                                  "[Readable]")), said
+    assert any(sentence in said for v in TOPICS.values() for sentence in v), said
+
+
 def test_killed_run_rolls_back_and_the_restart_completes(app_engine: Engine, admin_engine: Engine,
                                                          team: TenantFixture, embedder: Any,
                                                          settings: Settings) -> None:

@@ -121,7 +121,7 @@ def _mask_html_code(text: str) -> str:
     return "".join(parts) + text[at:] if parts else text
 
 
-def _mask_html_comments(text: str) -> str:
+def mask_html_comments(text: str) -> str:
     """``text`` with each HTML comment (``<!-- ... -->``, over any number of lines) overwritten
     by spaces, newlines kept: a reader never sees it (API docs keep their change history
     there, "<!-- YAML changes: - version: v6.8.0 pr-url: ..."). One pass with ``str.find``;
@@ -137,6 +137,12 @@ def _mask_html_comments(text: str) -> str:
     return "".join(parts) + text[at:] if parts else text
 
 
+def reader_text(text: str) -> str:
+    """``text`` without what a rendered page never shows (same length, spaces, newlines
+    kept): HTML comments and link reference definitions ("[`fs.stat()`]: #fsstatpath")."""
+    return _REF_DEF.sub(_blank, mask_html_comments(text))
+
+
 _TWO_LETTERS = re.compile(r"[^\W\d_]{2}")
 
 
@@ -150,7 +156,7 @@ def blank_without_words(text: str) -> str:
 def mask_markup(text: str) -> str:
     """``text`` with code, URLs, markup and log lines overwritten by spaces (same length)."""
     out = _INDENTED.sub(_blank, mask_fences(text))
-    out = _mask_html_code(_mask_html_comments(out))
+    out = _mask_html_code(mask_html_comments(out))
     for pattern in (_MYST, _TEMPLATE, _INLINE_CODE, _IMAGE, _LINK_TARGET, _REF_DEF, _URL, _HTML,
                     _TABLE, _LOG, _SHELL, _RULE_LINE):
         out = pattern.sub(_blank, out)

@@ -71,7 +71,7 @@ from orchestrator.config import Settings, get_settings
 from orchestrator.db.knowledge_models import FactContent, RaptorNode, current_claims
 from orchestrator.db.models import EMBEDDING_DIMENSION, Chunk, Document
 from orchestrator.derive import poison
-from orchestrator.derive.quality import plausible_statement
+from orchestrator.derive.quality import plausible_statement, reader_text
 from orchestrator.derive.summarize import Summarizer, get_summarizer, split_sentences
 from orchestrator.errors import BadInput
 
@@ -91,8 +91,12 @@ EMPTY_SUMMARY = "A group of related passages."
 # How a leaf's sentences are chosen (``_sentences``), recorded after the summarizer's method
 # so a tree summarised under another rule is summarised again once: "+prose" (stop 41), a
 # leaf's prose sentences only; before it, every sentence, code blocks, tables and "See also"
-# link lists included ("```bash npm access list packages <org:team> ```.").
-SENTENCES = "+prose"
+# link lists included ("```bash npm access list packages <org:team> ```."); "+prose2" (stop
+# 42), the prose a reader sees: HTML comments and link reference definitions out before the
+# text is cut into sentences (Node.js's API reference keeps each method's change history in
+# a comment, and a sentence cut from its middle read "<!-- YAML added: v0.5.8 changes: -
+# version: v5.0.0 pr-url: ...").
+SENTENCES = "+prose2"
 _BATCH = 5000
 _UUIDS = ARRAY(UUID(as_uuid=True))
 
@@ -540,11 +544,16 @@ def _sentences(tree: _Tree, node: _Node, texts: dict[uuid.UUID, str], cfg: Rapto
                ) -> list[str]:
     """What a node is summarised from: a leaf's members' prose sentences
     (``quality.plausible_statement``: no code block, table row, log line, list of links or
-    number soup; a leaf with none keeps them all; every sentence with ``prose_only`` off), a
-    higher node's children's summaries."""
+    number soup; a leaf with none keeps them all), cut from the text a reader sees
+    (``quality.reader_text``: no HTML comment or link reference definition); every sentence
+    of the text as stored with ``prose_only`` off; a higher node's children's summaries."""
     if node.level == 0:
-        said = [s for i in sorted(node.chunks) + sorted(node.facts) for s in split_sentences(texts[i])]
-        return ([s for s in said if plausible_statement(s)] or said) if cfg.prose_only else said
+        if not cfg.prose_only:
+            return [s for i in sorted(node.chunks) + sorted(node.facts)
+                    for s in split_sentences(texts[i])]
+        said = [s for i in sorted(node.chunks) + sorted(node.facts)
+                for s in split_sentences(reader_text(texts[i]))]
+        return [s for s in said if plausible_statement(s)] or said
     return [s for k in tree.children(node) for s in split_sentences(k.summary)]
 
 
