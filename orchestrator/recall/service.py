@@ -278,8 +278,10 @@ class Recaller:
         after this costs what later ones do; returns milliseconds per stage.
 
         The statement's text is compiled (about 100 ms for SQLAlchemy), and the plans of the
-        small size classes are made on every pooled connection (``_warm_plans``). The query
-        model runs twice (its first call is much slower than the second)."""
+        small size classes are made on the first ``recall_warm_plan_connections`` pooled
+        connections (``_warm_plans``), where a first recall's other reads are made too
+        (``_warm_reads``). The query model runs twice (its first call is much slower than
+        the second)."""
         laps: dict[str, float] = {}
         clock = time.perf_counter()
 
