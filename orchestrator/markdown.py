@@ -1,24 +1,29 @@
-"""Markdown structure that ingest and recall both read: fenced code blocks and where sections
-start. Offsets index into the text given; nothing here changes it."""
+"""Markdown structure that ingest and recall both read: fenced code blocks and headings.
+Offsets index into the text given; nothing here changes it."""
 
 from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Iterator
 
 # A fenced code block (CommonMark): its opening backticks or tildes after up to three
 # spaces, to a closing fence of that character at least as long, or the end of the text.
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})[^\n]*(?:\n.*?^ {0,3}\1[`~]*[ \t]*$|.*\Z)",
                     re.MULTILINE | re.DOTALL)
-# An ATX heading's line: one to six "#" after up to three spaces, then a space, a tab or
-# the line's end ("#hashtag" is no heading).
-_ATX = re.compile(r"^ {0,3}#{1,6}(?=[ \t]|$)", re.MULTILINE)
-# A setext heading's underline: "=" or "-" only (after up to three spaces), under one line
-# of text that follows a blank line or opens the text.
-_UNDERLINE = re.compile(r"^ {0,3}(?:=+|-+)[ \t]*$", re.MULTILINE)
-# A text line that cannot be a setext heading's text (a list item, a quote, a table row,
-# an ATX heading): "-" under such a line is a list or a thematic break.
-_NOT_SETEXT_TEXT = re.compile(r"[ \t]*(?:[-*+>|#]|\d+[.)])")
+# An ATX heading line ("## Text ##": "#hashtag" is none); its text is trimmed in Python
+# (``heading_text``): the pattern it replaced, ``#{1,6}\s+(.+?)\s*#*\s*$``, tried every
+# split of a run of spaces between its three whitespace parts (a heading "# a", 5,000
+# spaces, "b" took 118 s), and its ``\s`` read the next line as the text of an empty heading.
+ATX_LINE = re.compile(r"[ \t]{0,3}(#{1,6})(?:[ \t]+(.*))?")
+# A setext underline: "====" (level 1) or "----" (level 2) under a paragraph.
+SETEXT_UNDERLINE = re.compile(r"[ \t]{0,3}(=+|-+)[ \t]*")
+# A line that opens a block of its own (a list item, a quote, a table row, indented code): no
+# paragraph line a setext underline could make a heading of.
+_NOT_PARAGRAPH = re.compile(r"[ \t]{4}|[ \t]{0,3}(?:[-*+>|]|\d{1,9}[.)])(?:[ \t]|$)")
+# Paragraph lines kept for a setext heading's text (a title is cut to a few hundred
+# characters anyway).
+_TITLE_LINES = 40
 
 
 def code_fences(text: str) -> list[tuple[int, int]]:
@@ -28,26 +33,64 @@ def code_fences(text: str) -> list[tuple[int, int]]:
             for m in _FENCE.finditer(text)]
 
 
-def inside(position: int, spans: list[tuple[int, int]]) -> bool:
-    """Whether ``position`` lies strictly inside one of ``spans`` (sorted, not overlapping):
-    a cut there would split it."""
+def enclosing(position: int, spans: list[tuple[int, int]]) -> tuple[int, int] | None:
+    """The one of ``spans`` (sorted, not overlapping) that ``position`` lies strictly inside
+    (a cut there would split it), or None."""
     i = bisect.bisect_right(spans, (position, position)) - 1  # the last one starting before
-    return i >= 0 and spans[i][0] < position < spans[i][1]
+    return spans[i] if i >= 0 and spans[i][0] < position < spans[i][1] else None
+
+
+def heading_text(raw: str) -> str:
+    """A heading line's text without its closing sequence of ``#`` (CommonMark: one preceded
+    by a space or tab, or the whole text)."""
+    text = raw.strip(" \t")
+    bare = text.rstrip("#")
+    if bare != text and (not bare or bare[-1] in " \t"):
+        text = bare.rstrip(" \t")
+    return text
+
+
+def headings(text: str, fences: list[tuple[int, int]] | None = None
+             ) -> Iterator[tuple[int, int, str]]:
+    """(offset of its first line, level, text as written) of each heading of ``text``, in
+    order: ATX headings and setext ones (a paragraph over a line of "=" is level 1, over "-"
+    level 2: "PyYAML" over "======" is the README's title). Lines that touch one of
+    ``fences`` (``code_fences(text)``; none given: the caller masked them) are code."""
+    spans = fences or []
+    paragraph: list[str] = []
+    opened = 0
+    end = 0
+    for raw in text.splitlines(keepends=True):
+        at, end = end, end + len(raw)
+        line = raw.splitlines()[0]  # without its line break, whichever it is
+        i = bisect.bisect_left(spans, (end, end)) - 1  # the last fence opening on or before it
+        if (i >= 0 and spans[i][1] > at) or not line.strip():
+            paragraph = []
+            continue
+        atx = ATX_LINE.fullmatch(line)
+        if atx:
+            paragraph = []
+            yield at, len(atx.group(1)), heading_text(atx.group(2) or "")
+            continue
+        underline = SETEXT_UNDERLINE.fullmatch(line)
+        if underline:
+            if paragraph:
+                yield (opened, 1 if underline.group(1)[0] == "=" else 2,
+                       " ".join(p.strip() for p in paragraph))
+            paragraph = []  # with no paragraph above, a thematic break (or a line of "=")
+            continue
+        if _NOT_PARAGRAPH.match(line):
+            paragraph = []
+        elif len(paragraph) < _TITLE_LINES:
+            if not paragraph:
+                opened = at
+            paragraph.append(line)
+        else:
+            paragraph[-1] = line  # still a paragraph: an underline below it makes a heading
 
 
 def section_starts(text: str, fences: list[tuple[int, int]] | None = None) -> list[int]:
-    """Sorted offsets of the line starts of ``text``'s headings outside fenced code blocks
-    (``fences``: ``code_fences(text)``, computed when not given): ATX headings ("## Usage")
-    and setext ones (the line of text above a "===" or "---" underline)."""
+    """Offsets (increasing) where ``text``'s sections start: each heading's first line
+    outside fenced code blocks (``fences``: ``code_fences(text)``, computed when not given)."""
     fences = code_fences(text) if fences is None else fences
-    starts = [m.start() for m in _ATX.finditer(text) if not inside(m.start(), fences)]
-    for m in _UNDERLINE.finditer(text):
-        if m.start() < 2 or inside(m.start(), fences):
-            continue
-        line_start = text.rfind("\n", 0, m.start() - 1) + 1
-        line = text[line_start:m.start() - 1]
-        if not line.strip() or _NOT_SETEXT_TEXT.match(line):
-            continue
-        if line_start == 0 or not text[text.rfind("\n", 0, line_start - 1) + 1:line_start - 1].strip():
-            starts.append(line_start)
-    return sorted(set(starts))
+    return [at for at, _, _ in headings(text, fences)]

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from orchestrator.ingest.chunking import chunk_text
-from orchestrator.markdown import code_fences, inside, section_starts
+from orchestrator.markdown import code_fences, enclosing, section_starts
 
 WRAPPED = "\n".join([
     "The test runner reports a failure when a subtest is created after its parent",
@@ -165,7 +165,8 @@ def test_a_code_block_is_not_cut_while_a_break_outside_it_is_in_reach() -> None:
         spans = chunk_text(body, size, overlap)
         _holds(body, spans)
         for c in spans:
-            assert not inside(c.start, fences) and not inside(c.end, fences), (size, c.text[:60])
+            assert enclosing(c.start, fences) is None and enclosing(c.end, fences) is None, \
+                (size, c.text[:60])
 
 
 def test_a_code_block_longer_than_a_chunk_is_cut_at_its_lines() -> None:

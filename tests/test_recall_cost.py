@@ -229,6 +229,12 @@ def test_the_warm_up_plans_the_small_classes_on_every_pooled_connection(
         assert recaller.sizes.get(t.org_id) is None and recaller.models._cache == {}
         warm = {"tenant size class 0": (1, 0), "tenant size class 1": (1, 0)}
         assert plans(engine) == [warm, warm]
+        # The throwaway tenant id was the warm-up transaction's alone: a connection it
+        # warmed carries no binding into the next checkout.
+        with engine.connect() as conn:
+            assert conn.execute(text("select current_setting('engram.tenant_id', true), "
+                                     "auth.read_scopes()")).one() in (("", []), (None, []))
+            conn.commit()
         served, trace = recaller.trace(reader, question)
         assert "tenant size class 0" in trace.plan_note
         # The first recall reused the warmed plan of its class on the connection it got.

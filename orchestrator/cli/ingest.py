@@ -68,20 +68,9 @@ from orchestrator.db.session import bound_session
 from orchestrator.derive.quality import inline_text, mask_fences
 from orchestrator.errors import BadInput, EngramError
 from orchestrator.ingest.documents import DocumentInput, delete_document, put_document
+from orchestrator.markdown import ATX_LINE, SETEXT_UNDERLINE, headings
 
 SUFFIXES = (".md", ".markdown", ".txt")
-# An ATX heading line; its text is trimmed in Python (``_heading_text``): the pattern it
-# replaced, ``#{1,6}\s+(.+?)\s*#*\s*$``, tried every split of a run of spaces between its
-# three whitespace parts (a heading "# a", 5,000 spaces, "b" took 118 s), and its ``\s``
-# read the next line as the text of an empty heading.
-# An ATX heading line ("## Text ##") and a setext underline ("====" or "----" under a paragraph).
-_ATX = re.compile(r"[ \t]{0,3}(#{1,6})(?:[ \t]+(.*))?")
-_SETEXT = re.compile(r"[ \t]{0,3}(=+|-+)[ \t]*")
-# Paragraph lines kept for a setext title (a title is cut to a few hundred characters anyway).
-_TITLE_LINES = 40
-# A line that opens a block of its own (a list item, a quote, a table row, indented code): no
-# paragraph line a setext underline could make a heading of.
-_NOT_PARAGRAPH = re.compile(r"[ \t]{4}|[ \t]{0,3}(?:[-*+>|]|\d{1,9}[.)])(?:[ \t]|$)")
 _KEY = re.compile(r"^([A-Za-z_][\w-]*)\s*:\s*(.*)$")
 
 out = console()
@@ -219,42 +208,10 @@ def _extract_flag(value: Any) -> bool:
     raise BadInput(f"front matter extract must be true or false, not {value!r}")
 
 
-def _heading_text(raw: str) -> str:
-    """A heading line's text without its closing sequence of ``#`` (CommonMark: one preceded
-    by a space or tab, or the whole text)."""
-    text = raw.strip(" \t")
-    bare = text.rstrip("#")
-    if bare != text and (not bare or bare[-1] in " \t"):
-        text = bare.rstrip(" \t")
-    return text
-
-
 def _headings(body: str) -> Iterator[tuple[int, str]]:
-    """(level, text as written) of each heading outside code blocks, in order: ATX headings and
-    setext ones (a paragraph over a line of "=" is level 1, over "-" level 2: "PyYAML" over
-    "======" is the README's title, not the "## Installation" after it)."""
-    paragraph: list[str] = []
-    for line in mask_fences(body).splitlines():
-        if not line.strip():
-            paragraph = []
-            continue
-        atx = _ATX.fullmatch(line)
-        if atx:
-            paragraph = []
-            yield len(atx.group(1)), _heading_text(atx.group(2) or "")
-            continue
-        underline = _SETEXT.fullmatch(line)
-        if underline:
-            if paragraph:
-                yield (1 if underline.group(1)[0] == "=" else 2), " ".join(p.strip() for p in paragraph)
-            paragraph = []  # with no paragraph above, a thematic break (or a line of "=")
-            continue
-        if _NOT_PARAGRAPH.match(line):
-            paragraph = []
-        elif len(paragraph) < _TITLE_LINES:
-            paragraph.append(line)
-        else:
-            paragraph[-1] = line  # still a paragraph: an underline below it makes a heading
+    """(level, text as written) of each heading of ``body`` outside code blocks, in order
+    (``markdown.headings`` over the body with its code blocks masked)."""
+    return ((level, written) for _, level, written in headings(mask_fences(body)))
 
 
 def heading_title(body: str, limit: int) -> str:
@@ -299,12 +256,12 @@ def with_summary(body: str, meta: dict[str, Any]) -> str:
         return body
     rest = body.lstrip(LINE_BREAKS)
     lines = rest.split("\n", 2)
-    atx = _ATX.fullmatch(lines[0].rstrip(LINE_BREAKS))
+    atx = ATX_LINE.fullmatch(lines[0].rstrip(LINE_BREAKS))
     # The title the body opens with: "# Title", or "Title" over a line of "=" (setext).
     if atx is not None and len(atx.group(1)) == 1:
         head = 1
     elif (len(lines) > 1 and lines[0].strip()
-          and (underline := _SETEXT.fullmatch(lines[1].rstrip(LINE_BREAKS))) is not None
+          and (underline := SETEXT_UNDERLINE.fullmatch(lines[1].rstrip(LINE_BREAKS))) is not None
           and underline.group(1)[0] == "="):
         head = 2
     else:

@@ -548,12 +548,10 @@ def _sentences(tree: _Tree, node: _Node, texts: dict[uuid.UUID, str], cfg: Rapto
     (``quality.reader_text``: no HTML comment or link reference definition); every sentence
     of the text as stored with ``prose_only`` off; a higher node's children's summaries."""
     if node.level == 0:
-        if not cfg.prose_only:
-            return [s for i in sorted(node.chunks) + sorted(node.facts)
-                    for s in split_sentences(texts[i])]
+        read = reader_text if cfg.prose_only else str
         said = [s for i in sorted(node.chunks) + sorted(node.facts)
-                for s in split_sentences(reader_text(texts[i]))]
-        return [s for s in said if plausible_statement(s)] or said
+                for s in split_sentences(read(texts[i]))]
+        return ([s for s in said if plausible_statement(s)] or said) if cfg.prose_only else said
     return [s for k in tree.children(node) for s in split_sentences(k.summary)]
 
 

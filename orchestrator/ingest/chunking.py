@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from orchestrator.markdown import code_fences, inside, section_starts
+from orchestrator.markdown import code_fences, enclosing, section_starts
 
 _BREAKS = ("\n\n", "\n", ". ", "? ", "! ", "; ", ", ", " ")
 # Where an overlap may start: after a paragraph break or a sentence end (best), after a
@@ -52,14 +52,14 @@ class ChunkSpan:
 
 def _last_break(body: str, lo: int, hi: int, fences: list[tuple[int, int]]) -> int | None:
     """Where a chunk ending in ``body[lo:hi]`` ends best (after the first of ``_BREAKS``
-    found there, the last one), never inside a fenced code block; None when nowhere."""
+    found there, the last one), never inside one of ``fences``; None when nowhere."""
     for mark in _BREAKS:
         at = hi
         while (cut := body.rfind(mark, lo, at)) != -1:
-            end = cut + len(mark)
-            if not inside(end, fences):
-                return end
-            at = cut + len(mark) - 1
+            block = enclosing(cut + len(mark), fences)
+            if block is None:
+                return cut + len(mark)
+            at = block[0]  # on before the block: a break ending at its fence or earlier
     return None
 
 
@@ -76,14 +76,11 @@ def _cut(body: str, start: int, limit: int, sections: list[int],
         return end, False
     # The window's second half is inside one code block: end before it where that leaves a
     # quarter of the size, else cut the block at a line (as any over-long text is cut).
-    block = next((a for a, b in fences if a < limit < b), None)
-    if block is not None and block > start + size // 4:
-        return block, False
-    for mark in _BREAKS:
-        cut = body.rfind(mark, start + size // 2, limit)
-        if cut != -1:
-            return cut + len(mark), False
-    return limit, False
+    block = enclosing(limit, fences)
+    if block is not None and block[0] > start + size // 4:
+        return block[0], False
+    end = _last_break(body, start + size // 2, limit, [])
+    return (limit if end is None else end), False
 
 
 def chunk_text(body: str, size: int = 1200, overlap: int = 150) -> list[ChunkSpan]:
@@ -115,7 +112,7 @@ def chunk_text(body: str, size: int = 1200, overlap: int = 150) -> list[ChunkSpa
             continue
         lo = max(end - overlap, start + 1)
         start = _overlap_start(body, lo, end)
-        block = next((a for a, b in fences if a < start < b), None)
+        block = enclosing(start, fences)
         if block is not None:  # an overlap opens at a code block's fence, never inside it
-            start = block if block >= lo else end
+            start = block[0] if block[0] >= lo else end
     return spans

@@ -298,15 +298,17 @@ class Recaller:
         if self.reranker.available:
             self.reranker.score("warm up", ["the cross-encoder"])
         lap("reranker")
+        s = self.settings
+        classes = range(min(s.recall_warm_plan_classes, MAX_CLASS + 1) if s.recall_plan_reuse else 0)
         # The texts first: compiling reads the index tier through a connection of its own,
         # which would come back to the pool past the held ones and push a warmed one out.
-        texts = {k: self.sql(FULL_PLAN, k) for k in range(MAX_CLASS + 1)}
+        texts = {k: self.sql(FULL_PLAN, k) for k in (classes or [0])}
         pooled = self.engine.pool.size() if isinstance(self.engine.pool, QueuePool) else 1
         with ExitStack() as held:  # the connections at once, so each is a different one
             conns = [held.enter_context(self.engine.connect()) for _ in
-                     range(max(1, min(pooled, self.settings.recall_warm_plan_connections)))]
+                     range(max(1, min(pooled, s.recall_warm_plan_connections)))]
             for conn in conns:
-                self._warm_plans(conn, texts, vector)
+                self._warm_plans(conn, texts, vector, prepare=bool(classes))
             lap("statement")
             for conn in conns:
                 self._warm_reads(conn)
@@ -321,37 +323,38 @@ class Recaller:
         self.warmed = True
         return laps
 
-    def _warm_plans(self, conn: Connection, texts: dict[int, str], vector: Any) -> int:
-        """The recall statement (``texts``: the text recall sends per size class, compiled
-        once) run on one of the first ``recall_warm_plan_connections`` connections of the
-        pool (it hands out the one returned last, so these serve the first recalls and
-        every recall at light load), in a transaction bound to a tenant id that no tenant
-        has and to no scope, so row level security shows it nothing: it reads no row and
-        writes nothing. With plan reuse on, each size class below
-        ``recall_warm_plan_classes`` is run prepared, and its generic plan stays on the
-        connection (the transaction commits: a rollback would make psycopg drop its prepared
-        statements), so a small tenant's first recall reuses it instead of planning (40-60
-        ms of a 10-20 ms recall). Only small classes: the planner estimates a generic plan's
-        rows with the tenant bound when it plans, and a tenant no statistics know stands for
-        a small one; measured on the kept 10k corpus (docs/recall.md), a plan made so ran as
-        fast as one made for the tenant itself for tenants of 10 and 48 chunks, but 2-3x
-        slower for 500 and 3,000 (and a plan made for no tenant at all, one row expected
-        everywhere, ran nested loops that took 4-9 s on 3,000 chunks). A larger tenant's
-        class is planned by its first recall on each connection. Returns the plans made."""
-        s = self.settings
-        classes = range(min(s.recall_warm_plan_classes, MAX_CLASS + 1)) if s.recall_plan_reuse else range(0)
+    def _warm_plans(self, conn: Connection, texts: dict[int, str], vector: Any,
+                    prepare: bool) -> None:
+        """The recall statement (``texts``: the text recall sends for each size class,
+        compiled once) run on one of the first ``recall_warm_plan_connections`` connections
+        of the pool (it hands out the one returned last, so these serve the first recalls
+        and every recall at light load), in a transaction bound to a tenant id that no
+        tenant has and to no scope, so row level security shows it nothing: it reads no row
+        and writes nothing. With ``prepare`` (plan reuse on; ``warm_up`` gives the classes
+        below ``recall_warm_plan_classes``) each text runs prepared, and its generic plan
+        stays on the connection (the transaction commits: a rollback would make psycopg
+        drop its prepared statements), so a small tenant's first recall reuses it instead of
+        planning (40-60 ms of a 10-20 ms recall); without, class 0's runs unprepared (it
+        loads the catalog entries a recall needs). Only small classes: the planner estimates
+        a generic plan's rows with the tenant bound when it plans, and a tenant no
+        statistics know stands for a small one; measured on the kept 10k corpus
+        (docs/recall.md), a plan made so ran as fast as one made for the tenant itself for
+        tenants of 10 and 48 chunks, but 2-3x slower for 500 and 3,000 (and a plan made for
+        no tenant at all, one row expected everywhere, ran nested loops that took 4-9 s on
+        3,000 chunks). A larger tenant's class is planned by its first recall on each
+        connection."""
         params = {"question": "warm up", "query_embedding": vector_text(vector), "mode": None,
                   "session": None, **day_bounds(())}
         with conn.begin():
             conn.execute(select(func.set_config("engram.tenant_id", str(uuid.uuid4()), True)))
-            if not classes:  # catalog entries only: run unprepared, planned for this call
-                conn.exec_driver_sql(texts[0], params).all()
-            for k in classes:
+            for k, sql in texts.items():
+                if not prepare:
+                    conn.exec_driver_sql(sql, params).all()
+                    continue
                 conn.execute(select(*(func.set_config(name, value, True) for name, value
-                                      in transaction_settings(10 ** k, s).items())))
+                                      in transaction_settings(10 ** k, self.settings).items())))
                 with prepared_at_once(conn):
-                    conn.exec_driver_sql(texts[k], params).all()
-        return len(classes)
+                    conn.exec_driver_sql(sql, params).all()
 
     def _warm_reads(self, conn: Connection) -> None:
         """What a tenant's first recall reads besides the statement, on one warmed
