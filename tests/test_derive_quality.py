@@ -71,6 +71,30 @@ POISON_SHAPES = {"table": "|1|2|3|\n", "images": "![ ", "links": "](", "code": "
                  "template_tag": "{% a ", "comment_open": "<!-- ", "comments": "<!-- a -->\n"}
 
 
+def test_a_changelog_line_reads_without_escapes_autolink_brackets_or_spaced_punctuation():
+    """Node's changelogs write "* \\[[`18862e4d5d`](...)] - **fs**: add ..." and end older
+    lines with an autolink: claims read "\\ `18862e4d5d` - fs : add ..." and "(João Reis) <"."""
+    lines = [
+        "* \\[[`18862e4d5d`](https://github.com/nodejs/node/commit/18862e4d5d)] - "
+        "**(SEMVER-MINOR)** **fs**: add `flush` option to `appendFile()` functions (Colin "
+        "Ihrig) [#50095](https://github.com/nodejs/node/pull/50095)",
+        "* \\[[`e07c86e240`](https://github.com/nodejs/node/commit/e07c86e240)] - build,win: try "
+        "next MSVS version on failure (João Reis) <https://github.com/joyent/node/pull/25234>",
+        "See [the guide](https://example.org/guide). Then run **make**, and *enjoy* \\*it\\*!",
+    ]
+    read = [" ".join(sentence_as_written(x, mask_markup(x), 0, len(x)).split()) for x in lines]
+    assert read == [
+        "`18862e4d5d` - (SEMVER-MINOR) fs: add `flush` option to `appendFile()` functions "
+        "(Colin Ihrig) #50095",
+        "`e07c86e240` - build,win: try next MSVS version on failure (João Reis)",
+        "See the guide. Then run make, and enjoy it!",
+    ], read
+    # A blank between two words still parts them; offsets never move.
+    x = "Ask **Ada**about it"
+    assert len(mask_markup(x)) == len(x)
+    assert " ".join(sentence_as_written(x, mask_markup(x), 0, len(x)).split()) == "Ask Ada about it"
+
+
 def test_masking_a_poisoned_document_does_not_hang():
     """Each shape, 200 kB of it, masked in a process of its own: all of them finish (in about
     a second together; the old patterns needed minutes, so the limit only catches a hang),
@@ -542,6 +566,12 @@ def test_a_person_whose_name_no_person_has_is_a_product():
                  "Board", "Milestone Jones", "Cloud", "Labs", "Grace Server-Smith"):
         assert _person_or_product(name, "person") == "person", name
     assert _person_or_product("JSON", "organization") == "organization"  # people only
+    # Places and groups named like software (stop 43: "Node.js" was a place).
+    for name in ("Node.js", "Socket.IO", "ASP.NET", "D3.js", "C++ land"):
+        assert _person_or_product(name, "place") == "product", name
+        assert _person_or_product(name, "group") == "product", name
+    for name in ("U.S.", "Washington D.C.", "St.Petersburg", "Bosnia & Herzegovina", "Oslo"):
+        assert _person_or_product(name, "place") == "place", name
     body = ("Building an ASan build is easy, said Tavmjong Bah.\n\n"
             "Zstandard CI testing is split up into three sections.\n")
     nlp = load_spacy()

@@ -62,7 +62,7 @@ ENTITY_TYPES = {
 }
 # Bumped whenever the rules below change what a chunk yields, so every chunk read under
 # older rules is read again (its stale claims retracted, the new ones written).
-RULES_VERSION = "rules-17"  # 4: markup masked over the whole document (stop 25); 5: a claim's
+RULES_VERSION = "rules-18"  # 4: markup masked over the whole document (stop 25); 5: a claim's
 # sentence keeps its inline code, and a blank line ends a sentence (stop 26); 6: inline code
 # that wraps over a line break is code, MyST roles and targets are markup, no name or sentence
 # runs over two Markdown blocks, names lose trailing punctuation and a leading "E.g." (stop 27);
@@ -88,7 +88,10 @@ RULES_VERSION = "rules-17"  # 4: markup masked over the whole document (stop 25)
 # set are one entity whatever type each was tagged with (``TYPE_PRECEDENCE``, stop 40);
 # 16: so does a list item's label or a word of its short value ("* Type: Boolean",
 # ``_label_item``, stop 41); 17: a "person" of ordinary words ending in a plural noun
-# ("Node Modules") takes no first name (``_ordinary_plural``, stop 41)
+# ("Node Modules") takes no first name (``_ordinary_plural``, stop 41); 18: a backslash escape
+# and an autolink's brackets are markup, a blanked marker before punctuation leaves no space
+# in a claim's sentence ("fs: add", not "fs : add"), and a place or group named like software
+# ("Node.js") is a product (``_SOFTWARE_SHAPE``, stop 43)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -587,6 +590,13 @@ _COMPANY_FORMS = frozenset({"inc", "corp", "corporation", "ltd", "llc", "gmbh", 
                             "institute", "foundation", "holdings", "ventures", "airlines"})
 
 
+# A place or a group is never named like software: a word with a suffix of two to four
+# letters after a dot ("Node.js", "Socket.IO", "ASP.NET": the small model reads "Node.js" as a
+# place, 274 claims of Node's contributor guide and changelogs; "U.S." and "St.Petersburg"
+# stay places) or code punctuation.
+_SOFTWARE_SHAPE = re.compile(r"\w\.(?:[a-z]{2,4}|[A-Z]{2,4})\b|[+#\\@*=<>{}\[\]_|~^$%]")
+
+
 def _person_or_product(name: str, entity_type: str) -> str:
     """``entity_type``, except that a "person" whose name no person has is a product: the
     small model types software, formats and units as people ("AArch64", "C++ API", "JSON",
@@ -595,7 +605,10 @@ def _person_or_product(name: str, entity_type: str) -> str:
     name, "TJ Miller": one capitals word alone is an acronym); a name that opens with an
     undertaking or a body of people ("Project Heron", "Team Payments"), or ends with a
     product's kind or a company's form ("Grafana Cloud", "Acme Labs"), is a product or an
-    organisation."""
+    organisation. A "place" or a "group" named like software (``_SOFTWARE_SHAPE``) is a
+    product."""
+    if entity_type in ("place", "group"):
+        return "product" if _SOFTWARE_SHAPE.search(name) else entity_type
     if entity_type != "person":
         return entity_type
     if _NO_PERSON.search(name):

@@ -4,8 +4,8 @@ Order of work, where each gate sits:
 
 1. ``mask_markup`` (extraction, before parsing): fenced and indented code blocks,
    inline code and HTML ``code``/``pre`` elements, HTML comments (``<!-- ... -->``, over
-   any number of lines), URLs and e-mail addresses, Markdown
-   images and badges, link targets, MyST roles and target lines (``{ref}`...```,
+   any number of lines), URLs and e-mail addresses (an autolink's brackets too), backslash
+   escapes, Markdown images and badges, link targets, MyST roles and target lines (``{ref}`...```,
    ``(label)=``), HTML tags, table rows, heading/emphasis/list markers and log lines
    are overwritten with spaces of the same length. The parser then never sees
    them, while every character offset of the remaining prose stays where it was
@@ -54,8 +54,11 @@ _IMAGE = re.compile(r"!\[[^\]\n]{0,500}\]\([^)\n]{0,2000}\)")
 _LINK_TARGET = re.compile(r"(?<=\])\([^)\n]{0,2000}\)|(?<=\])\[[^\]\n]{0,500}\]")
 _REF_DEF = re.compile(r"^[ \t]*\[[^\]\n]+\]:[^\n]*$", re.M)
 # An address's local part is at most 64 characters (RFC 5321): unbounded, every word
-# boundary of a long run like "1.1.1.1..." scanned the rest of the run for an "@".
-_URL = re.compile(r"\b(?:https?|ftp|file)://\S+|\bwww\.\S+|\b[\w.+-]{1,64}@[\w-]+\.[\w.-]+")
+# boundary of a long run like "1.1.1.1..." scanned the rest of the run for an "@". A URL
+# ends before a space or an angle bracket: an autolink "<https://...>" is masked whole (the
+# URL here, then its brackets as a tag), not with its "<" left in a claim's sentence.
+_URL = re.compile(r"\b(?:https?|ftp|file)://[^\s<>]+|\bwww\.[^\s<>]+"
+                  r"|\b[\w.+-]{1,64}@[\w-]+\.[\w.-]+")
 _HTML = re.compile(r"<[^>\n]{1,200}>")
 # A template's expressions and tags (Jinja, Liquid, Handlebars, Hugo): "{{ license |
 # default("[More Information Needed]", true) }}" is code, not the prose of a model card.
@@ -73,6 +76,9 @@ _LOG = re.compile(r"^[^\n]*(?:\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}|\b\d{2}:\d{2}:\
                   r"|^[ \t]*(?:INFO|WARN|WARNING|ERROR|DEBUG|TRACE|FATAL)\b[:\s])[^\n]*$", re.M)
 _SHELL = re.compile(r"^[ \t]*(?:\$|>|#!|C:\\)[ \t]+[^\n]*$", re.M)
 _CONTROL = re.compile(CONTROL_CHARACTERS)
+# A backslash escape: the backslash before ASCII punctuation ("\[", "\*", "\_") is markup
+# (a changelog's "\[[`18862e4d5d`](...)]" read "\ `18862e4d5d`" in its claims).
+_ESCAPE = re.compile(r"\\(?=[!-/:-@\[-`{-~])")
 # Line markers (a task's checkbox "- [x]" with its item's) and emphasis.
 _MARKERS = re.compile(r"^[ \t]*(?:#{1,6}|[-*+]|\d+[.)]|>)[ \t]+(?:\[[ xX]\][ \t]+)?"
                       r"|[*_~]{1,3}(?=\S)|(?<=\S)[*_~]{1,3}", re.M)
@@ -157,8 +163,8 @@ def mask_markup(text: str) -> str:
     """``text`` with code, URLs, markup and log lines overwritten by spaces (same length)."""
     out = _INDENTED.sub(_blank, mask_fences(text))
     out = _mask_html_code(mask_html_comments(out))
-    for pattern in (_MYST, _TEMPLATE, _INLINE_CODE, _IMAGE, _LINK_TARGET, _REF_DEF, _URL, _HTML,
-                    _TABLE, _LOG, _SHELL, _RULE_LINE):
+    for pattern in (_MYST, _TEMPLATE, _INLINE_CODE, _ESCAPE, _IMAGE, _LINK_TARGET, _REF_DEF,
+                    _URL, _HTML, _TABLE, _LOG, _SHELL, _RULE_LINE):
         out = pattern.sub(_blank, out)
     out = _MARKERS.sub(_blank, out)
     # Control characters (an escape sequence of a pasted log, a form feed) are no prose: a
@@ -269,6 +275,32 @@ def sentence_as_written(original: str, masked: str, start: int, end: int) -> str
         out += [masked[last:a], m.group(0)]
         last = b
     out.append(masked[last:end])
+    return _close_up("".join(out), original[start:end])
+
+
+# Punctuation that closes up to the word before it.
+_CLOSING = frozenset(":;,.!?)")
+
+
+def _close_up(text: str, original: str) -> str:
+    """``text`` (``original`` with its markup blanked, same length) without a blanked run that
+    sits between a word and its punctuation: "**fs**: add" reads "fs: add", not "fs : add";
+    "the [guide](x)." reads "the guide.". Other blanks stay (they part words)."""
+    out: list[str] = []
+    n, at = len(text), 0
+    while at < n:
+        if text[at] == " " and original[at] != " " and at and text[at - 1] != " ":
+            stop = at
+            while stop < n and text[stop] == " " and original[stop] != " ":
+                stop += 1
+            if stop < n and text[stop] in _CLOSING:
+                at = stop
+                continue
+            out.append(text[at:stop])
+            at = stop
+            continue
+        out.append(text[at])
+        at += 1
     return "".join(out)
 
 
