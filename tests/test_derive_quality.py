@@ -89,10 +89,31 @@ def test_a_changelog_line_reads_without_escapes_autolink_brackets_or_spaced_punc
         "`e07c86e240` - build,win: try next MSVS version on failure (João Reis)",
         "See the guide. Then run make, and enjoy it!",
     ], read
+    # Read by the parser, each item is its own claim: no item's code joins the one above it.
+    from orchestrator.derive.nlp import SpacyEntities, load_spacy, read
+
+    items = "\n".join(lines[:2]) + "\n"
+    masked = mask_markup(items)
+    doc = load_spacy()(masked)
+    said = [s.text for s in read(doc, SpacyEntities("x").mentions([masked], [doc])[0],
+                                 original=items, context=masked)]
+    assert len(said) == 2 and said[0].endswith("(Colin Ihrig) #50095"), said
+    assert said[1].startswith("`e07c86e240`") and "18862e4d5d" not in said[1], said
     # A blank between two words still parts them; offsets never move.
     x = "Ask **Ada**about it"
     assert len(mask_markup(x)) == len(x)
     assert " ".join(sentence_as_written(x, mask_markup(x), 0, len(x)).split()) == "Ask Ada about it"
+
+
+def test_a_sentence_of_the_name_alone_says_nothing_about_it():
+    from orchestrator.derive.quality import says_more_than
+
+    assert not says_more_than("Long Term Support", "Long Term Support")
+    assert not says_more_than("[Long Term Support](#long-term-support).", "long term support")
+    assert not says_more_than("Long Term Support (LTS)", "Long Term Support")
+    assert says_more_than("Long Term Support (LTS) guarantees 30-month support cycles.",
+                          "Long Term Support")
+    assert says_more_than("Ada Lovelace wrote the first program.", "Ada Lovelace")
 
 
 def test_masking_a_poisoned_document_does_not_hang():

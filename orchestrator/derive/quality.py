@@ -255,9 +255,14 @@ def sentence_as_written(original: str, masked: str, start: int, end: int) -> str
     dev", not "trained by  on LoCoMo dev". The span first widens over the blanks beside it on
     its line (a sentence may open with code, and one that does not end in ".", "!" or "?"
     may close with it); code spans on a line that masking blanked whole (a fenced block, a
-    table row, a log line) and every other mask (URLs, markup, blocks) stay blank."""
+    table row, a log line) and every other mask (URLs, markup, blocks) stay blank; so does a
+    code span on a line after the sentence's last word."""
     if len(original) != len(masked):
         return masked[start:end]
+    # The parser's sentence may run on over the blanks of the next lines (a changelog's next
+    # item, its markup blanked): it ends where its prose does, so no code of those lines joins it.
+    span = masked[start:end]
+    start, end = start + len(span) - len(span.lstrip()), start + len(span.rstrip())
     while start > 0 and masked[start - 1] == " ":
         start -= 1
     if not masked[start:end].rstrip().endswith((".", "!", "?")):
@@ -324,6 +329,19 @@ def link_list(text: str, masked: str | None = None) -> bool:
         return False
     return linked >= 0.5 * sum(ch.isalpha() for ch in (masked if masked is not None
                                                         else mask_markup(text)))
+
+
+_WORDS = re.compile(r"[^\W\d_]{2,}")
+
+
+def says_more_than(text: str, name: str) -> bool:
+    """Whether a sentence says something beyond ``name``: two words or more once the name is
+    taken out. A table of contents' "[Long Term Support](#long-term-support)" is where the
+    name is mentioned, and a profile of it read "Long Term Support: Long Term Support. ..."."""
+    rest = mask_markup(text)
+    if name:
+        rest = re.sub(re.escape(name), " ", rest, flags=re.I)
+    return len(_WORDS.findall(rest)) >= 2
 
 
 def plausible_statement(text: str) -> bool:
