@@ -86,6 +86,13 @@ class Component:
         elif before is not None:
             log.info("%s: %s", self.name, detail or "running")
 
+    def working(self, detail: str) -> None:
+        """Ok, doing ``detail`` now (a long drain's progress), which the caller logs itself:
+        no line of its own, even when the state changes."""
+        with self._lock:
+            self.failures = 0
+        self._set(OK, detail)
+
     def retrying(self, exc: BaseException, retry_in: float) -> None:
         unavailable = is_unavailable(exc)
         with self._lock:

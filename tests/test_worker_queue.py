@@ -401,3 +401,50 @@ def test_facts_and_memories_are_embedded_too(worker_db: WorkerDatabase, worker_e
             "(select embed_state::text from memory.working_memory where tenant_id = :t)"),
             {"t": tenant}).one()
     assert tuple(states) == ("ready", "ready")
+
+
+def test_a_long_drain_says_how_far_it_is_and_a_short_one_says_nothing(
+        worker_db: WorkerDatabase, worker_engine: Engine, embedder: Embedder,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Thousands of chunks keep the worker embedding for minutes: the log says how many rows
+    are done, how many still wait and about how long they take (``DrainProgress``)."""
+    import logging
+
+    from orchestrator.health import Component
+    from orchestrator.worker.queue import DrainProgress
+
+    tenant = worker_db.make_tenant()
+    worker_db.add_chunks(tenant, [f"progress note {i} about shelf {i % 9}" for i in range(120)])
+    worker = QueueWorker(worker_engine, Recording(embedder), _settings(worker_batch_rows=40),
+                         tenants=[tenant])
+    ticks = iter(range(0, 10_000, 10))  # each look at the clock: 10 s later
+    waiting: list[int] = []
+
+    def pending() -> int:
+        waiting.append(worker.pending())
+        return waiting[-1]
+
+    component = Component("embedding worker")
+    progress = DrainProgress(pending, component, every_s=15.0, clock=lambda: float(next(ticks)))
+    with caplog.at_level(logging.INFO):
+        report = worker.drain(on_batch=progress.batch)
+        progress.done()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("embedding:")]
+    assert report.rows == 120
+    # Batches of 40 at clock 10, 20 and 30, done at 40: progress once 15 s have passed since
+    # the start (at 20 s: 80 rows, 40 waiting), not again 10 s later; then done.
+    assert lines == ["embedding: 80 rows in 20 s (4.0 rows/s); 40 still waiting, about 10 s "
+                     "left at this rate", "embedding: done, 120 rows in 40 s (3.0 rows/s)"], lines
+    assert waiting == [40]
+    # /readyz's component is ok and holds the line; it writes no second line of its own.
+    assert component.state == "ok" and component.detail == lines[0]
+    assert not [r for r in caplog.records if r.name == "engram.health"], caplog.records
+
+    # A drain shorter than the interval logs nothing.
+    caplog.clear()
+    worker_db.add_chunks(tenant, ["one more progress note"])
+    quiet = DrainProgress(worker.pending, every_s=15.0)
+    with caplog.at_level(logging.INFO, logger="engram.worker.queue"):
+        worker.drain(on_batch=quiet.batch)
+        quiet.done()
+    assert not [r for r in caplog.records if r.getMessage().startswith("embedding:")]

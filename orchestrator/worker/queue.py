@@ -519,7 +519,15 @@ class QueueWorker:
             for woken in on_notify.values():
                 woken("")
             while not stop.is_set():
-                drained = self.drain(wait_for_retries=False, stop=stop, on_batch=on_batch)
+                progress = DrainProgress(self.pending, component)
+
+                def each(b: BatchReport, progress: DrainProgress = progress) -> None:
+                    progress.batch(b)
+                    if on_batch is not None:
+                        on_batch(b)
+
+                drained = self.drain(wait_for_retries=False, stop=stop, on_batch=each)
+                progress.done()
                 component.ok(f"listening; the last drain embedded {drained.rows} rows")
                 wait = self._next_retry_in()
                 timeout = self.settings.worker_poll_s if wait is None else min(
@@ -528,6 +536,59 @@ class QueueWorker:
                     call = on_notify.get(note.channel)
                     if call is not None:
                         call(note.payload)
+
+
+# A drain that runs longer than this says how far it is, this often, in the log.
+PROGRESS_EVERY_S = 15.0
+
+
+class DrainProgress:
+    """What a long drain has done, in the log and in its component's detail: an ingest of a
+    few thousand chunks keeps the worker embedding for minutes (about 13 chunks of 256 tokens
+    a second on one CPU core), and the log said nothing until it was over. Every
+    ``every_s`` of a drain: the rows embedded so far, the rate, how many still wait
+    (``pending``) and about how long they will take; a drain that logged progress says when
+    it is done. A short drain (an agent's item, a small folder) logs nothing."""
+
+    def __init__(self, pending: Callable[[], int], component: Component | None = None,
+                 every_s: float = PROGRESS_EVERY_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.pending, self.component, self.every_s, self.clock = pending, component, every_s, clock
+        self.started = self.last = clock()
+        self.rows = 0
+        self.logged = False
+
+    def batch(self, b: BatchReport) -> None:
+        self.rows += b.embedded_rows
+        now = self.clock()
+        if now - self.last < self.every_s:
+            return
+        self.last, self.logged = now, True
+        elapsed = now - self.started
+        rate = self.rows / elapsed if elapsed > 0 else 0.0
+        waiting = self.pending()
+        left = (f", about {_duration(waiting / rate)} left at this rate" if rate > 0 and waiting
+                else "")
+        line = (f"embedding: {self.rows:,} rows in {_duration(elapsed)} ({rate:.1f} rows/s); "
+                f"{waiting:,} still waiting{left}")
+        log.info(line)
+        if self.component is not None:
+            self.component.working(line)
+
+    def done(self) -> None:
+        if self.logged:
+            elapsed = self.clock() - self.started
+            log.info("embedding: done, %s rows in %s (%.1f rows/s)", f"{self.rows:,}",
+                     _duration(elapsed), self.rows / elapsed if elapsed > 0 else 0.0)
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def backoff_schedule(base_s: float, attempts: int) -> list[float]:
