@@ -150,6 +150,31 @@ def test_bad_files_are_reported_and_lose_nothing_else(cli_env: dict[str, str], t
     assert counts(admin_engine, t)[0] == 1
 
 
+def test_files_that_are_not_markdown_or_text_are_counted_as_left_out(
+        cli_env: dict[str, str], tmp_path: Path, tenant_factory: Tenants,
+        admin_engine: Engine) -> None:
+    """A folder of docs with its images: the summary says what it did not read, and why."""
+    t = tenant_factory("team")
+    root = tmp_path / "docs"
+    (root / "img").mkdir(parents=True)
+    (root / ".git").mkdir()
+    (root / "guide.md").write_text("# Guide\n\nRead me.")
+    for name in ("img/a.png", "img/b.PNG", "img/c.svg", "Makefile", ".git/config", ".hidden.png"):
+        (root / name).write_bytes(b"\x89PNG not text")
+    code, output = run(cli_env, "ingest", str(root), "--tenant", t.org_id, "--scopes", "write:team")
+    assert code == 0, output
+    assert "1 file in" in output and "1 created" in output, output
+    assert ("4 files left out, not Markdown or text (.md, .markdown, .txt): 2 .png, 1 .svg, "
+            "1 (no suffix)") in " ".join(output.split()), output
+    assert counts(admin_engine, t)[0] == 1
+    # Nothing left out: nothing said.
+    (root / "img" / "a.png").unlink()
+    for name in ("img/b.PNG", "img/c.svg", "Makefile"):
+        (root / name).unlink()
+    code, output = run(cli_env, "ingest", str(root), "--tenant", t.org_id, "--scopes", "write:team")
+    assert code == 0 and "left out" not in output and "1 unchanged" in output, output
+
+
 def test_identity_comes_from_a_verified_token(cli_env: dict[str, str], tmp_path: Path,
                                               tenant_factory: Tenants, admin_engine: Engine) -> None:
     t = tenant_factory("team")

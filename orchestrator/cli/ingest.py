@@ -48,6 +48,7 @@ import math
 import re
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -93,29 +94,50 @@ class IngestSummary:
     deleted: int = 0
     chunks: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)
+    # Files of the folders that are not Markdown or text, by suffix (hidden ones aside).
+    left_out: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
     changed_ids: list[uuid.UUID] = field(default_factory=list)  # created or changed: to extract
 
 
-def discover(paths: list[Path], collection: str | None) -> tuple[list[SourceFile], dict[str, set[str]]]:
-    """The files to ingest, and for each folder's collection the paths it now has."""
+def discover(paths: list[Path], collection: str | None
+             ) -> tuple[list[SourceFile], dict[str, set[str]], Counter[str]]:
+    """The files to ingest, for each folder's collection the paths it now has, and the files
+    of the folders left out because they are not Markdown or text, by suffix (hidden files
+    and folders, whose names start with ".", are never read nor counted)."""
     found: list[SourceFile] = []
     folders: dict[str, set[str]] = {}
+    left_out: Counter[str] = Counter()
     for root in paths:
         if root.is_dir():
             name = collection or root.resolve().name
             seen = folders.setdefault(name, set())
             for f in sorted(root.rglob("*")):
                 rel = f.relative_to(root)
-                if f.is_file() and f.suffix.lower() in SUFFIXES and not any(
-                        part.startswith(".") for part in rel.parts):
+                if any(part.startswith(".") for part in rel.parts) or not f.is_file():
+                    continue
+                if f.suffix.lower() in SUFFIXES:
                     found.append(SourceFile(f, name, rel.as_posix()))
                     seen.add(rel.as_posix())
+                else:
+                    left_out[f.suffix.lower() or "(no suffix)"] += 1
         elif root.is_file():
             found.append(SourceFile(root, collection or root.resolve().parent.name, root.name))
         else:
             raise BadInput(f"{root} is neither a file nor a folder")
-    return found, folders
+    return found, folders, left_out
+
+
+def left_out_line(left_out: Counter[str]) -> str:
+    """"; 6 files left out, not Markdown or text: 6 .png" (the five commonest suffixes)."""
+    total = sum(left_out.values())
+    if not total:
+        return ""
+    kinds = sorted(left_out.items(), key=lambda kv: (-kv[1], kv[0] == "(no suffix)", kv[0]))
+    shown = ", ".join(f"{n} {suffix}" for suffix, n in kinds[:5])
+    more = f" and {len(kinds) - 5} more kinds" if len(kinds) > 5 else ""
+    return (f"; {total} file{'s' if total != 1 else ''} left out, not Markdown or text "
+            f"({', '.join(SUFFIXES)}): {shown}{more}")
 
 
 def _list(value: Any) -> list[str]:
@@ -345,10 +367,10 @@ def ingest_paths(settings: Settings, engine: Engine, identity: Identity, paths: 
                  on_file: Callable[[int], None] | None = None) -> IngestSummary:
     """Ingest ``paths``; ``on_file(chunks)`` is called once per file (progress)."""
     started = time.monotonic()
-    files, folders = discover(paths, collection)
+    files, folders, left_out = discover(paths, collection)
     default_scopes = scopes if scopes is not None else (
         sorted(identity.write_scopes) if len(identity.write_scopes) == 1 else [])
-    summary = IngestSummary(files=len(files))
+    summary = IngestSummary(files=len(files), left_out=left_out)
     for src in files:
         chunks = 0
         try:
@@ -425,7 +447,7 @@ def ingest(
     settings = Settings()
     try:
         identity = cli_identity(settings, token=token, tenant=tenant, user=user, scopes=scopes)
-        files, _ = discover(paths, collection)
+        files, _, _ = discover(paths, collection)
     except EngramError as exc:
         err.print(styled("error:", "red", f" {exc}"))
         raise typer.Exit(2) from exc
@@ -447,11 +469,13 @@ def ingest(
             summary = ingest_paths(settings, engine, identity, paths, collection=collection,
                                    scopes=chosen, sync=sync, skip_extraction=skip_extraction,
                                    on_file=on_file)
-        out.print(f"{summary.files} files in {summary.seconds:.1f} s: {summary.created} created, "
+        out.print(f"{summary.files} file{'' if summary.files == 1 else 's'} in "
+                  f"{summary.seconds:.1f} s: {summary.created} created, "
                   f"{summary.updated} updated, {summary.unchanged} unchanged, {summary.deleted} deleted, "
                   f"{len(summary.failed)} failed; {summary.chunks} chunks written"
                   + (f" ({summary.chunks / summary.seconds:.0f} chunks/s)"
-                     if summary.chunks and summary.seconds > 0 else ""))
+                     if summary.chunks and summary.seconds > 0 else "")
+                  + left_out_line(summary.left_out))
         for where, why in summary.failed:
             err.print(styled("failed:", "red", f" {where}: {why}"))
         if extract:
