@@ -126,6 +126,42 @@ def test_one_text_on_the_cpu_goes_through_the_trace_and_gives_what_encode_gives(
     np.testing.assert_allclose(batch, np.stack(queries), atol=1e-5)
 
 
+def test_a_question_never_waits_for_a_batch_in_flight(
+        embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under `engram up` the worker embeds batches of passages with the same model: a batch of
+    64 chunks took about 5 s on one core, and a recall's question waited for it (embed 3-5 s
+    in the trace). The one-text path has a lock and a tokenizer of its own."""
+    import threading
+
+    question = "where did the cat sit?"
+    want = embedder.embed_query(question)  # the one-text path is built
+    entered, release = threading.Event(), threading.Event()
+    encode = embedder._model.encode
+
+    def slow_encode(*args, **kwargs):  # type: ignore[no-untyped-def]
+        entered.set()
+        assert release.wait(60), "the test never released the batch"
+        return encode(*args, **kwargs)
+
+    monkeypatch.setattr(embedder._model, "encode", slow_encode)
+    batch: list[object] = []
+    worker = threading.Thread(target=lambda: batch.append(embedder.embed_passages(["a", "b"])))
+    worker.start()
+    try:
+        assert entered.wait(60)
+        got: list[object] = []
+        asker = threading.Thread(target=lambda: got.append(embedder.embed_query(question)))
+        asker.start()
+        asker.join(30)
+        assert got, "the question waited for the batch in flight"
+        np.testing.assert_allclose(got[0], want, atol=1e-6)  # type: ignore[arg-type]
+        assert worker.is_alive() and not batch, "the batch was still in flight"
+    finally:
+        release.set()
+        worker.join(60)
+    assert batch and np.asarray(batch[0]).shape == (2, embedder.dimension)
+
+
 def test_the_trace_can_be_turned_off() -> None:
     off = Embedder.from_settings(Settings(embed_one_text_trace=False))
     assert off is not Embedder.from_settings(Settings())

@@ -27,6 +27,7 @@ different lengths (else the log says why and ``encode`` stays).
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import warnings
@@ -116,7 +117,11 @@ class Embedder:
         self.dimension = int(dim_of())
         self.max_seq_length = int(model.max_seq_length)
         self.stats = ModelStats()
+        # The batch path (the worker's passages: seconds a batch on a CPU) and the one-text
+        # path (a recall's question: milliseconds) hold locks of their own, so a question never
+        # waits for a batch. Each path has its own tokenizer (one is not safe across threads).
         self._lock = threading.Lock()
+        self._one_lock = threading.Lock()
         self._one: _OneText | None = None
         # "traced" once built, or why not (for `engram models check`); "" until the first call
         self.one_text_path = "" if trace_one_text else "encode (embed_one_text_trace is off)"
@@ -215,12 +220,12 @@ class Embedder:
             return np.zeros((0, self.dimension), dtype=np.float32)
         import torch
 
-        with self._lock, torch.inference_mode():
-            if len(texts) == 1 and not self.one_text_path:
-                self._one, self.one_text_path = _OneText.build(self._model, self.device)
-            if len(texts) == 1 and self._one is not None:
-                out = self._one.embed(texts[0])
-            else:
+        one = self._one_text() if len(texts) == 1 else None
+        if one is not None:
+            with self._one_lock, torch.inference_mode():
+                out = one.embed(texts[0])
+        else:
+            with self._lock, torch.inference_mode():
                 out = self._model.encode(texts, batch_size=self.batch_size, convert_to_numpy=True,
                                          normalize_embeddings=True, show_progress_bar=False)
         self.stats.add(len(texts))
@@ -230,6 +235,17 @@ class Embedder:
         norms[norms == 0] = 1.0
         normalised: Vectors = (vectors / norms).astype(np.float32)
         return normalised
+
+    def _one_text(self) -> _OneText | None:
+        """The one-text path, built on first use (under the batch lock: its probes run the
+        model's own ``encode``); None where it cannot be built or is off."""
+        if not self.one_text_path:
+            import torch
+
+            with self._lock, torch.inference_mode():
+                if not self.one_text_path:
+                    self._one, self.one_text_path = _OneText.build(self._model, self.device)
+        return self._one
 
     def embed_formatted(self, texts: Sequence[str]) -> Vectors:
         """Texts already formatted by ``format_query``/``format_passage`` (mixed batches)."""
@@ -261,8 +277,18 @@ class _OneText:
         self._traced = traced
         self._names = names
         self._rest = list(model)[1:]
+        # A tokenizer of its own: the batch path's runs in another thread at the same time, and
+        # a fast tokenizer set up for one call by two threads fails ("Already borrowed"). The
+        # first module, shallow-copied with a deep copy of its tokenizer (sentence-transformers
+        # 6 calls it ``processor``; older releases ``tokenizer``).
+        first = next(iter(model))
+        own = copy.copy(first)
+        for attr in ("processor", "tokenizer"):
+            if attr in vars(first):
+                setattr(own, attr, copy.deepcopy(vars(first)[attr]))
+                break
         # sentence-transformers 6 calls it ``preprocess``; older releases only ``tokenize``.
-        self._tokenize = getattr(model, "preprocess", None) or model.tokenize
+        self._tokenize = getattr(own, "preprocess", None) or own.tokenize
 
     @classmethod
     def build(cls, model: Any, device: DeviceChoice) -> tuple[_OneText | None, str]:
