@@ -626,6 +626,29 @@ def test_extracted_claims_read_as_written(tenant_factory, app_engine, settings, 
     assert "Priya Raman" not in names and not any("--help" in x for x in texts), texts
 
 
+def test_a_code_shaped_word_the_document_writes_as_code_is_no_name(
+        tenant_factory, app_engine, settings, tmp_path):
+    """Node's changelogs and API docs name classes bare in prose ("replace WeakSet global by
+    the ..."), and the small model took each for an organisation; the same document writes
+    "`WeakSet`" or "BooleanValue()" elsewhere (``quality.code_names``)."""
+    from orchestrator.derive.quality import code_names
+
+    assert code_names("use `WeakSet` and call BooleanValue() in `fs.readFile()`; Alice said "
+                      "GitHub is nice.\n```js\nconst ee = new EventEmitter(); // Hi Alice\n```\n"
+                      ) == {"WeakSet", "BooleanValue", "readFile", "EventEmitter"}
+    (tmp_path / "changes.md").write_text(
+        "# Changes\n\nMaren Okafor replaced WeakSet in the parser of Lindqvist Labs.\n\n"
+        "Priya Raman moved EventEmitter into GitHub Actions for Lindqvist Labs.\n\n"
+        "Use `new WeakSet()` and `EventEmitter` for this.\n")
+    (tmp_path / "other.md").write_text(
+        "# Other\n\nMaren Okafor replaced WeakSet in the parser of Lindqvist Labs.\n")
+    names, _ = _extracted(tmp_path, settings, tenant_factory, app_engine)
+    assert {"Maren Okafor", "Priya Raman", "Lindqvist Labs", "GitHub Actions"} <= names, names
+    # Written as code in changes.md: no name there. other.md never writes WeakSet as code, and
+    # names it (the rule reads one document at a time).
+    assert "EventEmitter" not in names and "WeakSet" in names, names
+
+
 CODE_ACROSS_CHUNKS = (
     "The release tool ships a small client library for the archive service.\n\n"
     "```python\n"

@@ -86,7 +86,7 @@ from orchestrator.derive.nlp import (
     short_name_targets,
     title_entity,
 )
-from orchestrator.derive.quality import blank_without_words, mask_markup
+from orchestrator.derive.quality import blank_without_words, code_names, mask_markup
 from orchestrator.derive.service import ServiceTenant, job_lock, service_session, service_tenants
 from orchestrator.errors import BadInput, EngramError, Unavailable, is_unavailable
 from orchestrator.health import Component, supervise
@@ -335,7 +335,8 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
 
     gates = settings.derive_quality_gates
 
-    def parse(batch: list[_Chunk], texts: list[str], contexts: list[str | None]
+    def parse(batch: list[_Chunk], texts: list[str], contexts: list[str | None],
+              codes: list[frozenset[str]]
               ) -> tuple[list[list[Sentence] | str], dict[uuid.UUID, Entity | str]]:
         """Each chunk's sentences, or why reading it failed: one chunk whose text a rule
         cannot read must not stop the batch (the caller skips, counts and shows it); and the
@@ -354,10 +355,11 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
                 if found is not None:
                     subjects[c.document_id] = found
         out: list[list[Sentence] | str] = []
-        for c, d, m, x in zip(batch, docs, mentions, contexts, strict=True):
+        for c, d, m, x, k in zip(batch, docs, mentions, contexts, codes, strict=True):
             try:
                 # Parsed masked, read back as written: a claim's sentence keeps its inline code.
-                out.append(read(d, m, c.anchor, gates=gates, original=c.text, context=x, nlp=nlp))
+                out.append(read(d, m, c.anchor, gates=gates, original=c.text, context=x, nlp=nlp,
+                                code=k))
             except Exception as exc:  # any rule's failure: the chunk's skip reason
                 out.append(poison.reason_of(exc))
         return out, subjects
@@ -371,14 +373,24 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
     # block does not know it is code (its first fence would open a block over the prose).
     documents: dict[uuid.UUID, tuple[str, str]] = {}
 
-    def texts_of(batch: list[_Chunk]) -> tuple[list[_Chunk], list[str], list[str | None]]:
-        """The batch, its texts to parse, and each chunk's whole document masked (None: the
-        chunk alone), read here: the parsing thread never touches the cache."""
+    code: dict[uuid.UUID, frozenset[str]] = {}  # per document: the words it writes as code
+
+    def texts_of(batch: list[_Chunk]
+                 ) -> tuple[list[_Chunk], list[str], list[str | None], list[frozenset[str]]]:
+        """The batch, its texts to parse, each chunk's whole document masked (None: the chunk
+        alone) and the code-shaped words that document writes as code (``code_names``), read
+        here: the parsing thread never touches the cache."""
         if not gates:
-            return batch, [c.text for c in batch], [None] * len(batch)
+            return batch, [c.text for c in batch], [None] * len(batch), [frozenset()] * len(batch)
         texts = [blank_without_words(t) for t in masked_texts(session, batch, documents)]
+        for stale in set(code) - set(documents):
+            del code[stale]
+        for d, (body, _) in documents.items():
+            if d not in code:
+                code[d] = code_names(body)
         return batch, texts, [documents[c.document_id][1] if c.document_id in documents else None
-                              for c in batch]
+                              for c in batch], [code[c.document_id] if c.document_id in code
+                                                else code_names(c.text) for c in batch]
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="engram-extract-parse") as pool:
         parsed = pool.submit(parse, *texts_of(batches[0])) if batches else None

@@ -91,7 +91,8 @@ RULES_VERSION = "rules-18"  # 4: markup masked over the whole document (stop 25)
 # ("Node Modules") takes no first name (``_ordinary_plural``, stop 41); 18: a backslash escape
 # and an autolink's brackets are markup, a blanked marker before punctuation leaves no space
 # in a claim's sentence ("fs: add", not "fs : add"), and a place or group named like software
-# ("Node.js") is a product (``_SOFTWARE_SHAPE``, stop 43)
+# ("Node.js") is a product (``_SOFTWARE_SHAPE``), and a code-shaped word the document writes
+# as code ("`WeakSet`", "BooleanValue()") is no name where it stands bare (``code``, stop 43)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -633,12 +634,13 @@ def _person_or_product(name: str, entity_type: str) -> str:
 
 def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
                   written: str | None = None, context: str | None = None,
-                  nlp: Any = None) -> dict[int, Entity]:
+                  nlp: Any = None, code: frozenset[str] = frozenset()) -> dict[int, Entity]:
     """token index -> entity, longest mention first where mentions overlap. ``written`` is
     the chunk as written (``doc`` may have parsed a masked copy of the same length);
     ``context`` the text whose words tell an ordinary word from a name (``_common_word``);
     ``nlp`` the pipeline that parsed ``doc`` (its tagger reads a line's first word again:
-    ``_opens_with_verb``; the packaged one when None)."""
+    ``_opens_with_verb``; the packaged one when None); ``code`` the code-shaped words the
+    document writes as code (``quality.code_names``): one of them is no name."""
     owner: dict[int, Entity] = {}
     if gates and nlp is None:
         nlp = load_spacy()
@@ -666,7 +668,7 @@ def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
         # Code, URLs, numbers and markup are not names (orchestrator.derive.quality), nor is
         # an ordinary word the model took for one. (A run of words over two blocks was cut to
         # its part below a heading, or left out, by ``_below_heading`` above.)
-        if gates and (not plausible_entity(name)
+        if gates and (not plausible_entity(name) or name in code
                       or _common_word(span, m.entity_type, context)
                       or _shouted(span, context) or _unit(span)
                       or _heading_word(span, written if written is not None else doc.text,
@@ -891,7 +893,8 @@ def _relations(verb: Any, owner: dict[int, Entity]) -> list[Relation]:
 
 def read(doc: Any, mentions: Sequence[Mention], anchor: date | None = None, *,
          gates: bool = True, original: str | None = None,
-         context: str | None = None, nlp: Any = None) -> list[Sentence]:
+         context: str | None = None, nlp: Any = None,
+         code: frozenset[str] = frozenset()) -> list[Sentence]:
     """The sentences of a parsed chunk that name at least one entity, with what they say.
     ``gates`` off (``derive_quality_gates``) accepts any mention with a letter or digit.
 
@@ -900,11 +903,12 @@ def read(doc: Any, mentions: Sequence[Mention], anchor: date | None = None, *,
     back (``quality.sentence_as_written``), so a claim reads "trained by `train_ranker.py` on
     LoCoMo dev", not "trained by on LoCoMo dev". A blank line ends a sentence (``_paragraphs``).
     ``context`` is the chunk's whole document, masked as the chunk was (``_common_word``);
-    ``nlp`` the pipeline that parsed ``doc`` (the packaged one when None)."""
+    ``nlp`` the pipeline that parsed ``doc`` (the packaged one when None); ``code`` the
+    code-shaped words the document writes as code (``quality.code_names``), no names."""
     # Nothing masked (or not the same text): the parsed sentences are the text as written.
     written = (original if original is not None and len(original) == len(doc.text)
                and original != doc.text else None)
-    owner = _entity_spans(doc, mentions, gates, written, context, nlp)
+    owner = _entity_spans(doc, mentions, gates, written, context, nlp, code)
     dates = [(e.start, normalise_date(e.text, anchor)) for e in doc.ents if e.label_ == "DATE"]
     out: list[Sentence] = []
     for sent in _labels_joined(doc, [piece for parsed in doc.sents

@@ -149,6 +149,25 @@ def reader_text(text: str) -> str:
     return _REF_DEF.sub(_blank, mask_html_comments(text))
 
 
+# A word shaped like code: a capital after its first letter ("EventEmitter", "readFile",
+# "HMAC") or an underscore.
+_CODE_SHAPED = re.compile(r"\b(?:[A-Za-z][a-z0-9]*[A-Z]\w*|[A-Za-z]\w*_\w*)\b")
+_CALLED = re.compile(r"\b([A-Za-z]\w*)\(")
+
+
+def code_names(text: str) -> frozenset[str]:
+    """The code-shaped words (``_CODE_SHAPED``) ``text`` writes as code: in a code span or a
+    fenced block, or called ("BooleanValue()"). A changelog's prose names the same classes
+    and functions bare ("replace WeakSet global by the ..."), and the small model took each
+    for an organisation; the document that writes "`WeakSet`" elsewhere says what it is. Only
+    code-shaped words: "Alice" in a code example's string stays a name."""
+    code = " ".join([*(m.group(0) for m in _INLINE_CODE.finditer(text)),
+                     *(m.group(0) for m in _FENCE.finditer(text))])
+    found = set(_CODE_SHAPED.findall(code))
+    found.update(w for w in _CALLED.findall(text) if _CODE_SHAPED.fullmatch(w))
+    return frozenset(found)
+
+
 _TWO_LETTERS = re.compile(r"[^\W\d_]{2}")
 
 
