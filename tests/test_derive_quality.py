@@ -617,6 +617,53 @@ def _extracted(folder: Path, settings, tenant_factory, app_engine) -> tuple[set[
     return names, texts
 
 
+def test_an_entity_older_rules_typed_gets_the_current_rules_type_when_read_again(
+        tenant_factory, app_engine, settings, tmp_path, monkeypatch):
+    """A name's mentions go to the oldest entity of that name: "Node.js", a place before rules
+    18, stayed a place in a tenant read before them. Read again, it is a product; an entity
+    someone wrote about keeps its type."""
+    import re
+
+    from orchestrator.derive import nlp
+    from orchestrator.ingest.knowledge import FactInput, assert_fact
+
+    (tmp_path / "build.md").write_text(
+        "# Build\n\nMaren Okafor moved the build to Node.js last week.\n\n"
+        "Node.js runs the release tooling of Lindqvist Labs in Oslo.\n")
+    tenants = [tenant_factory("code"), tenant_factory("code")]
+    writers = [t.identity("writer", write=("code",)) for t in tenants]
+
+    def types(writer) -> dict[str, str]:  # type: ignore[no-untyped-def]
+        with bound_session(app_engine, writer) as s:
+            return dict(s.execute(text("select canonical_name, entity_type "
+                                       "from knowledge.entities")).all())
+
+    # Read under the rules before 18 (no software shape for places), in both tenants; in the
+    # second, someone writes about the place "Node.js" by hand.
+    monkeypatch.setattr(nlp, "_SOFTWARE_SHAPE", re.compile(r"(?!)"))
+    monkeypatch.setattr(nlp, "RULES_VERSION", "rules-17-test")
+    for writer in writers:
+        ingest_paths(settings, app_engine, writer, [tmp_path], collection="readme",
+                     scopes=["code"])
+        with bound_session(app_engine, writer) as s:
+            extract(s, settings=settings)
+        assert types(writer)["Node.js"] == "place", types(writer)
+    with bound_session(app_engine, writers[1]) as s:
+        node = s.execute(text("select id from knowledge.entities "
+                              "where canonical_name = 'Node.js'")).scalar_one()
+        assert_fact(s, FactInput(subject_id=node, predicate="hosts", value="the build",
+                                 text="Node.js hosts the build.", scopes=("code",)))
+    monkeypatch.undo()
+    reports = []
+    for writer in writers:
+        with bound_session(app_engine, writer) as s:
+            reports.append(extract(s, settings=settings))
+    assert types(writers[0])["Node.js"] == "product", types(writers[0])
+    assert types(writers[0])["Oslo"] == "place", types(writers[0])
+    assert reports[0].retyped == 1 and "1 entity typed by older rules" in reports[0].line()
+    assert types(writers[1])["Node.js"] == "place" and reports[1].retyped == 0
+
+
 def test_extracted_claims_read_as_written(tenant_factory, app_engine, settings, tmp_path):
     (tmp_path / "ranker.md").write_text(
         "# Ranking\n\nMaren Okafor trains the model with `train_ranker.py` in Oslo.\n\n"

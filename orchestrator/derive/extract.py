@@ -85,6 +85,7 @@ from orchestrator.derive.nlp import (
     short_name,
     short_name_targets,
     title_entity,
+    typed_by_rules,
 )
 from orchestrator.derive.quality import blank_without_words, code_names, mask_markup
 from orchestrator.derive.service import ServiceTenant, job_lock, service_session, service_tenants
@@ -133,6 +134,7 @@ class ExtractReport:
     # entities of a name another entity of that name now stands for (rules 15), merged into it
     merged: int = 0
     merges_refused: int = 0  # such merges the database refused (logged; left apart)
+    retyped: int = 0  # entities an older rule typed, given the type the current rules give
     # list items' and headings' first words, heading labels and adjectives by their place
     # (``Entity.weak``) that name no known entity
     openers_skipped: int = 0
@@ -150,7 +152,7 @@ class ExtractReport:
         self.skipped += other.skipped
         for name in ("kept", "relations", "dates", "retracted", "opted_out", "skipped_mentions",
                      "skipped_chunks", "seconds", "waited", "aliases_removed", "openers_skipped",
-                     "merged", "merges_refused"):
+                     "merged", "merges_refused", "retyped"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.backend = other.backend or self.backend
         self.notice = other.notice or self.notice
@@ -170,6 +172,9 @@ class ExtractReport:
                     "into it")
         if self.merges_refused:
             out += f", {self.merges_refused} such merges refused (logged; left apart)"
+        if self.retyped:
+            out += (f", {self.retyped} entit{'y' if self.retyped == 1 else 'ies'} typed by "
+                    "older rules given the current rules' type")
         if self.openers_skipped:
             out += (f", {self.openers_skipped} words capitalised by their place (list items', "
                     "headings' and sentences' openers, heading labels) naming no known entity "
@@ -324,7 +329,7 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
              f" ({again} read before, read again: their text, front matter aliases, scopes, the "
              f"rules ({RULES_VERSION}) or the model changed)" if again else "", choice.description)
     begin_activity(session, "derive.extract", {"model": choice.model_key, "chunks": len(chunks)})
-    writer = _Writer(session, choice.model_key, report)
+    writer = _Writer(session, choice.model_key, report, gates=settings.derive_quality_gates)
     withdrawn = [c for c in chunks if c.opted_out]
     if withdrawn:
         writer.withdraw(withdrawn)
@@ -515,10 +520,12 @@ _KNOWN_APART = (
 class _Writer:
     """The writes of one run: entities resolved once per run, claims and records per batch."""
 
-    def __init__(self, session: Session, model: str, report: ExtractReport) -> None:
+    def __init__(self, session: Session, model: str, report: ExtractReport,
+                 gates: bool = True) -> None:
         self.session = session
         self.model = model
         self.report = report
+        self.gates = gates  # the type rules apply (``derive_quality_gates``)
         self.entity_ids: dict[tuple[tuple[uuid.UUID, ...], str, str], uuid.UUID] = {}
         self.titled: dict[uuid.UUID, uuid.UUID] = {}  # chunk -> the entity its title names
         self.scope_names: dict[uuid.UUID, str] = {
@@ -606,6 +613,8 @@ class _Writer:
                     for variant in groups[key(e.name)]:
                         self.entity_ids[(scopes, variant.entity_type, variant.name)] = eid
             self._merge_same_names(scopes, resolved)
+            if self.gates:
+                self._retype(list(resolved.values()))
         aliases: list[tuple[uuid.UUID, str, list[uuid.UUID]]] = []
         for (scopes, short), full in stands_for.items():
             eid = self.entity_ids[(scopes, "person", full)]
@@ -615,6 +624,38 @@ class _Writer:
         # "Priya Raman" and later mentions resolve to her in SQL too.
         self._add_aliases(aliases)
         return [self._named(chunk, sentences) for chunk, sentences in zip(batch, read_, strict=True)]
+
+    def _retype(self, ids: list[uuid.UUID]) -> None:
+        """The entities this batch resolved to, each given the type the current rules give its
+        name where an older rule typed it otherwise (``typed_by_rules``): a name's mentions go
+        to the oldest entity of that name, so "Node.js", a place before rules 18, stayed one in
+        every tenant read before them. Only an entity that is the extractor's alone
+        (``_extractor_only``): one someone made or wrote about keeps the type it has. One query
+        to read the types; an update per change, in a savepoint (one the database refuses is
+        logged and left as it was)."""
+        if not ids:
+            return
+        rows = self.session.execute(text(
+            "select e.id, e.entity_type, e.canonical_name from knowledge.entities e "
+            "where e.tenant_id = auth.tenant_id() and e.id = any(cast(:ids as uuid[])) "
+            f"and e.merged_into is null and {_extractor_only('e')}"), {"ids": ids}).all()
+        for eid, old, name in rows:
+            new = typed_by_rules(name, old)
+            if new == old:
+                continue
+            try:
+                with savepoint(self.session):
+                    done = self.session.execute(text(
+                        "update knowledge.entities set entity_type = :new "
+                        "where tenant_id = auth.tenant_id() and id = :id and entity_type = :old "
+                        "returning id"), {"new": new, "id": eid, "old": old}).first()
+            except Unavailable:
+                raise
+            except EngramError as exc:
+                log.warning("extract: entity %s (%r) keeps its type %s, not %s: %s", eid, name,
+                            old, new, exc)
+                continue
+            self.report.retyped += done is not None
 
     def _merge_same_names(self, scopes: tuple[uuid.UUID, ...], resolved: dict[str, uuid.UUID]
                           ) -> None:

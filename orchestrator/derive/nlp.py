@@ -632,6 +632,13 @@ def _person_or_product(name: str, entity_type: str) -> str:
     return entity_type
 
 
+def typed_by_rules(name: str, entity_type: str) -> str:
+    """The type the current rules give an entity of ``name`` tagged ``entity_type``
+    (``_person_or_product``): extraction retypes an entity an older rule made ("Node.js", a
+    place before rules 18, is a product)."""
+    return _person_or_product(name, entity_type)
+
+
 def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
                   written: str | None = None, context: str | None = None,
                   nlp: Any = None, code: frozenset[str] = frozenset()) -> dict[int, Entity]:
