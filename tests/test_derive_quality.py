@@ -749,7 +749,7 @@ def test_a_document_spanning_two_batches_is_read_and_masked_once():
     def chunk(d: uuid.UUID, start: int, end: int) -> _Chunk:
         return _Chunk(uuid.uuid4(), bodies[d][start:end], b"", (), "x", None, False, False, d, start)
 
-    cache: dict[uuid.UUID, tuple[str, str]] = {}
+    cache: dict[uuid.UUID, tuple[str, str, frozenset[str]]] = {}
     first = masked_texts(Session(), [chunk(doc, 0, 17)], cache)  # ends inside the block
     second = masked_texts(Session(), [chunk(doc, 18, len(body)), chunk(other, 0, 12)], cache)
     assert reads == [[doc], [other]]  # the document spanning both batches is read once

@@ -376,9 +376,7 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
     # Code, URLs, markup and log lines become spaces of the same length (offsets hold), masked
     # over the whole document and cut out per chunk: a chunk that starts inside a fenced code
     # block does not know it is code (its first fence would open a block over the prose).
-    documents: dict[uuid.UUID, tuple[str, str]] = {}
-
-    code: dict[uuid.UUID, frozenset[str]] = {}  # per document: the words it writes as code
+    documents: dict[uuid.UUID, tuple[str, str, frozenset[str]]] = {}
 
     def texts_of(batch: list[_Chunk]
                  ) -> tuple[list[_Chunk], list[str], list[str | None], list[frozenset[str]]]:
@@ -388,13 +386,9 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
         if not gates:
             return batch, [c.text for c in batch], [None] * len(batch), [frozenset()] * len(batch)
         texts = [blank_without_words(t) for t in masked_texts(session, batch, documents)]
-        for stale in set(code) - set(documents):
-            del code[stale]
-        for d, (body, _) in documents.items():
-            if d not in code:
-                code[d] = code_names(body)
         return batch, texts, [documents[c.document_id][1] if c.document_id in documents else None
-                              for c in batch], [code[c.document_id] if c.document_id in code
+                              for c in batch], [documents[c.document_id][2]
+                                                if c.document_id in documents
                                                 else code_names(c.text) for c in batch]
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="engram-extract-parse") as pool:
@@ -443,22 +437,25 @@ def _subject(subjects: dict[uuid.UUID, Entity | str], chunk: _Chunk) -> Entity |
 
 
 def masked_texts(session: Session, batch: Sequence[_Chunk],
-                 cache: dict[uuid.UUID, tuple[str, str]] | None = None) -> list[str]:
+                 cache: dict[uuid.UUID, tuple[str, str, frozenset[str]]] | None = None
+                 ) -> list[str]:
     """Each chunk's text with its document's code and markup masked (``mask_markup`` over the
     whole body, then the chunk's span of it). A chunk whose document is not readable or whose
     span no longer matches the body is masked on its own, as before. ``cache`` (document id ->
-    body, masked body) carries a document whose chunks run on into the next batch (chunks come
-    in id order, so one document's are consecutive): it is read and masked once, and the cache
-    keeps only this batch's documents."""
+    body, masked body, the code-shaped words it writes as code: ``quality.code_names``)
+    carries a document whose chunks run on into the next batch (chunks come in id order, so one
+    document's are consecutive): it is read and masked once, and the cache keeps only this
+    batch's documents."""
     cache = {} if cache is None else cache
     ids = {c.document_id for c in batch if c.document_id is not None}
     missing = [i for i in ids if i not in cache]
     if missing:
         for r in session.execute(select(Document.id, Document.body).where(Document.id.in_(missing))):
-            cache[r.id] = (r.body, mask_markup(r.body))
+            cache[r.id] = (r.body, mask_markup(r.body), code_names(r.body))
     out = []
     for c in batch:
-        body, masked = cache.get(c.document_id, (None, "")) if c.document_id is not None else (None, "")
+        body, masked, _ = (cache.get(c.document_id, (None, "", frozenset()))
+                           if c.document_id is not None else (None, "", frozenset()))
         end = c.start + len(c.text)
         out.append(masked[c.start:end] if body is not None and body[c.start:end] == c.text
                    else mask_markup(c.text))
@@ -515,6 +512,11 @@ _KNOWN_APART = (
     f"and g.id = r.id and {_extractor_only('g')}) "
     "or exists (select 1 from memory.extractions x where x.tenant_id = auth.tenant_id() "
     "and x.model = :m and r.id = any(x.entity_ids)))")
+
+
+# The types the rules (``nlp.typed_by_rules``) may change: a "person", "place" or "group"
+# named like software, an undertaking or a company.
+RETYPED = ("person", "place", "group")
 
 
 class _Writer:
@@ -614,7 +616,9 @@ class _Writer:
                         self.entity_ids[(scopes, variant.entity_type, variant.name)] = eid
             self._merge_same_names(scopes, resolved)
             if self.gates:
-                self._retype(list(resolved.values()))
+                # Only names the rules could type otherwise: most batches ask nothing more.
+                self._retype([resolved[key(e.name)] for e in ordered if key(e.name) in resolved
+                              and any(typed_by_rules(e.name, t) != t for t in RETYPED)])
         aliases: list[tuple[uuid.UUID, str, list[uuid.UUID]]] = []
         for (scopes, short), full in stands_for.items():
             eid = self.entity_ids[(scopes, "person", full)]
@@ -632,7 +636,8 @@ class _Writer:
         every tenant read before them. Only an entity that is the extractor's alone
         (``_extractor_only``): one someone made or wrote about keeps the type it has. One query
         to read the types; an update per change, in a savepoint (one the database refuses is
-        logged and left as it was)."""
+        logged and left as it was). ``ids``: those whose name the rules could type otherwise
+        (for one of ``RETYPED``), as the batch writes it."""
         if not ids:
             return
         rows = self.session.execute(text(

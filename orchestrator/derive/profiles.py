@@ -51,7 +51,12 @@ from orchestrator.config import Settings
 from orchestrator.db.knowledge_models import Entity, Profile, current_claims
 from orchestrator.derive import poison
 from orchestrator.derive.digest import form_of, input_digest
-from orchestrator.derive.quality import plausible_entity, plausible_statement, says_more_than
+from orchestrator.derive.quality import (
+    mask_markup,
+    plausible_entity,
+    plausible_statement,
+    says_more_than,
+)
 from orchestrator.derive.service import SERVICE_USER, job_lock
 from orchestrator.derive.summarize import get_summarizer
 
@@ -131,9 +136,11 @@ def refresh(session: Session, *, entity_type: str = PERSON, max_sentences: int =
     for claim_id, subject, scopes, text_, perspective, name, subject_scopes in about_people:
         # Quality gates (orchestrator.derive.quality): no profile of a name that is code, a
         # URL or a number, and no sentence in it that is not prose.
-        if gates and (not plausible_entity(name) or not plausible_statement(text_)
-                      or not says_more_than(text_, name)):
-            continue
+        if gates:
+            masked = mask_markup(text_)  # once, for both tests
+            if (not plausible_entity(name) or not plausible_statement(text_, masked)
+                    or not says_more_than(text_, name, masked)):
+                continue
         key: Key = (subject, None, perspective, tuple(sorted(scopes)))
         # The title names the subject: only when every reader of the profile (anyone with
         # one of its scopes) may read the subject's row, i.e. the entity is shared into

@@ -37,6 +37,7 @@ from __future__ import annotations
 import re
 
 from orchestrator.inputs import CONTROL_CHARACTERS
+from orchestrator.markdown import code_fences
 
 # Fenced blocks (``` or ~~~, to the closing fence or the end of the text).
 _FENCE = re.compile(r"(^|\n)[ \t]*(```|~~~)[^\n]*\n.*?(\n[ \t]*\2[^\n]*(?=\n|$)|$)", re.S)
@@ -162,7 +163,7 @@ def code_names(text: str) -> frozenset[str]:
     for an organisation; the document that writes "`WeakSet`" elsewhere says what it is. Only
     code-shaped words: "Alice" in a code example's string stays a name."""
     code = " ".join([*(m.group(0) for m in _INLINE_CODE.finditer(text)),
-                     *(m.group(0) for m in _FENCE.finditer(text))])
+                     *(text[a:b] for a, b in code_fences(text))])
     found = set(_CODE_SHAPED.findall(code))
     found.update(w for w in _CALLED.findall(text) if _CODE_SHAPED.fullmatch(w))
     return frozenset(found)
@@ -353,19 +354,19 @@ def link_list(text: str, masked: str | None = None) -> bool:
 _WORDS = re.compile(r"[^\W\d_]{2,}")
 
 
-def says_more_than(text: str, name: str) -> bool:
+def says_more_than(text: str, name: str, masked: str | None = None) -> bool:
     """Whether a sentence says something beyond ``name``: two words or more once the name is
     taken out. A table of contents' "[Long Term Support](#long-term-support)" is where the
     name is mentioned, and a profile of it read "Long Term Support: Long Term Support. ..."."""
-    rest = mask_markup(text)
+    rest = mask_markup(text) if masked is None else masked
     if name:
         rest = re.sub(re.escape(name), " ", rest, flags=re.I)
     return len(_WORDS.findall(rest)) >= 2
 
 
-def plausible_statement(text: str) -> bool:
+def plausible_statement(text: str, masked: str | None = None) -> bool:
     """Whether a claim's sentence is prose worth summarising (three words or more, no junk,
-    no list of links)."""
-    masked = mask_markup(text)
+    no list of links). ``masked``: ``mask_markup(text)`` where the caller has it."""
+    masked = mask_markup(text) if masked is None else masked
     return (len(re.findall(r"[A-Za-z]{2,}", masked)) >= 3 and junk_reason(masked) is None
             and not link_list(text, masked))

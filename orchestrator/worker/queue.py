@@ -548,7 +548,9 @@ class DrainProgress:
     a second on one CPU core), and the log said nothing until it was over. Every
     ``every_s`` of a drain: the rows embedded so far, the rate, how many still wait
     (``pending``) and about how long they will take; a drain that logged progress says when
-    it is done. A short drain (an agent's item, a small folder) logs nothing."""
+    it is done. A short drain (an agent's item, a small folder) logs nothing. The component
+    keeps the line as its log detail only: ``/readyz`` answers anyone and shows none of it
+    (the counts span tenants)."""
 
     def __init__(self, pending: Callable[[], int], component: Component | None = None,
                  every_s: float = PROGRESS_EVERY_S,
