@@ -395,6 +395,34 @@ def test_a_command_a_shout_or_a_lower_case_word_is_not_a_name():
     assert {"Fix MacPorts", "EXPRESS", "stdin"} <= ungated
 
 
+def test_a_command_after_a_component_label_or_an_abbreviation_is_not_part_of_a_name():
+    """pyenv's changelog writes "* python-build: Add Jython 2.7.2": the parser starts no
+    sentence after the component's colon, so "Add Jython" and "Prefer Homebrew" were people
+    with profiles (stop 44); the name is what follows the command, or a past ("Configured
+    GCC"), or a verb undone ("Uninstall Python versions", a heading). A label in title case is
+    no component ("Reviewer: Mark Twain" keeps its name), and names ending in -ed are names.
+    Lower-case letters with full stops abbreviate a phrase ("e. g." was a person of undici's
+    docs)."""
+    from orchestrator.derive.nlp import read
+
+    body = ("* python-build: Add Jython 2.7.2 (#1672)\n"
+            "* python-build: Prefer Homebrew's OpenSSL 1.1 over 1.0 (#839, #1302)\n"
+            "* python-build: Add Pyston 0.6.1 (#859)\n"
+            "* python-build: Configured GCC as a requirement to build CPython (#613)\n\n"
+            "### Uninstall Python versions\n\n"
+            "Reviewer: Mark Twain wrote it. Fred Smith and Ted Reed reviewed it.\n\n"
+            "headers - Note that all keys are lower-cased, e. g. `content-type`.\n")
+    text, doc, mentions = _parsed(body)
+    said = {" ".join(text[m.start:m.end].split()) for m in mentions}
+    junk = {"Add Jython", "Prefer Homebrew", "Add Pyston", "e. g.", "Configured GCC",
+            "Uninstall Python"}
+    assert {"Add Jython", "Add Pyston", "e. g.", "Configured GCC", "Uninstall Python"} <= said, said
+    found = {e.name for s in read(doc, mentions, original=body, context=text) for e in s.entities}
+    assert not found & junk, found & junk
+    assert {"Jython", "Homebrew", "Pyston", "GCC", "Mark Twain", "Fred Smith",
+            "Ted Reed"} <= found, found
+
+
 def test_a_comment_a_dash_a_verb_inside_or_shorthand_is_not_part_of_a_name():
     """API references keep their change history in HTML comments ("<!-- YAML changes: ...
     description: ... -->"), glossaries write "TERM - Expansion - definition", and NER runs a

@@ -62,7 +62,7 @@ ENTITY_TYPES = {
 }
 # Bumped whenever the rules below change what a chunk yields, so every chunk read under
 # older rules is read again (its stale claims retracted, the new ones written).
-RULES_VERSION = "rules-18"  # 4: markup masked over the whole document (stop 25); 5: a claim's
+RULES_VERSION = "rules-19"  # 4: markup masked over the whole document (stop 25); 5: a claim's
 # sentence keeps its inline code, and a blank line ends a sentence (stop 26); 6: inline code
 # that wraps over a line break is code, MyST roles and targets are markup, no name or sentence
 # runs over two Markdown blocks, names lose trailing punctuation and a leading "E.g." (stop 27);
@@ -92,7 +92,10 @@ RULES_VERSION = "rules-18"  # 4: markup masked over the whole document (stop 25)
 # and an autolink's brackets are markup, a blanked marker before punctuation leaves no space
 # in a claim's sentence ("fs: add", not "fs : add"), and a place or group named like software
 # ("Node.js") is a product (``_SOFTWARE_SHAPE``), and a code-shaped word the document writes
-# as code ("`WeakSet`", "BooleanValue()") is no name where it stands bare (``code``, stop 43)
+# as code ("`WeakSet`", "BooleanValue()") is no name where it stands bare (``code``, stop 43);
+# 19: a command after a release note's component label opens its line ("python-build: Add
+# Jython"), so does a past ("Configured GCC") or a verb undone ("Uninstall Python"), and a run
+# of single letters with full stops is no name ("e. g.", stop 44)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -312,20 +315,35 @@ def _lemma_index(nlp: Any, pos: str) -> frozenset[str]:
 
 
 def _verb_form(word: str, verbs: frozenset[str]) -> bool:
-    """Whether ``word`` is a verb's base form, its -ing form ("locating", "running") or its
-    third person ("cancels", "applies", "pushes": API references open descriptions so)."""
+    """Whether ``word`` is a verb's base form, its -ing form ("locating", "running"), its
+    third person ("cancels", "applies", "pushes": API references open descriptions so), its
+    past ("added", "configured", "stopped", "applied": release notes) or a verb undone or
+    done again (``_prefixed_verb``)."""
     w = word.lower()
-    if w in verbs:
+    if w in verbs or _prefixed_verb(w, verbs):
         return True
     if len(w) >= 4 and w.endswith("s") and not w.endswith("ss"):
         if w.endswith("ies") and w[:-3] + "y" in verbs:
             return True
         if w[:-1] in verbs or (w.endswith("es") and w[:-2] in verbs):
             return True
+    if len(w) >= 5 and w.endswith("ed"):
+        stem = w[:-2]
+        if (stem in verbs or stem + "e" in verbs or (stem[-1] == stem[-2] and stem[:-1] in verbs)
+                or (stem.endswith("i") and stem[:-1] + "y" in verbs)):
+            return True
     if not w.endswith("ing") or len(w) < 6:
         return False
     stem = w[:-3]
     return stem in verbs or stem + "e" in verbs or (stem[-1] == stem[-2] and stem[:-1] in verbs)
+
+
+def _prefixed_verb(word: str, verbs: frozenset[str]) -> bool:
+    """A verb undone or done again that the lemma index lacks ("uninstall", "reinstall",
+    "unpin"): no name is made so, and the tagger, which has not seen the word, reads
+    "Uninstall Python versions" as an adjective."""
+    return (len(word) >= 5 and word[:2] in ("un", "re") and word not in verbs
+            and word[2:] in verbs)
 
 
 def _first_tag(nlp: Any, text: str) -> str:
@@ -338,8 +356,13 @@ def _first_tag(nlp: Any, text: str) -> str:
 
 
 # What may stand before a line's first word: nothing (list markers and heading hashes are
-# masked to spaces) or an outline label ("D. Install Python build dependencies").
-_LINE_LABEL = re.compile(r"[ \t]*(?:(?:[A-Z]|\d{1,3})[.)][ \t]+)?")
+# masked to spaces), an outline label ("D. Install Python build dependencies") or a release
+# note's component, a word in lower case or capitals and a colon ("python-build: Add Jython
+# 2.7.2", "README: Remove reference to Fig"; the parser starts no sentence after a colon, and
+# "Add Jython" and "Prefer Homebrew" were people with profiles, stop 44). A component is
+# never a word in title case, so "Reviewer: Mark Twain" keeps its name.
+_LINE_LABEL = re.compile(r"[ \t]*(?:(?:[A-Z]|\d{1,3})[.)][ \t]+"
+                         r"|(?:[a-z][\w./-]*|[A-Z][A-Z\d_./-]+):[ \t]+)?")
 _OUTLINE = re.compile(r"[A-Z]\.")
 
 
@@ -347,9 +370,11 @@ def _opens_with_verb(span: Any, nlp: Any) -> bool:
     """Whether a mention that opens its line or sentence starts with a command, a gerund or
     a verb in the third person: release notes, headings and API references open with
     capitalised verbs ("Add GraalPy", "Install Python", "Locating Pyenv", "Cancels the
-    timeout"), which the model reads as part of a name. The word must be a verb (or its -ing
-    or -s form) in the lemmatizer's index, and the tagger must read it as a base form,
-    gerund or third person once it is written in lower case, in the rest of its line: a
+    timeout", "Configured GCC"), which the model reads as part of a name. The word must be a
+    verb (or its -ing, -s or -ed form) in the lemmatizer's index, and the tagger must read it
+    as a base form, gerund or third person (or, ending in -ed, a past) once it is written in
+    lower case, in the rest of its line (a verb undone or done again, "Uninstall", needs no
+    tagger: ``_prefixed_verb``): a
     name that is also a verb stays a name in its sentence ("mark said the build is broken":
     a proper noun; "rogers said": a plural noun), and a noun that opens a line is no verb
     ("Homebrew on macOS")."""
@@ -363,9 +388,13 @@ def _opens_with_verb(span: Any, nlp: Any) -> bool:
         return False
     if not _verb_form(word, _lemma_index(nlp, "verb")):
         return False
+    if _prefixed_verb(word.lower(), _lemma_index(nlp, "verb")):
+        return True
     line_end = text.find("\n", first.idx)
     rest = text[first.idx + len(word):len(text) if line_end < 0 else line_end][:200]
-    return _first_tag(nlp, word.lower() + rest) in ("VB", "VBG", "VBZ")
+    tag = _first_tag(nlp, word.lower() + rest)
+    # A past opens a release note's line ("Configured GCC as a requirement", "Added scripts").
+    return tag in ("VB", "VBG", "VBZ") or (tag in ("VBD", "VBN") and word.lower().endswith("ed"))
 
 
 # Units and currencies written after a quantity: "10 GB", "50 GiB", "500 EUR", "3 kWh".

@@ -230,9 +230,15 @@ def plausible_entity(name: str) -> bool:
         return False
     if _IDENTIFIER.search(name) or _PATHISH.search(name) or _VERSION.search(name):
         return False
-    if name in _SHORTHAND or _DATE_FORMAT.fullmatch(name):
+    if name in _SHORTHAND or _DATE_FORMAT.fullmatch(name) or _ABBREVIATION.fullmatch(name):
         return False
     return len(name.split()) <= 6
+
+
+# Lower-case letters with full stops abbreviate a phrase ("e. g.", "i. e.", "a.k.a."): the
+# small model took "e. g." for a person (undici's docs, stop 44). Initials in capitals
+# ("J. R. R.") open names and stay.
+_ABBREVIATION = re.compile(r"(?:[a-z]\.\s?)+")
 
 
 # A semicolon that ends a statement of code ("x = foo(bar);", "a;b"), not one between two
