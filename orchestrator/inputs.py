@@ -33,11 +33,12 @@ import json
 import math
 import re
 from collections.abc import Iterator
-from typing import Any
-
-from sqlalchemy import Engine, event
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import BadInput
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 MAX_NESTING = 64
 # Control characters that are not layout (C0 but tab, newline and carriage return; DEL; C1):
@@ -181,6 +182,7 @@ def _text_parameters(parameters: Any) -> Iterator[str]:
 
 def guard_engine(engine: Engine) -> Engine:
     """Refuse, before it is sent, a statement whose text parameters cannot be stored."""
+    from sqlalchemy import event  # not at import: the CLI's checks need no SQLAlchemy
 
     @event.listens_for(engine, "before_cursor_execute")
     def _check(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any,

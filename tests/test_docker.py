@@ -86,7 +86,7 @@ def cli_command(argv: list[str]) -> Any:
     for word in argv[1:]:
         if word.startswith("-") or not hasattr(command, "commands"):
             break
-        sub = command.commands.get(word)
+        sub = command.get_command(None, word)  # the CLI imports a command when asked for it
         assert sub is not None, f"`{' '.join(argv)}`: {word!r} is not an engram command"
         command = sub
     return command

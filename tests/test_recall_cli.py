@@ -184,3 +184,37 @@ def test_whoami_binds_the_token_in_the_database(cli_env, tenant_factory):
     assert "the database refuses this identity: unknown scope(s)" in output and "board" in output
     code, output = whoami(f"{t.org_id}-gone", "read:team")
     assert code == 1 and "unknown tenant (organization)" in output, output
+
+
+def test_the_cli_imports_a_command_only_when_it_runs():
+    """`engram recall` with a server running asks it over HTTP: importing every command's
+    module (ingest, derive, audit, the recall package, SQLAlchemy) took more than a second of
+    its two (issue 17, item 5; 2.4-2.7 s wall on a slow core, 1.0-1.3 s after). A command of
+    ``_LAZY`` is imported when it runs; the help still lists and describes every command, and
+    each one's own help works."""
+    import subprocess
+    import sys
+
+    from orchestrator.cli.main import _LAZY
+
+    probe = ("import sys\n"
+             "from typer.main import get_command\n"
+             "from orchestrator.cli.main import app\n"
+             "group = get_command(app)\n"
+             "cmd = group.get_command(None, 'recall')\n"
+             "assert cmd is not None and cmd.name == 'recall', cmd\n"
+             "print(sorted(m for m in ('sqlalchemy', 'psycopg', 'orchestrator.recall', "
+             "'orchestrator.cli.ingest', 'orchestrator.cli.derive', 'numpy') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout
+    runner = CliRunner()
+    listed = runner.invoke(app, ["--help"], terminal_width=200)
+    assert listed.exit_code == 0, listed.output
+    for name in _LAZY:
+        assert f" {name} " in listed.output, name
+        own = runner.invoke(app, [name, "--help"], terminal_width=200)
+        assert own.exit_code == 0 and "Usage:" in own.output, (name, own.output)
+    assert "Recall evidence for QUESTION" in listed.output
+    assert "Tokens: the local development key" in listed.output

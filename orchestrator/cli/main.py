@@ -6,34 +6,64 @@ external one is configured), apply migrations and report how to connect.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from typer.core import TyperGroup
 
-from orchestrator.cli.audit import audit_app
-from orchestrator.cli.auth import auth_app
-from orchestrator.cli.derive import derive_app, lifecycle_app
-from orchestrator.cli.ingest import ingest, remember
-from orchestrator.cli.models import models_app
 from orchestrator.cli.output import console, exit_status, styled
-from orchestrator.cli.rank import rank_app
-from orchestrator.cli.recall import register as register_recall
-from orchestrator.cli.serve import mcp, serve
-from orchestrator.cli.worker import worker_app
 from orchestrator.config import Settings
-from orchestrator.db.engine import Database
-from orchestrator.db.server import AlreadyRunning, NotRunning
 from orchestrator.errors import EngramError, Unavailable, is_unavailable
 from orchestrator.inputs import text_problem
+
+if TYPE_CHECKING:
+    from typer._click.core import Command  # typer's own click
+
+    from orchestrator.db.engine import Database
+
+# The commands and command groups of their own modules, imported when one runs (or when the
+# help lists them): `engram recall` imports the recall command and what it asks the API
+# with, not the ingest, derive, audit and worker code and SQLAlchemy the others need (about a
+# second of a two-second budget on a slow core, issue 17 item 5).
+_LAZY: dict[str, tuple[str, str]] = {
+    "serve": ("orchestrator.cli.serve", "serve"),
+    "mcp": ("orchestrator.cli.serve", "mcp"),
+    "ingest": ("orchestrator.cli.ingest", "ingest"),
+    "remember": ("orchestrator.cli.ingest", "remember"),
+    "recall": ("orchestrator.cli.recall", "recall_command"),
+    "prepare": ("orchestrator.cli.recall", "prepare_command"),
+    "trace": ("orchestrator.cli.recall", "trace_command"),
+    "audit": ("orchestrator.cli.audit", "audit_app"),
+    "auth": ("orchestrator.cli.auth", "auth_app"),
+    "derive": ("orchestrator.cli.derive", "derive_app"),
+    "lifecycle": ("orchestrator.cli.derive", "lifecycle_app"),
+    "worker": ("orchestrator.cli.worker", "worker_app"),
+    "models": ("orchestrator.cli.models", "models_app"),
+    "rank": ("orchestrator.cli.rank", "rank_app"),
+}
+
+
+def _lazy_command(name: str) -> Command:
+    """The click command of ``_LAZY[name]``, its module imported now."""
+    module, attr = _LAZY[name]
+    target = getattr(importlib.import_module(module), attr)
+    if isinstance(target, typer.Typer):
+        group = typer.main.get_group(target)
+        group.name = name
+        return group
+    holder = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    holder.command(name)(target)
+    return typer.main.get_command(holder)
 
 
 class _CheckedArguments(TyperGroup):
     """Refuses a command line with text no command could use (a NUL, or a lone surrogate:
     bytes that are not UTF-8 reach Python as those) before any command runs, by the same
-    rules as every other entry point (``orchestrator.inputs``)."""
+    rules as every other entry point (``orchestrator.inputs``); the commands of ``_LAZY``
+    are imported when asked for."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         for n, arg in enumerate(args, 1):
@@ -42,6 +72,17 @@ class _CheckedArguments(TyperGroup):
                 console(stderr=True).print(styled("error:", "red", f" argument {n} {problem}"))
                 raise typer.Exit(2)
         return super().parse_args(ctx, args)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        listed = super().list_commands(ctx)
+        return [*listed, *(name for name in _LAZY if name not in listed)]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Command | None:
+        found = super().get_command(ctx, cmd_name)
+        if found is None and cmd_name in _LAZY:
+            found = _lazy_command(cmd_name)
+            self.add_command(found, cmd_name)
+        return found
 
 
 # Exit status of any command that could not reach the database (sysexits' EX_TEMPFAIL: retry).
@@ -70,18 +111,6 @@ db_app = typer.Typer(help="The database: embedded server lifecycle and migration
 admin_app = typer.Typer(help="DBA tasks: tenants and scopes.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(admin_app, name="admin")
-app.add_typer(audit_app, name="audit")
-app.add_typer(auth_app, name="auth")
-app.add_typer(derive_app, name="derive")
-app.add_typer(lifecycle_app, name="lifecycle")
-app.add_typer(worker_app, name="worker")
-app.add_typer(models_app, name="models")
-app.add_typer(rank_app, name="rank")
-app.command("serve")(serve)
-app.command("mcp")(mcp)
-app.command("ingest")(ingest)
-app.command("remember")(remember)
-register_recall(app)
 
 out = console()
 err = console(stderr=True)
@@ -93,6 +122,8 @@ def _fail(message: str, code: int = 1) -> NoReturn:
 
 
 def _database() -> Database:
+    from orchestrator.db.engine import Database
+
     return Database(Settings())
 
 
@@ -105,6 +136,8 @@ def _embedded_only(db: Database, what: str) -> None:
 @db_app.command("start")
 def db_start() -> None:
     """Start the embedded PostgreSQL server (creating it on first use)."""
+    from orchestrator.db.server import AlreadyRunning
+
     db = _database()
     _embedded_only(db, "start")
     try:
@@ -120,6 +153,8 @@ def db_start() -> None:
 @db_app.command("stop")
 def db_stop() -> None:
     """Stop the embedded PostgreSQL server."""
+    from orchestrator.db.server import NotRunning
+
     db = _database()
     _embedded_only(db, "stop")
     try:
@@ -371,6 +406,7 @@ def up(
 ) -> None:
     """Start the embedded database (unless external), migrate, then run the worker and the API."""
     from orchestrator.db.migrate import migrate
+    from orchestrator.db.server import AlreadyRunning
 
     db = _database()
     try:

@@ -175,9 +175,13 @@ def _show(what: str, trace: str | None, rendered: str) -> None:
     if what == "trace" and trace is not None:
         out.print(trace)
         out.print("7. rendered")
+    if rendered:
+        out.print(rendered)
+        return
+    # Imported only here: the recall package is a second of imports the API path never needs.
     from orchestrator.recall.trace import NOTHING_FITS
 
-    out.print(rendered or NOTHING_FITS)
+    out.print(NOTHING_FITS)
 
 
 def recall_command(question: Annotated[str, typer.Argument(help="the question")],
@@ -203,8 +207,3 @@ def trace_command(question: Annotated[str, typer.Argument(help="the question")],
     """Show every stage of a recall: pools per lane, fusion, rerank, budget cut, timings."""
     _run(question, token, org, user, read, write, asker, budget, mode, "trace", session, local)
 
-
-def register(app: typer.Typer) -> None:
-    app.command("recall")(recall_command)
-    app.command("prepare")(prepare_command)
-    app.command("trace")(trace_command)
