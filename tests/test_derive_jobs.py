@@ -224,7 +224,7 @@ def test_cli_derive_all_and_worker_once(test_db: TestDatabase, app_engine: Engin
                              env=cli_env)
     assert run.exit_code == 0, run.output
     assert f"derive {other.org_id}: episodes: ok: episodes: 1 inserted" in run.output
-    assert f"derived 1 tenants: {len(JOBS)} jobs in" in run.output
+    assert f"derived 1 tenant, {len(JOBS)} jobs in" in run.output
     with bound_session(app_engine, other.identity("alice", write=("team",))) as s:
         states = set(s.execute(select(Episode.embed_state)).scalars())
     assert states == {"ready"}  # the second drain embedded what the jobs wrote

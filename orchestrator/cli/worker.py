@@ -199,7 +199,7 @@ def _derive_scheduler(db: Database, worker_engine: Engine, settings: Settings,
 
     def on_tick(t: TickReport) -> None:
         (out if verbose else err).print(
-            f"derived {t.tenants} tenants: {len(t.results)} jobs in {t.seconds:.1f}s, "
+            f"derived {t.counts()} in {t.seconds:.1f}s, "
             f"{len(t.failed)} failed")
 
     return DeriveScheduler(worker_engine, app_engine, settings, tenants=tenants, on_result=on_result,

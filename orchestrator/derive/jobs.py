@@ -353,6 +353,11 @@ class TickReport:
     def failed(self) -> list[JobResult]:
         return [r for r in self.results if not r.ok]
 
+    def counts(self) -> str:
+        """"1 tenant, 10 jobs", as the tick's log line, the worker's line and its health say."""
+        jobs = len(self.results)
+        return f"{self.tenants} tenant{'s' * (self.tenants != 1)}, {jobs} job{'s' * (jobs != 1)}"
+
 
 class DeriveScheduler:
     """Runs the registry for every tenant, as the service identity, on an interval.
@@ -401,8 +406,8 @@ class DeriveScheduler:
         self.compact_statistics()
         self.last_tick_at = datetime.now(UTC)
         report.seconds = time.monotonic() - started
-        log.info("derive tick: %d tenants, %d jobs, %d failed in %.1fs", report.tenants,
-                 len(report.results), len(report.failed), report.seconds)
+        log.info("derive tick: %s, %d failed in %.1fs", report.counts(), len(report.failed),
+                 report.seconds)
         if self.on_tick is not None:
             self.on_tick(report)
         return report
@@ -438,8 +443,8 @@ class DeriveScheduler:
         def body() -> None:
             while not stop.is_set():
                 t = self.tick()
-                component.ok(f"last tick: {t.tenants} tenants, {len(t.results)} jobs, "
-                             f"{len(t.failed)} failed in {t.seconds:.1f} s")
+                component.ok(f"last tick: {t.counts()}, {len(t.failed)} failed in "
+                             f"{t.seconds:.1f} s")
                 stop.wait(interval)
 
         supervise(component, body, stop, backoff=Backoff(1.0, min(interval, 60.0)))
