@@ -423,6 +423,26 @@ def test_a_command_after_a_component_label_or_an_abbreviation_is_not_part_of_a_n
             "Ted Reed"} <= found, found
 
 
+def test_a_person_the_document_writes_in_lower_case_is_software():
+    """pyenv's changelog has "Jython" as a person (and "Pyston", "Ubuntu", "Zsh": each got a
+    person's profile of release notes, stop 44) and writes "jython-2.7.2": no person's name
+    is written in lower case on its own. A handle, an address or a path is no such writing
+    ("@priya", "priya@acme.com", "/home/priya"), so Priya stays a person."""
+    from orchestrator.derive.nlp import read
+
+    body = ("* python-build: Add Jython 2.7.4 by @cesarcoatl (#3290)\n"
+            "* Build jython-2.7.2 with the new JDK.\n\n"
+            "Priya Raman met Priya on Monday. Priya wrote to priya@acme.com and @priya; her "
+            "notes are in /home/priya.\n")
+    text, doc, mentions = _parsed(body)
+    tagged = {" ".join(text[m.start:m.end].split()): m.entity_type for m in mentions}
+    assert tagged.get("Add Jython") == "person" and tagged.get("Priya") == "person", tagged
+    found = {e.name: e.entity_type for s in read(doc, mentions, original=body, context=text)
+             for e in s.entities}
+    assert found.get("Jython") == "product", found
+    assert found.get("Priya") == "person" and found.get("Priya Raman") == "person", found
+
+
 def test_a_comment_a_dash_a_verb_inside_or_shorthand_is_not_part_of_a_name():
     """API references keep their change history in HTML comments ("<!-- YAML changes: ...
     description: ... -->"), glossaries write "TERM - Expansion - definition", and NER runs a

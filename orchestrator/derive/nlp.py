@@ -95,7 +95,9 @@ RULES_VERSION = "rules-19"  # 4: markup masked over the whole document (stop 25)
 # as code ("`WeakSet`", "BooleanValue()") is no name where it stands bare (``code``, stop 43);
 # 19: a command after a release note's component label opens its line ("python-build: Add
 # Jython"), so does a past ("Configured GCC") or a verb undone ("Uninstall Python"), and a run
-# of single letters with full stops is no name ("e. g.", stop 44)
+# of single letters with full stops is no name ("e. g."), and a one-word "person" its
+# document also writes in lower case, which no English word is, is software ("Jython" of
+# "jython-2.7.2", ``_software_person``, stop 44)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -661,6 +663,32 @@ def _person_or_product(name: str, entity_type: str) -> str:
     return entity_type
 
 
+# A word written in lower case on its own: not a handle's, an address's or a path's part
+# ("@priya", "priya@acme.com", "priya.raman@", "/home/priya"), nor an identifier's.
+_OWN_LOWER_WORD = re.compile(r"(?<![@/\\\w.])([^\W\d_A-Z]+)(?![@\w]|\.[^\W\d_])")
+
+
+@lru_cache(maxsize=16)
+def _own_lower_words(text: str) -> frozenset[str]:
+    """The words ``text`` writes in lower case on their own (``_OWN_LOWER_WORD``); cached per
+    text (a document's, for each of its chunks)."""
+    return frozenset(_OWN_LOWER_WORD.findall(text))
+
+
+def _software_person(span: Any, context: str | None, nlp: Any) -> bool:
+    """Whether a one-word "person" is software its document also writes in lower case, as no
+    person's name is written: pyenv's changelog has "Jython", "Pyston", "Ubuntu" and "Zsh"
+    as people (each got a person's profile of release notes, stop 44) and writes
+    "jython-2.7.2", "pyston-2.3.5", "ubuntu-latest" and "zsh". Not a word of English (the
+    lemma index's nouns, verbs and adjectives): a "Will" or a "Mark" is written in lower case
+    in every document."""
+    if len(span) != 1 or not _title_word(span):
+        return False
+    word = span[0].text.lower()
+    return (word in _own_lower_words(context if context is not None else span.doc.text)
+            and word not in _ordinary_words(nlp))
+
+
 def typed_by_rules(name: str, entity_type: str) -> str:
     """The type the current rules give an entity of ``name`` tagged ``entity_type``
     (``_person_or_product``): extraction retypes an entity an older rule made ("Node.js", a
@@ -717,8 +745,10 @@ def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
                           or _label_item(span, as_written, context)
                           or _positional_adjective(span, m.entity_type, as_written, context, nlp)
                           or _heading_label(span, as_written, context))
-        entity = Entity(_person_or_product(name, m.entity_type) if gates else m.entity_type, name,
-                        weak)
+        entity_type = _person_or_product(name, m.entity_type) if gates else m.entity_type
+        if entity_type == "person" and gates and _software_person(span, context, nlp):
+            entity_type = "product"
+        entity = Entity(entity_type, name, weak)
         for t in span:
             owner[t.i] = entity
     return owner
