@@ -101,6 +101,18 @@ def test_the_item_the_budget_stops_at_is_cut_to_the_part_that_fits(
     assert "cut to fit" not in whole.rendered
     # Too little room for a part of any use: nothing, as before.
     assert recaller.recall(ident, question, budget_tokens=20).evidence == ()
+    # memory_prepare cuts its bundle the same way: the budget that served this part through
+    # recall served nothing through prepare (stop 44).
+    bundle, ptrace = recaller.prepare(ident, question, budget_tokens=budget + 40)
+    assert len(bundle.evidence) == 1 and ptrace.kept == 1, bundle.rendered
+    piece = bundle.evidence[0]
+    assert piece.clipped and "the venue is in Lisbon" in piece.text and piece.text != LONG_NOTE
+    assert LONG_NOTE[piece.char_start:piece.char_end] == piece.text
+    assert token_cost(bundle.rendered, cpt) == bundle.used_tokens <= budget + 40
+    assert "| part, cut to fit the budget" in bundle.rendered
+    assert "the last is a part of its chunk" in ptrace.format()
+    roomy, _ = recaller.prepare(ident, question, budget_tokens=2000)
+    assert roomy.evidence[0].text == LONG_NOTE and not roomy.evidence[0].clipped
 
 
 def test_budget_prefix_is_longest(notes, recaller, settings):

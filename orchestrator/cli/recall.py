@@ -25,6 +25,7 @@ import typer
 from orchestrator.cli.output import console, exit_status, styled
 from orchestrator.config import Settings
 from orchestrator.errors import EngramError, Unauthenticated
+from orchestrator.messages import NOTHING_FITS
 
 out = console()
 err = console(stderr=True)
@@ -175,13 +176,7 @@ def _show(what: str, trace: str | None, rendered: str) -> None:
     if what == "trace" and trace is not None:
         out.print(trace)
         out.print("7. rendered")
-    if rendered:
-        out.print(rendered)
-        return
-    # Imported only here: the recall package is a second of imports the API path never needs.
-    from orchestrator.recall.trace import NOTHING_FITS
-
-    out.print(NOTHING_FITS)
+    out.print(rendered or NOTHING_FITS)
 
 
 def recall_command(question: Annotated[str, typer.Argument(help="the question")],

@@ -25,6 +25,7 @@ from orchestrator.config import Settings
 from orchestrator.console import layout
 from orchestrator.console import queries as q
 from orchestrator.errors import STATUS_BY_CODE, BadInput, EngramError, Unauthenticated
+from orchestrator.messages import NOTHING_FITS
 
 HERE = Path(__file__).resolve().parent
 STATIC = HERE / "static"
@@ -91,6 +92,7 @@ class Console:
         self.env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=2, sort_keys=True,
                                                                  default=str)
         self.env.filters["short"] = layout.short
+        self.env.globals["nothing_fits"] = NOTHING_FITS
         self._discovery: dict[str, Any] | None = None
 
     # --- identity ------------------------------------------------------------------

@@ -16,7 +16,7 @@ is marked ``clipped`` and its header says so.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from orchestrator.markdown import code_fences
@@ -113,16 +113,14 @@ def best_run(text: str, question: str, room_chars: int, shown: str = "") -> tupl
     return None if cut <= start else (start, len(text[:cut].rstrip()))
 
 
-def fit_next(question: str, evidence: Sequence[Evidence], kept: int, budget_tokens: int,
-             chars_per_token: float, used_tokens: int, prefixes: Prefixes
-             ) -> tuple[Evidence, str, int] | None:
-    """(the item after the ``kept`` prefix cut to fit, the rendering of the prefix and it,
-    its cost), or None when that item is no source excerpt, the room is under
-    ``MIN_ROOM_TOKENS``, or no part of it fits. ``prefixes``: the budget cut's renderings
-    of ``evidence`` (the prefix is not rendered again)."""
-    if kept >= len(evidence) or budget_tokens - used_tokens < MIN_ROOM_TOKENS:
+def fit(question: str, e: Evidence, budget_tokens: int, chars_per_token: float, used_tokens: int,
+        render: Callable[[Evidence], str]) -> tuple[Evidence, str, int] | None:
+    """(``e`` cut to fit, the rendering with it, its cost), or None when ``e`` is no source
+    excerpt, the room the rest leaves (``used_tokens`` of ``budget_tokens``) is under
+    ``MIN_ROOM_TOKENS``, or no part of it fits. ``render``: the whole rendering with a part
+    of ``e`` in its place (recall's list, or memory_prepare's bundle), which decides."""
+    if budget_tokens - used_tokens < MIN_ROOM_TOKENS:
         return None
-    e = evidence[kept]
     if (e.kind != "excerpt" or e.char_start is None or e.char_end is None
             or e.char_end - e.char_start != len(e.text)):
         return None
@@ -137,9 +135,21 @@ def fit_next(question: str, evidence: Sequence[Evidence], kept: int, budget_toke
         start, end = span
         cut = replace(e, text=e.text[start:end], char_start=e.char_start + start,
                       char_end=e.char_start + end, clipped=True)
-        rendered = prefixes.then(kept, cut)
+        rendered = render(cut)
         cost = token_cost(rendered, chars_per_token)
         if cost <= budget_tokens:
             return cut, rendered, cost
         room = end - start - int((cost - budget_tokens) * chars_per_token) - 1
     return None
+
+
+def fit_next(question: str, evidence: Sequence[Evidence], kept: int, budget_tokens: int,
+             chars_per_token: float, used_tokens: int, prefixes: Prefixes
+             ) -> tuple[Evidence, str, int] | None:
+    """``fit`` for the item after the ``kept`` prefix of recall's list (None past its end).
+    ``prefixes``: the budget cut's renderings of ``evidence`` (the prefix is not rendered
+    again)."""
+    if kept >= len(evidence):
+        return None
+    return fit(question, evidence[kept], budget_tokens, chars_per_token, used_tokens,
+               lambda cut: prefixes.then(kept, cut))

@@ -29,6 +29,7 @@ from typing import Any
 
 from jinja2 import Template
 
+from orchestrator.recall.excerpt import fit
 from orchestrator.recall.render import environment
 from orchestrator.recall.result import Evidence, ScopeRef, served_rows
 from orchestrator.recall.tail import Candidate, token_cost, trim_overlaps
@@ -143,7 +144,27 @@ def build_bundle(question: str, asker: str | None, budget_tokens: int,
             lo, lo_cost, lo_text = mid, c, text
         else:
             hi = mid - 1
+    sections = grouped(lo)
+    # The next item, evidence from a source, cut to the part that fits the room left, as
+    # recall cuts its list (``excerpt.fit``): 300 tokens served an excerpt through recall
+    # and nothing through memory_prepare (stop 44).
+    nxt = admitted[lo][1] if lo < len(admitted) and admitted[lo][0] == EVIDENCE else None
+    if isinstance(nxt, Candidate):
+        whole = nxt.evidence()
+
+        def with_part(part: Evidence) -> list[list[Any]]:
+            out = [list(items) for items in sections]
+            out[EVIDENCE] = trim_overlaps([*sections[EVIDENCE], part])
+            return out
+
+        fitted = fit(question, whole, budget_tokens, chars_per_token, lo_cost,
+                     lambda part: render_bundle(question, with_part(part)))
+        if fitted is not None:
+            part, lo_text, lo_cost = fitted
+            trace.clipped = (len(part.text), len(whole.text))
+            sections = with_part(part)
+            lo += 1
     trace.kept, trace.used_tokens = lo, lo_cost
-    keyed, evidence, lessons, episodes, documents = grouped(lo)
+    keyed, evidence, lessons, episodes, documents = sections
     return PreparedMemory(question, asker, budget_tokens, lo_cost, tuple(keyed), tuple(evidence),
                           tuple(lessons), tuple(episodes), tuple(documents), lo_text)

@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.messages import NOTHING_FITS
 from orchestrator.recall.ranker import RankReport
 from orchestrator.recall.render import one_line
 from orchestrator.recall.tail import Candidate, Dropped, Precedence
@@ -184,9 +185,6 @@ class Trace:
     @staticmethod
     def _num(v: Any) -> str:
         return "-" if v is None else f"{float(v):.6f}"
-
-
-NOTHING_FITS = "(no evidence fits; nothing visible matched or the budget is too small)"
 
 
 def report(trace: Trace, rendered: str) -> str:
