@@ -1072,6 +1072,13 @@ def test_which_known_person_a_one_word_name_stands_for() -> None:
                                Named("person", "Tom")],
                               ["Node Modules", "Release Notes", "Tom Banks"]) == {
         Named("person", "Tom"): "Tom Banks"}
+    # A command and a name an older rule kept together ("Add Jython", a person of a tenant
+    # read under rules 18) stands for no "Jython" (stop 44); a name whose first word is also
+    # a verb is a name ("Mark Twain", "Grant Hill").
+    assert short_name_targets([Named("person", "Jython"), Named("person", "Homebrew"),
+                               Named("person", "Twain"), Named("person", "Grant")],
+                              ["Add Jython", "Prefer Homebrew", "Mark Twain", "Grant Hill"]) == {
+        Named("person", "Twain"): "Mark Twain", Named("person", "Grant"): "Grant Hill"}
 
 
 def test_a_first_name_becomes_an_alias_only_of_a_person_shared_into_exactly_its_scopes(

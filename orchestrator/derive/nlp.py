@@ -798,6 +798,25 @@ def _ordinary_words(nlp: Any) -> frozenset[str]:
     return _lemma_index(nlp, "noun") | _lemma_index(nlp, "verb") | _lemma_index(nlp, "adj")
 
 
+def _command_name(name: str, nlp: Any) -> bool:
+    """Whether a known "person" is a command and a name, which older rules kept together
+    ("Add Jython", "Prefer Homebrew": rules 19 cut the command off where it opens a line).
+    Read again, such a person no longer comes from any chunk, but it stood for every
+    "Jython" as its last name and kept a profile in every tenant read before (stop 44). Its
+    first word is a verb the tagger reads as a command once the name is written in lower
+    case ("add jython": a verb; "mark twain", "bill gates", "grant hill": proper nouns)."""
+    first = name.split()[0]
+    if not (first.isalpha() and first[0].isupper() and first[1:].islower()):
+        return False
+    verbs = _lemma_index(nlp, "verb")
+    if _prefixed_verb(first.lower(), verbs):
+        return True
+    if not _verb_form(first, verbs):
+        return False
+    tag = _first_tag(nlp, name.lower())
+    return tag in ("VB", "VBG", "VBZ") or (tag in ("VBD", "VBN") and first.lower().endswith("ed"))
+
+
 def short_name_targets(shorts: Iterable[Entity], people: Iterable[str], nlp: Any = None
                        ) -> dict[Entity, str]:
     """Which one-word mentions (``short_name``) stand for a known person of two or more words
@@ -806,15 +825,16 @@ def short_name_targets(shorts: Iterable[Entity], people: Iterable[str], nlp: Any
     is ("Okafor" for "Sam Okafor"). A word two known people share stands for neither. A
     "person" of ordinary words ending in a plural noun (``_ordinary_plural``: "Node Modules",
     NER's reading of a heading) takes no one's name: every "Node" of the Node.js docs stood
-    for it (rules 17). ``nlp``: the pipeline whose lemma index says so (the packaged one
-    when None)."""
+    for it (rules 17), nor does a command and a name an older rule kept together
+    (``_command_name``: "Add Jython" took every "Jython"). ``nlp``: the pipeline whose
+    lemma index and tagger say so (the packaged one when None)."""
     nlp = load_spacy() if nlp is None else nlp
     canonical: dict[str, str] = {}
     by_first: dict[str, set[str]] = {}
     by_last: dict[str, set[str]] = {}
     for full in people:
         words = full.split()
-        if len(words) < 2 or _ordinary_plural(full, nlp):
+        if len(words) < 2 or _ordinary_plural(full, nlp) or _command_name(full, nlp):
             continue
         key = " ".join(name_word_key(w) for w in words)
         canonical.setdefault(key, full)
