@@ -427,13 +427,13 @@ def test_a_person_the_document_writes_in_lower_case_is_software():
     """pyenv's changelog has "Jython" as a person (and "Pyston", "Ubuntu", "Zsh": each got a
     person's profile of release notes, stop 44) and writes "jython-2.7.2": no person's name
     is written in lower case on its own. A handle, an address or a path is no such writing
-    ("@priya", "priya@acme.com", "/home/priya"), so Priya stays a person."""
+    ("@priya", "priya@acme.com", "notes/priya/todo.md"), so Priya stays a person."""
     from orchestrator.derive.nlp import read
 
     body = ("* python-build: Add Jython 2.7.4 by @cesarcoatl (#3290)\n"
             "* Build jython-2.7.2 with the new JDK.\n\n"
             "Priya Raman met Priya on Monday. Priya wrote to priya@acme.com and @priya; her "
-            "notes are in /home/priya.\n")
+            "notes are in notes/priya/todo.md.\n")
     text, doc, mentions = _parsed(body)
     tagged = {" ".join(text[m.start:m.end].split()): m.entity_type for m in mentions}
     assert tagged.get("Add Jython") == "person" and tagged.get("Priya") == "person", tagged

@@ -269,9 +269,11 @@ _SPACES_HYPHENS = re.compile(r"[\s-]+")
 def _title_word(span: Any) -> bool:
     """Whether ``span`` is one word of letters written with a capital and the rest lower
     case ("Boolean", "Lena"; not "npm", "JSON", "GitHub")."""
-    if len(span) != 1:
-        return False
-    word = span[0].text
+    return len(span) == 1 and _title_case(span[0].text)
+
+
+def _title_case(word: str) -> bool:
+    """A word of letters with a capital and the rest lower case."""
     return bool(word.isalpha() and word[0].isupper() and word[1:].islower())
 
 
@@ -388,14 +390,22 @@ def _opens_with_verb(span: Any, nlp: Any) -> bool:
     line_start = text.rfind("\n", 0, first.idx) + 1
     if not (first.is_sent_start or _LINE_LABEL.fullmatch(text, line_start, first.idx)):
         return False
-    if not _verb_form(word, _lemma_index(nlp, "verb")):
-        return False
-    if _prefixed_verb(word.lower(), _lemma_index(nlp, "verb")):
-        return True
     line_end = text.find("\n", first.idx)
     rest = text[first.idx + len(word):len(text) if line_end < 0 else line_end][:200]
+    return _command_first(word, rest, nlp)
+
+
+def _command_first(word: str, rest: str, nlp: Any) -> bool:
+    """Whether ``word`` followed by ``rest`` opens with a command: a verb form
+    (``_verb_form``) the tagger reads, in lower case, as a base form, gerund or third person,
+    or, ending in -ed, a past ("Configured GCC as a requirement", "Added scripts"); a verb
+    undone or done again needs no tagger (``_prefixed_verb``)."""
+    verbs = _lemma_index(nlp, "verb")
+    if not _verb_form(word, verbs):
+        return False
+    if _prefixed_verb(word.lower(), verbs):
+        return True
     tag = _first_tag(nlp, word.lower() + rest)
-    # A past opens a release note's line ("Configured GCC as a requirement", "Added scripts").
     return tag in ("VB", "VBG", "VBZ") or (tag in ("VBD", "VBN") and word.lower().endswith("ed"))
 
 
@@ -664,7 +674,7 @@ def _person_or_product(name: str, entity_type: str) -> str:
 
 
 # A word written in lower case on its own: not a handle's, an address's or a path's part
-# ("@priya", "priya@acme.com", "priya.raman@", "/home/priya"), nor an identifier's.
+# ("@priya", "priya@acme.com", "priya.raman@", "notes/priya/todo.md"), nor an identifier's.
 _OWN_LOWER_WORD = re.compile(r"(?<![@/\\\w.])([^\W\d_A-Z]+)(?![@\w]|\.[^\W\d_])")
 
 
@@ -798,6 +808,7 @@ def _ordinary_words(nlp: Any) -> frozenset[str]:
     return _lemma_index(nlp, "noun") | _lemma_index(nlp, "verb") | _lemma_index(nlp, "adj")
 
 
+@lru_cache(maxsize=4096)  # every batch asks again for the tenant's known people
 def _command_name(name: str, nlp: Any) -> bool:
     """Whether a known "person" is a command and a name, which older rules kept together
     ("Add Jython", "Prefer Homebrew": rules 19 cut the command off where it opens a line).
@@ -806,15 +817,7 @@ def _command_name(name: str, nlp: Any) -> bool:
     first word is a verb the tagger reads as a command once the name is written in lower
     case ("add jython": a verb; "mark twain", "bill gates", "grant hill": proper nouns)."""
     first = name.split()[0]
-    if not (first.isalpha() and first[0].isupper() and first[1:].islower()):
-        return False
-    verbs = _lemma_index(nlp, "verb")
-    if _prefixed_verb(first.lower(), verbs):
-        return True
-    if not _verb_form(first, verbs):
-        return False
-    tag = _first_tag(nlp, name.lower())
-    return tag in ("VB", "VBG", "VBZ") or (tag in ("VBD", "VBN") and first.lower().endswith("ed"))
+    return _title_case(first) and _command_first(first, name[len(first):].lower(), nlp)
 
 
 def short_name_targets(shorts: Iterable[Entity], people: Iterable[str], nlp: Any = None
