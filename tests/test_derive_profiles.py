@@ -229,6 +229,33 @@ def test_a_profile_whose_facts_are_gone_is_deleted(app_engine: Engine, tenant_fa
     assert gone.deleted == 1 and _profiles(app_engine, t, ("team",)) == []
 
 
+def test_a_profile_of_an_entity_no_longer_a_person_is_deleted(app_engine: Engine,
+                                                              tenant_factory: Tenants) -> None:
+    """Newer extraction rules retype a "person" ("Long Term Support" is a product since rules
+    20), and an entity may be merged into another: its profile goes on the next run (it stayed
+    and was served as a person's until stop 45). A person's profile beside it stays."""
+    t = tenant_factory("team")
+    lts = _person(app_engine, t, "Long Term Support")
+    old = _person(app_engine, t, "A. Lovelace")
+    ada = _person(app_engine, t, "Ada Lovelace")
+    _say(app_engine, t, "alice", lts, "Long Term Support guarantees 30-month support cycles.")
+    _say(app_engine, t, "alice", old, "A. Lovelace wrote the first program.")
+    _say(app_engine, t, "alice", ada, "Ada Lovelace lived in London.")
+    ident = t.identity(write=("team",))
+    with bound_session(app_engine, ident) as s:
+        assert refresh(s).inserted == 3
+    with bound_session(app_engine, ident) as s:
+        s.execute(text("update knowledge.entities set entity_type = 'product' where id = :e"),
+                  {"e": lts})
+        s.execute(text("select knowledge.merge_entities(:s, :m)"), {"s": ada, "m": old})
+    with bound_session(app_engine, ident) as s:
+        report = refresh(s)
+    assert report.deleted == 2, report
+    left = _profiles(app_engine, t, ("team",))
+    assert [p.subject_entity_id for p in left] == [ada], [p.summary for p in left]
+    assert left[0].summary.startswith("Ada Lovelace: ")
+
+
 def test_two_concurrent_runs_write_each_profile_once(app_engine: Engine, tenant_factory: Tenants) -> None:
     from tests.support.derive import race
 

@@ -423,24 +423,68 @@ def test_a_command_after_a_component_label_or_an_abbreviation_is_not_part_of_a_n
             "Ted Reed"} <= found, found
 
 
+def _types(body: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(what the NER tagged in ``body``, name -> type; what ``nlp.read`` makes of it, entity
+    name -> type)."""
+    from orchestrator.derive.nlp import read
+
+    text, doc, mentions = _parsed(body)
+    tagged = {" ".join(text[m.start:m.end].split()): m.entity_type for m in mentions}
+    return tagged, {e.name: e.entity_type
+                    for s in read(doc, mentions, original=body, context=text) for e in s.entities}
+
+
 def test_a_person_the_document_writes_in_lower_case_is_software():
     """pyenv's changelog has "Jython" as a person (and "Pyston", "Ubuntu", "Zsh": each got a
     person's profile of release notes, stop 44) and writes "jython-2.7.2": no person's name
     is written in lower case on its own. A handle, an address or a path is no such writing
     ("@priya", "priya@acme.com", "notes/priya/todo.md"), so Priya stays a person."""
-    from orchestrator.derive.nlp import read
-
-    body = ("* python-build: Add Jython 2.7.4 by @cesarcoatl (#3290)\n"
-            "* Build jython-2.7.2 with the new JDK.\n\n"
-            "Priya Raman met Priya on Monday. Priya wrote to priya@acme.com and @priya; her "
-            "notes are in notes/priya/todo.md.\n")
-    text, doc, mentions = _parsed(body)
-    tagged = {" ".join(text[m.start:m.end].split()): m.entity_type for m in mentions}
+    tagged, found = _types(
+        "* python-build: Add Jython 2.7.4 by @cesarcoatl (#3290)\n"
+        "* Build jython-2.7.2 with the new JDK.\n\n"
+        "Priya Raman met Priya on Monday. Priya wrote to priya@acme.com and @priya; her "
+        "notes are in notes/priya/todo.md.\n")
     assert tagged.get("Add Jython") == "person" and tagged.get("Priya") == "person", tagged
-    found = {e.name: e.entity_type for s in read(doc, mentions, original=body, context=text)
-             for e in s.entities}
     assert found.get("Jython") == "product", found
     assert found.get("Priya") == "person" and found.get("Priya Raman") == "person", found
+
+
+def test_a_person_of_english_words_without_a_common_name_is_a_product():
+    """All 34 "people" of Node.js's contributor guides were capitalised phrases of English
+    ("Long Term Support", "Release Schedule", "Tips", "Zoom"), each with a person's profile
+    (stop 45). A name of English words is a person only where a common given name opens it,
+    a common surname ends it, or a title or kin word opens it; a one-word noun alone only
+    where its document never writes it in lower case (WordNet has "tolkien" and "plato")."""
+    from orchestrator.derive.nlp import _english_only, load_spacy, typed_by_rules
+
+    tagged, found = _types(
+        "## Releases\n\n"
+        "Careful consideration of what goes into Long Term Support (LTS) releases. Long "
+        "Term Support guarantees 30-month support cycles for every even release line.\n\n"
+        "Grant Hill reviewed the release with Mark Twain and Maren Okafor. Will said the "
+        "notes are ready.\n")
+    assert tagged.get("Long Term Support") == "person" and tagged.get("Will") == "person", tagged
+    assert found.get("Long Term Support") == "product", found
+    for name in ("Grant Hill", "Mark Twain", "Maren Okafor", "Will"):
+        assert found.get(name) == "person", (name, found)
+
+    nlp = load_spacy()
+    context = "the maintenance of a module; tips for the release schedule"
+    for name in ("Style Guide", "Release Schedule", "Event Tracing", "Command Line Interface",
+                 "Pre-Release Announcement", "Approval Workflow", "Tips", "Zoom", "Chrome",
+                 "Promise", "Maintenance", "Module"):
+        assert _english_only(name, context, nlp), name
+    for name in ("Grant Hill", "Mark Twain", "Bill Gates", "Hope Solo", "Will", "Frost",
+                 "Rose", "Smith", "Trump", "Grandma", "King Charles", "Aunt May",
+                 "J. R. R. Tolkien", "Tolkien", "Plato", "Ada Lovelace", "Priya", "Maren Okafor",
+                 "Long Nguyen", "Mary-Jane O'Neil", "Advocacy"):
+        assert not _english_only(name, context, nlp), name
+    # Without its document (an entity an older rule typed), a phrase is retyped, a one-word
+    # noun is not.
+    assert typed_by_rules("Long Term Support", "person") == "product"
+    assert typed_by_rules("Maintenance", "person") == "person"
+    assert typed_by_rules("Grant Hill", "person") == "person"
+    assert typed_by_rules("Long Term Support", "organization") == "organization"
 
 
 def test_a_comment_a_dash_a_verb_inside_or_shorthand_is_not_part_of_a_name():

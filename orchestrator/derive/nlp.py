@@ -47,6 +47,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from functools import lru_cache
+from importlib import resources
 from typing import Any, Protocol
 
 from orchestrator.config import Settings
@@ -62,7 +63,7 @@ ENTITY_TYPES = {
 }
 # Bumped whenever the rules below change what a chunk yields, so every chunk read under
 # older rules is read again (its stale claims retracted, the new ones written).
-RULES_VERSION = "rules-19"  # 4: markup masked over the whole document (stop 25); 5: a claim's
+RULES_VERSION = "rules-20"  # 4: markup masked over the whole document (stop 25); 5: a claim's
 # sentence keeps its inline code, and a blank line ends a sentence (stop 26); 6: inline code
 # that wraps over a line break is code, MyST roles and targets are markup, no name or sentence
 # runs over two Markdown blocks, names lose trailing punctuation and a leading "E.g." (stop 27);
@@ -97,7 +98,10 @@ RULES_VERSION = "rules-19"  # 4: markup masked over the whole document (stop 25)
 # Jython"), so does a past ("Configured GCC") or a verb undone ("Uninstall Python"), and a run
 # of single letters with full stops is no name ("e. g."), and a one-word "person" its
 # document also writes in lower case, which no English word is, is software ("Jython" of
-# "jython-2.7.2", ``_software_person``, stop 44)
+# "jython-2.7.2", ``_software_person``, stop 44); 20: a "person" of English words is a
+# product unless a common given name opens it or a common surname ends it ("Long Term
+# Support", "Style Guide", "Tips", where its document writes each word in lower case too;
+# ``_english_only``, stop 45)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -673,6 +677,50 @@ def _person_or_product(name: str, entity_type: str) -> str:
     return entity_type
 
 
+# Words that open a person's name, or stand for one, without being a given name: titles,
+# ranks and kin ("Dr. Okafor", "Aunt Mary", "Grandma").
+_PERSON_OPENERS = frozenset({
+    "mr", "mrs", "ms", "mx", "miss", "dr", "doctor", "prof", "professor", "sir", "dame", "lord",
+    "lady", "king", "queen", "prince", "princess", "saint", "st", "rev", "reverend", "pastor",
+    "father", "mother", "sister", "brother", "uncle", "aunt", "auntie", "cousin", "grandma",
+    "grandpa", "granny", "grandmother", "grandfather", "nana", "mom", "mum", "mommy", "dad",
+    "daddy", "mama", "papa", "coach", "captain", "officer", "detective", "judge", "president",
+    "senator", "governor", "general", "colonel", "sergeant", "chef"})
+# Prefixes a hyphen joins to an English word ("Pre-Release Blog Post").
+_HYPHEN_PREFIXES = frozenset({"pre", "post", "re", "un", "non", "co", "sub", "multi", "anti",
+                              "self", "semi", "cross", "inter", "over", "under", "out"})
+# A name is common where at least this share of people has it (percent, the census lists'
+# second column): given names "Grant" 0.036, "Drew" 0.024 and "Art" 0.009 are, "Long" (0.004)
+# is not; surnames "Frost" 0.016 and "Trump" 0.001 are, "Style" and "String" (0.000) are not.
+_COMMON_GIVEN_PERCENT = 0.005
+_COMMON_SURNAME_PERCENT = 0.001
+
+
+@lru_cache(maxsize=1)
+def _census_names() -> tuple[frozenset[str], frozenset[str]]:
+    """(common given names, common surnames), lower case: the 1990 US census name lists the
+    ``names`` package ships (public domain), each name held by at least
+    ``_COMMON_GIVEN_PERCENT`` or ``_COMMON_SURNAME_PERCENT`` percent of people."""
+    def common(least: float, *files: str) -> frozenset[str]:
+        out: set[str] = set()
+        for f in files:
+            for line in resources.files("names").joinpath(f).read_text().splitlines():
+                parts = line.split()
+                if len(parts) >= 2 and float(parts[1]) >= least:
+                    out.add(parts[0].lower())
+        return frozenset(out)
+    return (common(_COMMON_GIVEN_PERCENT, "dist.male.first", "dist.female.first"),
+            common(_COMMON_SURNAME_PERCENT, "dist.all.last"))
+
+
+def _english_word(word: str, nlp: Any) -> bool:
+    """Whether ``word`` (lower case) is a word of English: a noun, verb, adjective or adverb of
+    the pipeline's lemma index (WordNet's), a verb's -s, -ed or -ing form or a noun's plural."""
+    if word in _ordinary_words(nlp) or word in _lemma_index(nlp, "adv"):
+        return True
+    return _verb_form(word, _lemma_index(nlp, "verb")) or _noun_plural(word, _lemma_index(nlp, "noun"))
+
+
 # A word written in lower case on its own: not a handle's, an address's or a path's part
 # ("@priya", "priya@acme.com", "priya.raman@", "notes/priya/todo.md"), nor an identifier's.
 _OWN_LOWER_WORD = re.compile(r"(?<![@/\\\w.])([^\W\d_A-Z]+)(?![@\w]|\.[^\W\d_])")
@@ -683,6 +731,40 @@ def _own_lower_words(text: str) -> frozenset[str]:
     """The words ``text`` writes in lower case on their own (``_OWN_LOWER_WORD``); cached per
     text (a document's, for each of its chunks)."""
     return frozenset(_OWN_LOWER_WORD.findall(text))
+
+
+def _english_only(name: str, context: str, nlp: Any) -> bool:
+    """Whether a "person" named ``name`` is English words and no one's name: the small model
+    types capitalised phrases of documentation as people ("Long Term Support", "Style Guide",
+    "Release Schedule", "Tips", "Zoom": all 34 "people" of Node.js's contributor guides, stop
+    45, and each got a person's profile). Every word (each part of a hyphenated one, a prefix
+    such as "pre" allowed) is an English word (``_english_word``); no common given name opens
+    the name, no common surname ends it (``_census_names``: "Grant Hill", "Mark Twain", "Will",
+    "Frost" stay people), no title or kin word opens it ("Grandma", "King Charles") and no word
+    is an initial ("J. R. R. Tolkien"). WordNet, whose words these are, has famous people's
+    names as nouns too ("tolkien", "plato", "mozart"), and one of them alone is a person: a
+    one-word name must also be a verb or an adjective ("Zoom", "Chrome"), a noun's plural
+    ("Tips") or a word ``context`` (the document, masked as the chunk was) writes in lower
+    case. A name with a word English does not have ("Priya", "Okafor") is left to the other
+    rules."""
+    bare = [w.strip(".,'\"\u2018\u2019").lower() for w in name.split()]
+    if not bare or any(len(w) < 2 for w in bare) or bare[0] in _PERSON_OPENERS:
+        return False
+    given, surnames = _census_names()
+    if bare[0] in given or bare[-1] in surnames:
+        return False
+    for w in bare:
+        parts = w.split("-")
+        for i, part in enumerate(parts):
+            if i < len(parts) - 1 and part in _HYPHEN_PREFIXES:
+                continue
+            if not (part.isalpha() and _english_word(part, nlp)):
+                return False
+    if len(bare) > 1 or "-" in bare[0]:
+        return True
+    word = bare[0]
+    return (word not in _lemma_index(nlp, "noun") or word in _lemma_index(nlp, "verb")
+            or word in _lemma_index(nlp, "adj") or word in _own_lower_words(context))
 
 
 def _software_person(span: Any, context: str | None, nlp: Any) -> bool:
@@ -701,9 +783,14 @@ def _software_person(span: Any, context: str | None, nlp: Any) -> bool:
 
 def typed_by_rules(name: str, entity_type: str) -> str:
     """The type the current rules give an entity of ``name`` tagged ``entity_type``
-    (``_person_or_product``): extraction retypes an entity an older rule made ("Node.js", a
-    place before rules 18, is a product)."""
-    return _person_or_product(name, entity_type)
+    (``_person_or_product``, and ``_english_only`` without a document: "Long Term Support", a
+    person before rules 20, is a product; a one-word noun such as "Maintenance" stays what it
+    was, its document unknown here): extraction retypes an entity an older rule made
+    ("Node.js", a place before rules 18, is a product)."""
+    typed = _person_or_product(name, entity_type)
+    if typed == "person" and _english_only(name, "", load_spacy()):
+        return "product"
+    return typed
 
 
 def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
@@ -756,7 +843,9 @@ def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
                           or _positional_adjective(span, m.entity_type, as_written, context, nlp)
                           or _heading_label(span, as_written, context))
         entity_type = _person_or_product(name, m.entity_type) if gates else m.entity_type
-        if entity_type == "person" and gates and _software_person(span, context, nlp):
+        if entity_type == "person" and gates and (
+                _software_person(span, context, nlp)
+                or _english_only(name, context if context is not None else doc.text, nlp)):
             entity_type = "product"
         entity = Entity(entity_type, name, weak)
         for t in span:
@@ -794,12 +883,16 @@ def _ordinary_plural(name: str, nlp: Any) -> bool:
     reads such a heading ("#### Node Modules") as a person; a surname that is a plural
     ("Banks", "Woods") is in WordNet as it stands."""
     words = [w.lower() for w in name.split()]
-    nouns = _lemma_index(nlp, "noun")
-    last = words[-1]
-    plural = last.isalpha() and last not in nouns and (
-        (last.endswith("ies") and last[:-3] + "y" in nouns)
-        or (last.endswith("es") and last[:-2] in nouns) or (last.endswith("s") and last[:-1] in nouns))
-    return plural and all(w in _ordinary_words(nlp) for w in words[:-1])
+    return (_noun_plural(words[-1], _lemma_index(nlp, "noun"))
+            and all(w in _ordinary_words(nlp) for w in words[:-1]))
+
+
+def _noun_plural(word: str, nouns: frozenset[str]) -> bool:
+    """Whether ``word`` (lower case) is no noun of its own but the plural of one ("modules",
+    "tips", "libraries"); a surname that is a plural ("Banks") is a noun as it stands."""
+    return word.isalpha() and word not in nouns and (
+        (word.endswith("ies") and word[:-3] + "y" in nouns)
+        or (word.endswith("es") and word[:-2] in nouns) or (word.endswith("s") and word[:-1] in nouns))
 
 
 @lru_cache(maxsize=8)

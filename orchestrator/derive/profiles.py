@@ -110,9 +110,12 @@ def _title(key: Key, names: dict[uuid.UUID, str]) -> str:
     return f"{names[entity]}, as {_holder(perspective)} sees it"
 
 
-def refresh(session: Session, *, entity_type: str = PERSON, max_sentences: int = 5,
-            settings: Settings | None = None, on_progress: Progress | None = None) -> ProfileReport:
-    """Build or refresh every writable profile: of entities of ``entity_type`` and of users.
+def refresh(session: Session, *, max_sentences: int = 5, settings: Settings | None = None,
+            on_progress: Progress | None = None) -> ProfileReport:
+    """Build or refresh every writable profile: of person entities and of users. A profile of
+    an entity that is no longer a person (typed otherwise by newer extraction rules: "Long
+    Term Support", stop 45) or that was merged into another is deleted with the others that
+    no current claim makes.
 
     ``on_progress(done, total)`` is called after each profile is considered (for a progress bar).
     """
@@ -127,7 +130,7 @@ def refresh(session: Session, *, entity_type: str = PERSON, max_sentences: int =
         select(c.id, c.subject_id, c.scopes, c.text, c.perspective_key, Entity.canonical_name,
                Entity.scopes)
         .join(Entity, (Entity.tenant_id == c.tenant_id) & (Entity.id == c.subject_id))
-        .where(Entity.entity_type == entity_type, Entity.merged_into.is_(None), writable,
+        .where(Entity.entity_type == PERSON, Entity.merged_into.is_(None), writable,
                or_(c.epistemic_kind == "world_fact", c.epistemic_kind.in_(PERSPECTIVE_KINDS)))
         .order_by(c.id)
     ).all()
@@ -165,9 +168,7 @@ def refresh(session: Session, *, entity_type: str = PERSON, max_sentences: int =
         select(Profile.id, Profile.subject_entity_id, Profile.subject_user_id, Profile.perspective_key,
                Profile.scopes, Profile.summary, Profile.summary_method, Profile.summary_model,
                Profile.input_digest)
-        .outerjoin(Entity, (Entity.tenant_id == Profile.tenant_id) & (Entity.id == Profile.subject_entity_id))
-        .where(or_(Entity.entity_type == entity_type, Profile.subject_user_id.is_not(None)),
-               Profile.scopes.contained_by(func.auth.write_scopes(type_=uuids)))
+        .where(Profile.scopes.contained_by(func.auth.write_scopes(type_=uuids)))
     ).all()
     existing: dict[Key, _Stored] = {
         (r.subject_entity_id, r.subject_user_id, r.perspective_key, tuple(sorted(r.scopes))): _Stored(
@@ -185,7 +186,7 @@ def refresh(session: Session, *, entity_type: str = PERSON, max_sentences: int =
         nonlocal started
         if not started:
             begin_activity(session, "derive.profiles", {
-                "method": summarizer.method, "model": summarizer.model, "entity_type": entity_type})
+                "method": summarizer.method, "model": summarizer.model, "entity_type": PERSON})
             started = True
 
     for done, key in enumerate(keys, 1):
