@@ -13,7 +13,9 @@ the first three, side by side, with each question's positions. ``--without-summa
 second tenant ingested as before stop 41 (the front matter's ``description`` left out of the
 body), scored in the same run. A second question file, ``benchmarks/data/
 node_api_questions.json`` (22 questions), asks Node.js's API reference as Debian's nodejs
-package ships it (``--folder /usr/share/doc/nodejs/api``, 64 pages of short sections).
+package ships it (``--folder /usr/share/doc/nodejs/api``, 64 pages of short sections), and a
+third, ``benchmarks/data/node_contributing_questions.json`` (22 questions), Node.js's
+contributor guides (its ``about`` says which pages, copied into one folder).
 
     .venv/bin/python benchmarks/docs_questions.py [--folder PATH] [--questions FILE]
         [--shapes learned,fused] [--no-derive] [--without-summary]

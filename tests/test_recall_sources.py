@@ -136,6 +136,38 @@ def test_a_title_most_visible_chunks_hold_names_no_document(
         assert direct_titles(trace) == {"npm"}, overrides
 
 
+def test_a_title_named_inside_a_longer_phrase_another_title_holds_names_no_subject(
+        tenant_factory, app_engine, embedder, settings, recaller):
+    """Node.js's contributor guides: "what does a security steward do?" named SECURITY.md
+    (titled "Security") by its title, and its disclosure policy was served first, over the
+    page about stewards that both lanes ranked first. The question's "security steward" is
+    a longer phrase that a found page's title holds: the page titled "Security" is no direct
+    subject then, and competes on merit. A question whose phrase no other title holds still
+    names it, and so does one whose next word is filler."""
+    from orchestrator.recall.tail import title_words
+
+    t = tenant_factory("team")
+    ident = t.identity(write=("team",))
+    write_documents(app_engine, ident, embedder, [
+        doc("SECURITY.md", "Security", "Report a vulnerability to the security team; a "
+            "primary handler coordinates the fix and the disclosure."),
+        doc("steward.md", "Security Steward Onboarding", "A security steward coordinates a "
+            "security release: the steward plans it, prepares the fixes and announces it."),
+        doc("triage.md", "Triage", "Label new issues within a week."),
+    ], settings)
+    result, trace = recaller.trace(ident, "What does a security steward do?")
+    assert trace.narrower == [("Security", "security steward", "Security Steward Onboarding")]
+    assert not any(it.direct for it in trace.ordered), trace.ordered
+    assert result.evidence[0].source.title == "Security Steward Onboarding"
+    assert ("'Security' ('security steward', of 'Security Steward Onboarding')"
+            in trace.format())
+    for question in ("What is the security disclosure policy?", "Is security of the team ok?"):
+        _, trace = recaller.trace(ident, question)
+        assert trace.narrower == [] and direct_titles(trace) == {"Security"}, question
+        assert any(it.direct for it in trace.ordered), question
+    assert title_words("Kyōto  Trip: day-2!") == ["kyoto", "trip", "day", "2"]
+
+
 def test_a_long_named_document_puts_its_best_chunks_first_and_the_rest_compete(
         tenant_factory, app_engine, embedder, settings, recaller):
     t = tenant_factory("team")

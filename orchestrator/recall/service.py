@@ -82,6 +82,7 @@ from orchestrator.recall.tail import (
     candidates_from_rows,
     discount_navigation,
     keep_direct_best,
+    narrower_subjects,
     order,
     served_once,
     stable_key,
@@ -653,6 +654,7 @@ class Recaller:
         identity-aware order, duplicates, redundant derived items, MMR. ``days``: the days the
         question names (``recall.dates.named_days``), read once per recall."""
         s = self.settings
+        trace.narrower = narrower_subjects(req.question, candidates)
         self._rerank(req.question, candidates, shape, trace)
         lap("rerank")
         with single_threaded_blas():

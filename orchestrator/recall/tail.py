@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -328,6 +329,67 @@ def apply_precedence(candidates: list[Candidate]) -> tuple[list[Candidate], Prec
             c.merit = floor - 1.0 + c.merit / 2
             report.contradicted.append((c, winner))
     return kept, report
+
+
+# Words that do not make a title's phrase longer: "a security" names no more than "security".
+_PHRASE_FILLER = frozenset({"a", "an", "the", "of", "in", "on", "for", "to", "and", "or", "is",
+                            "are", "was", "be", "what", "who", "how", "why", "when", "where",
+                            "which", "do", "does", "did", "can", "my", "our", "your", "its",
+                            "their", "with", "by", "from", "at", "about", "as", "i", "we"})
+_NOT_WORD = re.compile(r"[\W_]+")
+
+
+def title_words(text: str) -> list[str]:
+    """``text``'s words as ``recall.title_key`` keys a title: lower case, unaccented, split at
+    every run of characters that are no letter or digit."""
+    plain = "".join(ch for ch in unicodedata.normalize("NFKD", text.lower())
+                    if not unicodedata.combining(ch))
+    return [w for w in _NOT_WORD.split(plain) if w]
+
+
+def narrower_subjects(question: str, candidates: list[Candidate]) -> list[tuple[str, str, str]]:
+    """Clear the direct-subject bit of a document whose title the question names only as part
+    of a longer phrase that another found document's title holds: "what does a security
+    steward do?" names Node.js's SECURITY.md (titled "Security") by its title, but the
+    question is about the steward, whom "Security Steward Onboarding/OffBoarding" is about;
+    the page titled "Security" was served first, over both lanes' first two (stop 45). The
+    phrase is the title with the question's next or previous word (no article, preposition or
+    question word: ``_PHRASE_FILLER``); the other title must belong to a candidate that is no
+    direct subject (a named title inside another named title is the statement's rule). Runs
+    before the ranker, whose ``direct`` feature then reads the bit as cleared. Returns
+    (title, phrase, the other title) for the trace."""
+    question_words = title_words(question)
+    others: dict[str, str] = {}
+    named: dict[uuid.UUID, str] = {}
+    for c in candidates:
+        if c.source is None:
+            continue
+        if c.direct and c.document_id is not None:
+            named[c.document_id] = c.source.title
+        else:
+            others.setdefault(" " + " ".join(title_words(c.source.title)) + " ", c.source.title)
+    narrower: dict[uuid.UUID, tuple[str, str, str]] = {}
+    for document, title in named.items():
+        words = title_words(title)
+        n = len(words)
+        if not n:
+            continue
+        for i in range(len(question_words) - n + 1):
+            if question_words[i:i + n] != words:
+                continue
+            phrases = [question_words[j:k] for j, k, extra in (
+                (i - 1, i + n, i - 1), (i, i + n + 1, i + n))
+                if 0 <= extra < len(question_words)
+                and question_words[extra] not in _PHRASE_FILLER]
+            found = next(((" ".join(p), other) for p in phrases for key, other in others.items()
+                          if f" {' '.join(p)} " in key), None)
+            if found is not None:
+                narrower[document] = (title, *found)
+                break
+    for c in candidates:
+        if c.direct and c.document_id in narrower:
+            c.direct = False
+    return sorted(narrower.values())
 
 
 def keep_direct_best(candidates: list[Candidate], per_document: int,

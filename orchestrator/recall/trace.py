@@ -64,6 +64,9 @@ class Trace:
     ranking: RankReport = field(default_factory=RankReport)
     redundant: list[tuple[str, str, bool]] = field(default_factory=list)
     direct_lost: int = 0  # chunks of a named document past its best few: they compete on merit
+    # Titles the question names inside a longer phrase another title holds: (title, phrase,
+    # the other title); their documents are no direct subjects (``tail.narrower_subjects``).
+    narrower: list[tuple[str, str, str]] = field(default_factory=list)
     diversity: str = ""
     navigation: str = ""  # chunks that are a table of contents or a link list, discounted
     named_day: str = ""  # items that happened on a day the question names, boosted
@@ -111,6 +114,11 @@ class Trace:
                              f"{title!r} (its rarest word in {df} of the {others} chunks "
                              "outside it)"
                              for title, df, others in sorted(self.corpus["common_titles"])))
+        if self.narrower:
+            lines.append("titles the question names inside a longer phrase another found title "
+                         "holds (no direct subjects): " + ", ".join(
+                             f"{title!r} ({phrase!r}, of {other!r})"
+                             for title, phrase, other in self.narrower))
         if self.corpus.get("seeds") is not None:
             # Two entities may share a name (spaCy typed "Installs" a place and an
             # organisation): one name, with how many entities carry it.
