@@ -50,6 +50,23 @@ def test_an_overlap_starts_at_a_sentence_not_mid_line() -> None:
         assert c.text[0].isupper()
 
 
+def test_an_ordered_lists_marker_ends_no_sentence_for_an_overlap() -> None:
+    """Node.js's commit-queue guide: a chunk opened with "Push the changes to nodejs/node",
+    the rest of the list item "      1. Push the changes ..." whose marker's ". " read as a
+    sentence end. The overlap starts at an item's line or at a real sentence end."""
+    steps = "\n".join(f"   {i}. Run step number {i} of the landing without a full stop"
+                      for i in range(1, 40))
+    spans = chunk_text("Steps:\n" + steps, 300, 120)
+    assert len(spans) > 3
+    for c in spans[1:]:
+        assert not c.text.startswith("Run step"), repr(c.text[:40])
+        assert c.text.lstrip()[0].isdigit(), repr(c.text[:40])
+    # A sentence end on an item's line still opens an overlap after it.
+    items = "\n".join(f"{i}. Item {i} ends here. Then more words follow it" for i in range(1, 40))
+    for c in chunk_text(items, 300, 120)[1:]:
+        assert c.text.startswith(("Then", *(f"{i}. " for i in range(40)))), repr(c.text[:40])
+
+
 def test_without_a_sentence_start_the_overlap_falls_back_to_a_line_then_a_word() -> None:
     lines = "\n".join(f"item number {i} of the list without any full stop" for i in range(40))
     for c in chunk_text(lines, 200, 60)[1:]:

@@ -19,6 +19,7 @@ body, so ``body[start:end] == text`` for every chunk.
 from __future__ import annotations
 
 import bisect
+import re
 from dataclasses import dataclass
 
 from orchestrator.markdown import code_fences, enclosing, section_starts
@@ -27,19 +28,32 @@ _BREAKS = ("\n\n", "\n", ". ", "? ", "! ", "; ", ", ", " ")
 # Where an overlap may start: after a paragraph break or a sentence end (best), after a
 # line break (Markdown wraps paragraphs, so a line start is often mid-sentence), at a word.
 _STARTS = (("\n\n", ". ", "? ", "! ", ".\n", "?\n", "!\n", ":\n"), ("\n",))
+# What stands before the full stop of an ordered list's marker on its line ("   2. Leave").
+_ORDERED_MARKER = re.compile(r"[ \t]*\d{1,9}")
 
 
 def _overlap_start(body: str, lo: int, end: int) -> int:
     """The first paragraph or sentence start in ``body[lo:end]``, else the first line start,
-    else the first word start; ``end`` when there is none."""
+    else the first word start; ``end`` when there is none. An ordered list's marker ("1. ")
+    ends no sentence: Node.js's commit-queue guide had a chunk open with "Push the changes
+    to nodejs/node", the rest of "      1. Push the changes ..." (stop 45)."""
     for marks in _STARTS:
-        found = [i + len(mark) for mark in marks if (i := body.find(mark, lo, end)) != -1]
-        found = [i for i in found if i < end]
+        found = [at for mark in marks if (at := _mark_end(body, mark, lo, end)) is not None]
         if found:
             return min(found)
     while lo < end and not body[lo - 1].isspace():
         lo += 1
     return lo
+
+
+def _mark_end(body: str, mark: str, lo: int, end: int) -> int | None:
+    """Where the first ``mark`` in ``body[lo:end]`` that is no list marker ends, if before
+    ``end``."""
+    i = body.find(mark, lo, end)
+    while i != -1 and mark[0] == "." and _ORDERED_MARKER.fullmatch(
+            body, body.rfind("\n", 0, i) + 1, i):
+        i = body.find(mark, i + 1, end)
+    return i + len(mark) if i != -1 and i + len(mark) < end else None
 
 
 @dataclass(frozen=True)
