@@ -479,6 +479,11 @@ def test_a_person_of_english_words_without_a_common_name_is_a_product():
                  "J. R. R. Tolkien", "Tolkien", "Plato", "Ada Lovelace", "Priya", "Maren Okafor",
                  "Long Nguyen", "Mary-Jane O'Neil", "Advocacy"):
         assert not _english_only(name, context, nlp), name
+    # A common surname alone is a word where its document writes it in lower case (pyenv's
+    # docs: "bash"), and a name elsewhere.
+    assert _english_only("Bash", "run it in bash or zsh", nlp)
+    assert not _english_only("Bash", context, nlp)
+    assert not _english_only("Will", "it will run", nlp)  # a common given name stays one
     # Without its document (an entity an older rule typed), a phrase is retyped, a one-word
     # noun is not.
     assert typed_by_rules("Long Term Support", "person") == "product"

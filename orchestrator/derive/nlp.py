@@ -743,15 +743,18 @@ def _english_only(name: str, context: str, nlp: Any) -> bool:
     "Frost" stay people), no title or kin word opens it ("Grandma", "King Charles") and no word
     is an initial ("J. R. R. Tolkien"). WordNet, whose words these are, has famous people's
     names as nouns too ("tolkien", "plato", "mozart"), and one of them alone is a person: a
-    one-word name must also be a verb or an adjective ("Zoom", "Chrome"), a noun's plural
-    ("Tips") or a word ``context`` (the document, masked as the chunk was) writes in lower
-    case. A name with a word English does not have ("Priya", "Okafor") is left to the other
-    rules."""
+    one-word name must also be a word ``context`` (the document, masked as the chunk was)
+    writes in lower case, or, unless it is a common surname ("Trump", "Frost"), a verb or an
+    adjective ("Zoom", "Chrome") or a noun's plural ("Tips"). A common surname alone is a
+    person only where its document does not write it in lower case: pyenv's docs write
+    "bash", undici's "pool". A name with a word English does not have ("Priya", "Okafor")
+    is left to the other rules."""
     bare = [w.strip(".,'\"\u2018\u2019").lower() for w in name.split()]
     if not bare or any(len(w) < 2 for w in bare) or bare[0] in _PERSON_OPENERS:
         return False
     given, surnames = _census_names()
-    if bare[0] in given or bare[-1] in surnames:
+    alone = len(bare) == 1 and "-" not in bare[0]
+    if bare[0] in given or (bare[-1] in surnames and not alone):
         return False
     for w in bare:
         parts = w.split("-")
@@ -760,11 +763,14 @@ def _english_only(name: str, context: str, nlp: Any) -> bool:
                 continue
             if not (part.isalpha() and _english_word(part, nlp)):
                 return False
-    if len(bare) > 1 or "-" in bare[0]:
+    if not alone:
         return True
     word = bare[0]
-    return (word not in _lemma_index(nlp, "noun") or word in _lemma_index(nlp, "verb")
-            or word in _lemma_index(nlp, "adj") or word in _own_lower_words(context))
+    if word in _own_lower_words(context):
+        return True
+    return word not in surnames and (
+        word not in _lemma_index(nlp, "noun") or word in _lemma_index(nlp, "verb")
+        or word in _lemma_index(nlp, "adj"))
 
 
 def _software_person(span: Any, context: str | None, nlp: Any) -> bool:
