@@ -761,6 +761,38 @@ def test_an_entity_older_rules_typed_gets_the_current_rules_type_when_read_again
     assert types(writers[1])["Node.js"] == "place" and reports[1].retyped == 0
 
 
+def test_a_person_its_document_unpersons_is_retyped_when_read_again(
+        tenant_factory, app_engine, settings, tmp_path, monkeypatch):
+    """Rules 20 type "Maintenance" a product where its document also writes "maintenance",
+    which its name alone does not say (``typed_by_rules`` keeps a one-word noun): a tenant read
+    under rules 19 kept it a person, with a profile, until a mention the current rules
+    unperson (``Entity.unpersoned``) retypes it when read again."""
+    from orchestrator.derive import nlp
+
+    (tmp_path / "releases.md").write_text(
+        "# Releases\n\nIf the release is transitioning from Active LTS to Maintenance, the "
+        "label must be deleted. Routine maintenance of the branch goes on.\n")
+    t = tenant_factory("code")
+    writer = t.identity("writer", write=("code",))
+
+    def maintenance() -> str:
+        with bound_session(app_engine, writer) as s:
+            return str(s.execute(text("select entity_type from knowledge.entities "
+                                      "where canonical_name = 'Maintenance'")).scalar_one())
+
+    monkeypatch.setattr(nlp, "_english_only", lambda name, context, nlp_: False)
+    monkeypatch.setattr(nlp, "RULES_VERSION", "rules-19-test")
+    ingest_paths(settings, app_engine, writer, [tmp_path], collection="notes", scopes=["code"])
+    with bound_session(app_engine, writer) as s:
+        extract(s, settings=settings)
+    assert maintenance() == "person"
+    assert nlp.typed_by_rules("Maintenance", "person") == "person"
+    monkeypatch.undo()
+    with bound_session(app_engine, writer) as s:
+        report = extract(s, settings=settings)
+    assert maintenance() == "product" and report.retyped == 1, report
+
+
 def test_extracted_claims_read_as_written(tenant_factory, app_engine, settings, tmp_path):
     (tmp_path / "ranker.md").write_text(
         "# Ranking\n\nMaren Okafor trains the model with `train_ranker.py` in Oslo.\n\n"

@@ -547,6 +547,9 @@ class _Writer:
         # entity -> whether every mention of it is weak (one ordinary mention makes it)
         wanted: dict[tuple[uuid.UUID, ...], dict[Entity, bool]] = defaultdict(dict)
         mentions: Counter[tuple[tuple[uuid.UUID, ...], Entity]] = Counter()
+        # Names a mention of which the rules made a product of a person by what its document
+        # writes (``Entity.unpersoned``), per scope set.
+        unpersoned: set[tuple[tuple[uuid.UUID, ...], str]] = set()
         for chunk, sentences in zip(batch, read_, strict=True):
             for s in sentences:
                 for e in s.entities:
@@ -557,6 +560,8 @@ class _Writer:
                         known = wanted[chunk.scopes]
                         known[e] = known.get(e, True) and e.weak
                         mentions[(chunk.scopes, e)] += 1
+                        if e.unpersoned:
+                            unpersoned.add((chunk.scopes, e.name))
         # Each name's key as resolution matches it (``knowledge.normalize_name``), one query.
         names = sorted({e.name for entities in wanted.values() for e in entities})
         keys: dict[str, str] = {n: k for n, k in self.session.execute(text(
@@ -617,8 +622,12 @@ class _Writer:
             self._merge_same_names(scopes, resolved)
             if self.gates:
                 # Only names the rules could type otherwise: most batches ask nothing more.
+                no_person = {resolved[key(name)] for sc, name in unpersoned
+                             if sc == scopes and key(name) in resolved}
                 self._retype([resolved[key(e.name)] for e in ordered if key(e.name) in resolved
-                              and any(typed_by_rules(e.name, t) != t for t in RETYPED)])
+                              and (resolved[key(e.name)] in no_person
+                                   or any(typed_by_rules(e.name, t) != t for t in RETYPED))],
+                             no_person)
         aliases: list[tuple[uuid.UUID, str, list[uuid.UUID]]] = []
         for (scopes, short), full in stands_for.items():
             eid = self.entity_ids[(scopes, "person", full)]
@@ -629,7 +638,7 @@ class _Writer:
         self._add_aliases(aliases)
         return [self._named(chunk, sentences) for chunk, sentences in zip(batch, read_, strict=True)]
 
-    def _retype(self, ids: list[uuid.UUID]) -> None:
+    def _retype(self, ids: list[uuid.UUID], no_person: set[uuid.UUID] | None = None) -> None:
         """The entities this batch resolved to, each given the type the current rules give its
         name where an older rule typed it otherwise (``typed_by_rules``): a name's mentions go
         to the oldest entity of that name, so "Node.js", a place before rules 18, stayed one in
@@ -637,7 +646,10 @@ class _Writer:
         (``_extractor_only``): one someone made or wrote about keeps the type it has. One query
         to read the types; an update per change, in a savepoint (one the database refuses is
         logged and left as it was). ``ids``: those whose name the rules could type otherwise
-        (for one of ``RETYPED``), as the batch writes it."""
+        (for one of ``RETYPED``), as the batch writes it; ``no_person``: those of them a
+        mention of which the rules made a product by what its document writes
+        (``Entity.unpersoned``: "Maintenance", a word the document also writes in lower case),
+        which a person becomes."""
         if not ids:
             return
         rows = self.session.execute(text(
@@ -645,7 +657,8 @@ class _Writer:
             "where e.tenant_id = auth.tenant_id() and e.id = any(cast(:ids as uuid[])) "
             f"and e.merged_into is null and {_extractor_only('e')}"), {"ids": ids}).all()
         for eid, old, name in rows:
-            new = typed_by_rules(name, old)
+            new = ("product" if old == "person" and eid in (no_person or ())
+                   else typed_by_rules(name, old))
             if new == old:
                 continue
             try:

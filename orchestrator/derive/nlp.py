@@ -182,6 +182,9 @@ class Entity:
     # a heading's run of ordinary words (``_heading_label``): it names an entity already known,
     # never a new one. Not part of equality: the same name elsewhere is one entity.
     weak: bool = field(default=False, compare=False)
+    # Tagged a person, and a product by what its document writes (``_software_person``,
+    # ``_english_only``): an entity of that name an older rule made a person is retyped.
+    unpersoned: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -849,11 +852,10 @@ def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
                           or _positional_adjective(span, m.entity_type, as_written, context, nlp)
                           or _heading_label(span, as_written, context))
         entity_type = _person_or_product(name, m.entity_type) if gates else m.entity_type
-        if entity_type == "person" and gates and (
-                _software_person(span, context, nlp)
-                or _english_only(name, context if context is not None else doc.text, nlp)):
-            entity_type = "product"
-        entity = Entity(entity_type, name, weak)
+        unpersoned = entity_type == "person" and gates and (
+            _software_person(span, context, nlp)
+            or _english_only(name, context if context is not None else doc.text, nlp))
+        entity = Entity("product" if unpersoned else entity_type, name, weak, unpersoned)
         for t in span:
             owner[t.i] = entity
     return owner
