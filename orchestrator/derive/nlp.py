@@ -100,8 +100,10 @@ RULES_VERSION = "rules-20"  # 4: markup masked over the whole document (stop 25)
 # document also writes in lower case, which no English word is, is software ("Jython" of
 # "jython-2.7.2", ``_software_person``, stop 44); 20: a "person" of English words is a
 # product unless a common given name opens it or a common surname ends it ("Long Term
-# Support", "Style Guide", "Tips", where its document writes each word in lower case too;
-# ``_english_only``, stop 45)
+# Support", "Style Guide"; one word alone where it is a verb, an adjective or a plural, or
+# its document writes it in lower case too: "Tips", "Maintenance"; ``_english_only``), and a
+# person an older rule made is retyped where a mention is such a product
+# (``Entity.unpersoned``, stop 45)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
