@@ -358,16 +358,13 @@ def narrower_subjects(question: str, candidates: list[Candidate]) -> list[tuple[
     direct subject (a named title inside another named title is the statement's rule). Runs
     before the ranker, whose ``direct`` feature then reads the bit as cleared. Returns
     (title, phrase, the other title) for the trace."""
+    named = {c.document_id: c.source.title for c in candidates
+             if c.direct and c.source is not None and c.document_id is not None}
+    if not named:
+        return []  # most recalls name no title: nothing to read
     question_words = title_words(question)
-    others: dict[str, str] = {}
-    named: dict[uuid.UUID, str] = {}
-    for c in candidates:
-        if c.source is None:
-            continue
-        if c.direct and c.document_id is not None:
-            named[c.document_id] = c.source.title
-        else:
-            others.setdefault(" " + " ".join(title_words(c.source.title)) + " ", c.source.title)
+    titles = {c.source.title for c in candidates if c.source is not None and not c.direct}
+    others = {" " + " ".join(title_words(t)) + " ": t for t in sorted(titles)}
     narrower: dict[uuid.UUID, tuple[str, str, str]] = {}
     for document, title in named.items():
         words = title_words(title)
