@@ -472,12 +472,12 @@ def test_a_person_of_english_words_without_a_common_name_is_a_product():
     context = "the maintenance of a module; tips for the release schedule"
     for name in ("Style Guide", "Release Schedule", "Event Tracing", "Command Line Interface",
                  "Pre-Release Announcement", "Approval Workflow", "Tips", "Zoom", "Chrome",
-                 "Promise", "Maintenance", "Module"):
+                 "Promise", "Maintenance", "Module", "Advocacy", "Basics"):
         assert _english_only(name, context, nlp), name
     for name in ("Grant Hill", "Mark Twain", "Bill Gates", "Hope Solo", "Will", "Frost",
                  "Rose", "Smith", "Trump", "Grandma", "King Charles", "Aunt May",
                  "J. R. R. Tolkien", "Tolkien", "Plato", "Ada Lovelace", "Priya", "Maren Okafor",
-                 "Long Nguyen", "Mary-Jane O'Neil", "Advocacy"):
+                 "Long Nguyen", "Mary-Jane O'Neil", "Appendix", "Prudence", "Trinity"):
         assert not _english_only(name, context, nlp), name
     # A common surname alone is a word where its document writes it in lower case (pyenv's
     # docs: "bash"), and a name elsewhere.
@@ -485,9 +485,10 @@ def test_a_person_of_english_words_without_a_common_name_is_a_product():
     assert not _english_only("Bash", context, nlp)
     assert not _english_only("Will", "it will run", nlp)  # a common given name stays one
     # Without its document (an entity an older rule typed), a phrase is retyped, a one-word
-    # noun is not.
+    # noun only by its ending.
     assert typed_by_rules("Long Term Support", "person") == "product"
-    assert typed_by_rules("Maintenance", "person") == "person"
+    assert typed_by_rules("Maintenance", "person") == "product"  # an abstraction's ending
+    assert typed_by_rules("Dispatcher", "person") == "person"
     assert typed_by_rules("Grant Hill", "person") == "person"
     assert typed_by_rules("Long Term Support", "organization") == "organization"
 
@@ -763,34 +764,33 @@ def test_an_entity_older_rules_typed_gets_the_current_rules_type_when_read_again
 
 def test_a_person_its_document_unpersons_is_retyped_when_read_again(
         tenant_factory, app_engine, settings, tmp_path, monkeypatch):
-    """Rules 20 type "Maintenance" a product where its document also writes "maintenance",
+    """Rules 20 type "Dispatcher" a product where its document also writes "dispatcher",
     which its name alone does not say (``typed_by_rules`` keeps a one-word noun): a tenant read
     under rules 19 kept it a person, with a profile, until a mention the current rules
     unperson (``Entity.unpersoned``) retypes it when read again."""
     from orchestrator.derive import nlp
 
-    (tmp_path / "releases.md").write_text(
-        "# Releases\n\nIf the release is transitioning from Active LTS to Maintenance, the "
-        "label must be deleted. Routine maintenance of the branch goes on.\n")
+    (tmp_path / "pool.md").write_text(
+        "# Connections\n\nAsk Dispatcher for a connection. The dispatcher hands it out.\n")
     t = tenant_factory("code")
     writer = t.identity("writer", write=("code",))
 
-    def maintenance() -> str:
+    def dispatcher() -> str:
         with bound_session(app_engine, writer) as s:
             return str(s.execute(text("select entity_type from knowledge.entities "
-                                      "where canonical_name = 'Maintenance'")).scalar_one())
+                                      "where canonical_name = 'Dispatcher'")).scalar_one())
 
     monkeypatch.setattr(nlp, "_english_only", lambda name, context, nlp_: False)
     monkeypatch.setattr(nlp, "RULES_VERSION", "rules-19-test")
     ingest_paths(settings, app_engine, writer, [tmp_path], collection="notes", scopes=["code"])
     with bound_session(app_engine, writer) as s:
         extract(s, settings=settings)
-    assert maintenance() == "person"
-    assert nlp.typed_by_rules("Maintenance", "person") == "person"
+    assert dispatcher() == "person"
+    assert nlp.typed_by_rules("Dispatcher", "person") == "person"
     monkeypatch.undo()
     with bound_session(app_engine, writer) as s:
         report = extract(s, settings=settings)
-    assert maintenance() == "product" and report.retyped == 1, report
+    assert dispatcher() == "product" and report.retyped == 1, report
 
 
 def test_extracted_claims_read_as_written(tenant_factory, app_engine, settings, tmp_path):

@@ -648,7 +648,7 @@ class _Writer:
         logged and left as it was). ``ids``: those whose name the rules could type otherwise
         (for one of ``RETYPED``), as the batch writes it; ``no_person``: those of them a
         mention of which the rules made a product by what its document writes
-        (``Entity.unpersoned``: "Maintenance", a word the document also writes in lower case),
+        (``Entity.unpersoned``: "Dispatcher", a word the document also writes in lower case),
         which a person becomes."""
         if not ids:
             return

@@ -101,9 +101,9 @@ RULES_VERSION = "rules-20"  # 4: markup masked over the whole document (stop 25)
 # "jython-2.7.2", ``_software_person``, stop 44); 20: a "person" of English words is a
 # product unless a common given name opens it or a common surname ends it ("Long Term
 # Support", "Style Guide"; one word alone where it is a verb, an adjective or a plural, or
-# its document writes it in lower case too: "Tips", "Maintenance"; ``_english_only``), and a
-# person an older rule made is retyped where a mention is such a product
-# (``Entity.unpersoned``, stop 45)
+# its document writes it in lower case too, or it ends as an abstraction does: "Tips",
+# "Maintenance"; ``_english_only``), and a person an older rule made is retyped where a
+# mention is such a product (``Entity.unpersoned``, stop 45)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -694,6 +694,11 @@ _PERSON_OPENERS = frozenset({
 # Prefixes a hyphen joins to an English word ("Pre-Release Blog Post").
 _HYPHEN_PREFIXES = frozenset({"pre", "post", "re", "un", "non", "co", "sub", "multi", "anti",
                               "self", "semi", "cross", "inter", "over", "under", "out"})
+# Endings of nouns that name an abstraction, which no person's name has once the census's
+# given names ("Constance", "Prudence", "Trinity") and common surnames ("Vance") are set
+# apart: "Maintenance", "Advocacy", "Basics" (Node.js's contributor guides, stop 45).
+_ABSTRACT_SUFFIXES = ("ance", "ence", "acy", "ity", "ment", "ness", "tion", "sion", "ics",
+                      "ism", "ship", "hood", "dom", "ogy")
 # A name is common where at least this share of people has it (percent, the census lists'
 # second column): given names "Grant" 0.036, "Drew" 0.024 and "Art" 0.009 are, "Long" (0.004)
 # is not; surnames "Frost" 0.016 and "Trump" 0.001 are, "Style" and "String" (0.000) are not.
@@ -701,21 +706,27 @@ _COMMON_GIVEN_PERCENT = 0.005
 _COMMON_SURNAME_PERCENT = 0.001
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=4)
+def _census_list(least: float, *files: str) -> frozenset[str]:
+    """The names, lower case, of the 1990 US census name lists ``files`` the ``names`` package
+    ships (public domain) that at least ``least`` percent of people have."""
+    out: set[str] = set()
+    for f in files:
+        for line in resources.files("names").joinpath(f).read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 2 and float(parts[1]) >= least:
+                out.add(parts[0].lower())
+    return frozenset(out)
+
+
+_GIVEN_NAME_LISTS = ("dist.male.first", "dist.female.first")
+
+
 def _census_names() -> tuple[frozenset[str], frozenset[str]]:
-    """(common given names, common surnames), lower case: the 1990 US census name lists the
-    ``names`` package ships (public domain), each name held by at least
-    ``_COMMON_GIVEN_PERCENT`` or ``_COMMON_SURNAME_PERCENT`` percent of people."""
-    def common(least: float, *files: str) -> frozenset[str]:
-        out: set[str] = set()
-        for f in files:
-            for line in resources.files("names").joinpath(f).read_text().splitlines():
-                parts = line.split()
-                if len(parts) >= 2 and float(parts[1]) >= least:
-                    out.add(parts[0].lower())
-        return frozenset(out)
-    return (common(_COMMON_GIVEN_PERCENT, "dist.male.first", "dist.female.first"),
-            common(_COMMON_SURNAME_PERCENT, "dist.all.last"))
+    """(common given names, common surnames): held by at least ``_COMMON_GIVEN_PERCENT`` or
+    ``_COMMON_SURNAME_PERCENT`` percent of people (``_census_list``)."""
+    return (_census_list(_COMMON_GIVEN_PERCENT, *_GIVEN_NAME_LISTS),
+            _census_list(_COMMON_SURNAME_PERCENT, "dist.all.last"))
 
 
 def _english_word(word: str, nlp: Any) -> bool:
@@ -750,7 +761,8 @@ def _english_only(name: str, context: str, nlp: Any) -> bool:
     names as nouns too ("tolkien", "plato", "mozart"), and one of them alone is a person: a
     one-word name must also be a word ``context`` (the document, masked as the chunk was)
     writes in lower case, or, unless it is a common surname ("Trump", "Frost"), a verb or an
-    adjective ("Zoom", "Chrome") or a noun's plural ("Tips"). A common surname alone is a
+    adjective ("Zoom", "Chrome"), a noun's plural ("Tips") or a noun of an abstraction
+    (``_ABSTRACT_SUFFIXES``: "Maintenance", "Advocacy"). A common surname alone is a
     person only where its document does not write it in lower case: pyenv's docs write
     "bash", undici's "pool". A name with a word English does not have ("Priya", "Okafor")
     is left to the other rules."""
@@ -775,7 +787,8 @@ def _english_only(name: str, context: str, nlp: Any) -> bool:
         return True
     return word not in surnames and (
         word not in _lemma_index(nlp, "noun") or word in _lemma_index(nlp, "verb")
-        or word in _lemma_index(nlp, "adj"))
+        or word in _lemma_index(nlp, "adj")
+        or (word.endswith(_ABSTRACT_SUFFIXES) and word not in _census_list(0.0, *_GIVEN_NAME_LISTS)))
 
 
 def _software_person(span: Any, context: str | None, nlp: Any) -> bool:
@@ -795,7 +808,7 @@ def _software_person(span: Any, context: str | None, nlp: Any) -> bool:
 def typed_by_rules(name: str, entity_type: str) -> str:
     """The type the current rules give an entity of ``name`` tagged ``entity_type``
     (``_person_or_product``, and ``_english_only`` without a document: "Long Term Support", a
-    person before rules 20, is a product; a one-word noun such as "Maintenance" stays what it
+    person before rules 20, is a product; a one-word noun such as "Dispatcher" stays what it
     was, its document unknown here): extraction retypes an entity an older rule made
     ("Node.js", a place before rules 18, is a product)."""
     typed = _person_or_product(name, entity_type)
