@@ -638,7 +638,8 @@ class _Writer:
         self._add_aliases(aliases)
         return [self._named(chunk, sentences) for chunk, sentences in zip(batch, read_, strict=True)]
 
-    def _retype(self, ids: list[uuid.UUID], no_person: set[uuid.UUID] | None = None) -> None:
+    def _retype(self, ids: list[uuid.UUID], no_person: frozenset[uuid.UUID] | set[uuid.UUID]
+                = frozenset()) -> None:
         """The entities this batch resolved to, each given the type the current rules give its
         name where an older rule typed it otherwise (``typed_by_rules``): a name's mentions go
         to the oldest entity of that name, so "Node.js", a place before rules 18, stayed one in
@@ -657,8 +658,7 @@ class _Writer:
             "where e.tenant_id = auth.tenant_id() and e.id = any(cast(:ids as uuid[])) "
             f"and e.merged_into is null and {_extractor_only('e')}"), {"ids": ids}).all()
         for eid, old, name in rows:
-            new = ("product" if old == "person" and eid in (no_person or ())
-                   else typed_by_rules(name, old))
+            new = "product" if old == "person" and eid in no_person else typed_by_rules(name, old)
             if new == old:
                 continue
             try:

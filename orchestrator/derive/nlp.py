@@ -89,7 +89,7 @@ RULES_VERSION = "rules-20"  # 4: markup masked over the whole document (stop 25)
 # set are one entity whatever type each was tagged with (``TYPE_PRECEDENCE``, stop 40);
 # 16: so does a list item's label or a word of its short value ("* Type: Boolean",
 # ``_label_item``, stop 41); 17: a "person" of ordinary words ending in a plural noun
-# ("Node Modules") takes no first name (``_ordinary_plural``, stop 41); 18: a backslash escape
+# ("Node Modules") takes no first name (stop 41; ``_english_only`` since 20); 18: a backslash escape
 # and an autolink's brackets are markup, a blanked marker before punctuation leaves no space
 # in a claim's sentence ("fs: add", not "fs : add"), and a place or group named like software
 # ("Node.js") is a product (``_SOFTWARE_SHAPE``), and a code-shaped word the document writes
@@ -899,17 +899,6 @@ def short_name(entity: Entity) -> bool:
             and entity.name[:1].isupper())
 
 
-def _ordinary_plural(name: str, nlp: Any) -> bool:
-    """Whether ``name`` is ordinary words ending in a plural noun ("Node Modules", "Release
-    Notes"): WordNet (the pipeline's lemma index) has each word before the last as a noun,
-    verb or adjective, and the last as no word of its own but the plural of a noun. NER
-    reads such a heading ("#### Node Modules") as a person; a surname that is a plural
-    ("Banks", "Woods") is in WordNet as it stands."""
-    words = [w.lower() for w in name.split()]
-    return (_noun_plural(words[-1], _lemma_index(nlp, "noun"))
-            and all(w in _ordinary_words(nlp) for w in words[:-1]))
-
-
 def _noun_plural(word: str, nouns: frozenset[str]) -> bool:
     """Whether ``word`` (lower case) is no noun of its own but the plural of one ("modules",
     "tips", "libraries"); a surname that is a plural ("Banks") is a noun as it stands."""
@@ -942,9 +931,9 @@ def short_name_targets(shorts: Iterable[Entity], people: Iterable[str], nlp: Any
     (``people``), and whom: the only one whose first name it is ("Priya" for "Priya Raman",
     typed person, group or organisation), or, typed person, the only one whose last name it
     is ("Okafor" for "Sam Okafor"). A word two known people share stands for neither. A
-    "person" of ordinary words ending in a plural noun (``_ordinary_plural``: "Node Modules",
-    NER's reading of a heading) takes no one's name: every "Node" of the Node.js docs stood
-    for it (rules 17), nor does a command and a name an older rule kept together
+    "person" of English words that is no one's name (``_english_only``: "Node Modules",
+    NER's reading of a heading, which every "Node" of the Node.js docs stood for under rules
+    17) takes no one's name, nor does a command and a name an older rule kept together
     (``_command_name``: "Add Jython" took every "Jython"). ``nlp``: the pipeline whose
     lemma index and tagger say so (the packaged one when None)."""
     nlp = load_spacy() if nlp is None else nlp
@@ -953,7 +942,7 @@ def short_name_targets(shorts: Iterable[Entity], people: Iterable[str], nlp: Any
     by_last: dict[str, set[str]] = {}
     for full in people:
         words = full.split()
-        if len(words) < 2 or _ordinary_plural(full, nlp) or _command_name(full, nlp):
+        if len(words) < 2 or _english_only(full, "", nlp) or _command_name(full, nlp):
             continue
         key = " ".join(name_word_key(w) for w in words)
         canonical.setdefault(key, full)
