@@ -198,9 +198,7 @@ def _derive_scheduler(db: Database, worker_engine: Engine, settings: Settings,
             err.print(Text.assemble(f"derive {r.tenant}: {r.job}: ", ("note:", "yellow"), f" {note}"))
 
     def on_tick(t: TickReport) -> None:
-        (out if verbose else err).print(
-            f"derived {t.counts()} in {t.seconds:.1f}s, "
-            f"{len(t.failed)} failed")
+        (out if verbose else err).print(f"derived {t.line()}")
 
     return DeriveScheduler(worker_engine, app_engine, settings, tenants=tenants, on_result=on_result,
                            on_tick=on_tick)

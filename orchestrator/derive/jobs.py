@@ -353,10 +353,12 @@ class TickReport:
     def failed(self) -> list[JobResult]:
         return [r for r in self.results if not r.ok]
 
-    def counts(self) -> str:
-        """"1 tenant, 10 jobs", as the tick's log line, the worker's line and its health say."""
+    def line(self) -> str:
+        """"1 tenant, 10 jobs in 2.0s, 0 failed": the tick as its log line, the worker's line
+        and its health say it."""
         jobs = len(self.results)
-        return f"{self.tenants} tenant{'s' * (self.tenants != 1)}, {jobs} job{'s' * (jobs != 1)}"
+        return (f"{self.tenants} tenant{'s' * (self.tenants != 1)}, {jobs} job{'s' * (jobs != 1)}"
+                f" in {self.seconds:.1f}s, {len(self.failed)} failed")
 
 
 class DeriveScheduler:
@@ -406,8 +408,7 @@ class DeriveScheduler:
         self.compact_statistics()
         self.last_tick_at = datetime.now(UTC)
         report.seconds = time.monotonic() - started
-        log.info("derive tick: %s, %d failed in %.1fs", report.counts(), len(report.failed),
-                 report.seconds)
+        log.info("derive tick: %s", report.line())
         if self.on_tick is not None:
             self.on_tick(report)
         return report
@@ -443,8 +444,7 @@ class DeriveScheduler:
         def body() -> None:
             while not stop.is_set():
                 t = self.tick()
-                component.ok(f"last tick: {t.counts()}, {len(t.failed)} failed in "
-                             f"{t.seconds:.1f} s")
+                component.ok(f"last tick: {t.line()}")
                 stop.wait(interval)
 
         supervise(component, body, stop, backoff=Backoff(1.0, min(interval, 60.0)))
