@@ -25,7 +25,7 @@ import typer
 from orchestrator.cli.output import console, exit_status, styled
 from orchestrator.config import Settings
 from orchestrator.errors import EngramError, Unauthenticated
-from orchestrator.messages import NOTHING_FITS
+from orchestrator.messages import shown
 
 out = console()
 err = console(stderr=True)
@@ -173,10 +173,7 @@ def _in_process(settings: Settings, question: str, token: str | None, org: str |
 
 
 def _show(what: str, trace: str | None, rendered: str) -> None:
-    if what == "trace" and trace is not None:
-        out.print(trace)
-        out.print("7. rendered")
-    out.print(rendered or NOTHING_FITS)
+    out.print(shown(trace if what == "trace" else None, rendered))
 
 
 def recall_command(question: Annotated[str, typer.Argument(help="the question")],

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.messages import NOTHING_FITS
+from orchestrator.messages import shown
 from orchestrator.recall.ranker import RankReport
 from orchestrator.recall.render import one_line
 from orchestrator.recall.tail import Candidate, Dropped, Precedence
@@ -196,6 +196,5 @@ class Trace:
 
 
 def report(trace: Trace, rendered: str) -> str:
-    """What ``engram trace`` prints (and the MCP ``trace`` tool returns): every stage, then
-    the rendered string."""
-    return f"{trace.format()}\n7. rendered\n{rendered or NOTHING_FITS}"
+    """Every stage of ``trace``, then the rendered string (``messages.shown``)."""
+    return shown(trace.format(), rendered)
