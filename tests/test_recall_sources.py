@@ -168,6 +168,28 @@ def test_a_title_named_inside_a_longer_phrase_another_title_holds_names_no_subje
     assert title_words("Kyōto  Trip: day-2!") == ["kyoto", "trip", "day", "2"]
 
 
+def test_a_longer_title_the_reader_cannot_see_neither_narrows_nor_shows_in_the_trace(
+        tenant_factory, app_engine, embedder, settings, recaller):
+    """The trace line of ``narrower_subjects`` names another document's title: only a title
+    among the reader's own candidates may clear a direct subject or be named. A team reader
+    is not told of exec's page, and its "Security" page stays the subject; an exec reader's
+    trace names the page and the subject competes on merit."""
+    t = tenant_factory("team", "exec")
+    write_documents(app_engine, t.identity(write=("team", "exec")), embedder, [
+        doc("SECURITY.md", "Security", "Report a vulnerability to the security team; a "
+            "primary handler coordinates the fix and the disclosure."),
+        doc("steward.md", "Security Steward Onboarding", "A security steward coordinates a "
+            "security release: the steward plans it and announces it.", scopes=("exec",)),
+    ], settings)
+    question = "What does a security steward do?"
+    _, team = recaller.trace(t.identity("ann", read=("team",)), question)
+    assert team.narrower == [] and any(it.direct for it in team.ordered), team.ordered
+    assert "Steward Onboarding" not in team.format()
+    _, both = recaller.trace(t.identity("bo", read=("team", "exec")), question)
+    assert both.narrower == [("Security", "security steward", "Security Steward Onboarding")]
+    assert not any(it.direct for it in both.ordered)
+
+
 def test_a_long_named_document_puts_its_best_chunks_first_and_the_rest_compete(
         tenant_factory, app_engine, embedder, settings, recaller):
     t = tenant_factory("team")

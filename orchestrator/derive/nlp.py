@@ -753,7 +753,7 @@ def _english_only(name: str, context: str, nlp: Any) -> bool:
     """Whether a "person" named ``name`` is English words and no one's name: the small model
     types capitalised phrases of documentation as people ("Long Term Support", "Style Guide",
     "Release Schedule", "Tips", "Zoom": all 34 "people" of Node.js's contributor guides, stop
-    45, and each got a person's profile). Every word (each part of a hyphenated one, a prefix
+    45, 29 of them with a person's profile). Every word (each part of a hyphenated one, a prefix
     such as "pre" allowed) is an English word (``_english_word``); no common given name opens
     the name, no common surname ends it (``_census_names``: "Grant Hill", "Mark Twain", "Will",
     "Frost" stay people), no title or kin word opens it ("Grandma", "King Charles") and no word
