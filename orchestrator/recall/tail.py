@@ -341,7 +341,10 @@ _NOT_WORD = re.compile(r"[\W_]+")
 
 def title_words(text: str) -> list[str]:
     """``text``'s words as ``recall.title_key`` keys a title: lower case, unaccented, split at
-    every run of characters that are no letter or digit."""
+    every run of characters that are no letter or digit. Compared only with itself (the
+    question's words with the candidates' titles'): where Python's NFKD and PostgreSQL's
+    unaccent differ ("ø"), both sides still read alike, and at worst a title is not found
+    in the question and nothing is narrowed."""
     plain = "".join(ch for ch in unicodedata.normalize("NFKD", text.lower())
                     if not unicodedata.combining(ch))
     return [w for w in _NOT_WORD.split(plain) if w]
