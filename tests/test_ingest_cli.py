@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, text
@@ -15,7 +17,8 @@ from typer.testing import CliRunner
 
 from orchestrator.audit import chain
 from orchestrator.auth.devkey import create_dev_key
-from orchestrator.cli.ingest import SourceFile, parse_front_matter, to_document, with_summary
+from orchestrator.cli.ingest import (SourceFile, discover, parse_front_matter, to_document,
+                                     with_summary)
 from orchestrator.cli.main import app
 from orchestrator.config import Settings
 from orchestrator.errors import BadInput
@@ -173,6 +176,31 @@ def test_files_that_are_not_markdown_or_text_are_counted_as_left_out(
         (root / name).unlink()
     code, output = run(cli_env, "ingest", str(root), "--tenant", t.org_id, "--scopes", "write:team")
     assert code == 0 and "left out" not in output and "1 unchanged" in output, output
+
+
+def test_a_hidden_folder_is_never_entered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkout's .git (or .venv) can hold far more files than its documents: discovery
+    lists neither its files nor its folders, and still finds what lies beside it."""
+    root = tmp_path / "repo"
+    (root / ".git" / "objects" / "ab").mkdir(parents=True)
+    (root / ".git" / "objects" / "ab" / "notes.md").write_text("# not a document")
+    (root / "docs" / ".cache").mkdir(parents=True)
+    (root / "docs" / ".cache" / "page.md").write_text("# cached")
+    (root / "docs" / "guide.md").write_text("# Guide")
+    (root / "README.md").write_text("# Readme")
+    (root / ".notes.md").write_text("# hidden file")
+    listed: list[str] = []
+    scandir = os.scandir
+
+    def recording(path: Any = ".") -> Any:
+        listed.append(Path(path).relative_to(root).as_posix())
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", recording)
+    found, folders, left_out = discover([root], None)
+    assert [f.path for f in found] == ["README.md", "docs/guide.md"]
+    assert folders == {"repo": {"README.md", "docs/guide.md"}} and not left_out
+    assert sorted(listed) == [".", "docs"], listed
 
 
 def test_identity_comes_from_a_verified_token(cli_env: dict[str, str], tmp_path: Path,

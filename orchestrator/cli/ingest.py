@@ -45,6 +45,7 @@ extracted from it before is retracted (bring your own claims).
 from __future__ import annotations
 
 import math
+import os
 import re
 import time
 import uuid
@@ -100,6 +101,18 @@ class IngestSummary:
     changed_ids: list[uuid.UUID] = field(default_factory=list)  # created or changed: to extract
 
 
+def _visible_files(root: Path) -> list[Path]:
+    """The files under ``root`` whose path below it has no hidden part, sorted. A hidden
+    folder (``.git``, ``.venv``) is never entered: a checkout's history can hold far more
+    files than its documents."""
+    files: list[Path] = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        here = Path(folder)
+        files.extend(here / n for n in names if not n.startswith(".") and (here / n).is_file())
+    return sorted(files)
+
+
 def discover(paths: list[Path], collection: str | None
              ) -> tuple[list[SourceFile], dict[str, set[str]], Counter[str]]:
     """The files to ingest, for each folder's collection the paths it now has, and the files
@@ -112,10 +125,8 @@ def discover(paths: list[Path], collection: str | None
         if root.is_dir():
             name = collection or root.resolve().name
             seen = folders.setdefault(name, set())
-            for f in sorted(root.rglob("*")):
+            for f in _visible_files(root):
                 rel = f.relative_to(root)
-                if any(part.startswith(".") for part in rel.parts) or not f.is_file():
-                    continue
                 if f.suffix.lower() in SUFFIXES:
                     found.append(SourceFile(f, name, rel.as_posix()))
                     seen.add(rel.as_posix())
