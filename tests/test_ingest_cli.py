@@ -17,8 +17,7 @@ from typer.testing import CliRunner
 
 from orchestrator.audit import chain
 from orchestrator.auth.devkey import create_dev_key
-from orchestrator.cli.ingest import (SourceFile, discover, parse_front_matter, to_document,
-                                     with_summary)
+from orchestrator.cli.ingest import SourceFile, discover, parse_front_matter, to_document, with_summary
 from orchestrator.cli.main import app
 from orchestrator.config import Settings
 from orchestrator.errors import BadInput
