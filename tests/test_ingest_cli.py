@@ -166,8 +166,8 @@ def test_files_that_are_not_markdown_or_text_are_counted_as_left_out(
     code, output = run(cli_env, "ingest", str(root), "--tenant", t.org_id, "--scopes", "write:team")
     assert code == 0, output
     assert "1 file in" in output and "1 created" in output, output
-    assert ("4 files left out, not Markdown or text (.md, .markdown, .txt): 2 .png, 1 .svg, "
-            "1 (no suffix)") in " ".join(output.split()), output
+    assert ("4 files left out, not Markdown, reStructuredText or text (.md, .markdown, .txt, "
+            ".rst, .rest): 2 .png, 1 .svg, 1 (no suffix)") in " ".join(output.split()), output
     assert counts(admin_engine, t)[0] == 1
     # Nothing left out: nothing said.
     (root / "img" / "a.png").unlink()
@@ -175,6 +175,34 @@ def test_files_that_are_not_markdown_or_text_are_counted_as_left_out(
         (root / name).unlink()
     code, output = run(cli_env, "ingest", str(root), "--tenant", t.org_id, "--scopes", "write:team")
     assert code == 0 and "left out" not in output and "1 unchanged" in output, output
+
+
+def test_restructured_text_is_stored_as_markdown(cli_env: dict[str, str], tmp_path: Path,
+                                                tenant_factory: Tenants, admin_engine: Engine) -> None:
+    """A Sphinx folder: each page's first section title is its title, its leading fields are
+    its front matter, its literal blocks are fenced code; a page that only includes others is
+    refused with the reason, and the rest are written."""
+    t = tenant_factory("team")
+    root = tmp_path / "sphinx"
+    (root / "cli").mkdir(parents=True)
+    (root / "cli" / "pip_install.rst").write_text(
+        ":date: 2026-11-02\n:kind: reference\n\n.. _`pip install`:\n\n===========\npip install\n"
+        "===========\n\nUsage\n=====\n\nInstall from a requirements file::\n\n"
+        "   python -m pip install -r requirements.txt\n\n.. note:: See :doc:`../topics/vcs`.\n")
+    (root / "vendoring.rst").write_text(".. include:: ../../src/pip/_vendor/README.rst\n")
+    code, output = run(cli_env, "ingest", str(root), "--tenant", t.org_id, "--scopes", "write:team")
+    assert code == 1, output
+    assert "1 created" in output and "1 failed" in output, output
+    assert ("vendoring.rst: no text of its own: its directives include other files or generate "
+            "the page") in " ".join(output.split()), output
+    with admin_engine.connect() as conn:
+        doc = conn.execute(text("select path, title, kind, occurred_at, body from sources.documents "
+                                "where tenant_id = :t"), {"t": t.id}).one()
+    assert (doc.path, doc.title, doc.kind) == ("cli/pip_install.rst", "pip install", "reference")
+    assert doc.occurred_at == datetime(2026, 11, 2, tzinfo=UTC)
+    assert doc.body == ("# pip install\n\n## Usage\n\nInstall from a requirements file:\n\n```\n"
+                        "python -m pip install -r requirements.txt\n```\n\n"
+                        "**Note:** See ../topics/vcs.\n")
 
 
 def test_a_hidden_folder_is_never_entered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

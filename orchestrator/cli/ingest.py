@@ -1,4 +1,4 @@
-"""``engram ingest PATH...``: Markdown and text files into documents.
+"""``engram ingest PATH...``: Markdown, reStructuredText and text files into documents.
 
 Where a file lands: a folder argument is a collection (the folder's name, or
 ``--collection``) and each file's path inside it, with ``/`` separators, is the
@@ -20,6 +20,12 @@ the metadata too, and a body whose first paragraph opens with it is left as it i
 ``date``, a file name that starts with a calendar date (``2026-12-01.md``, as
 Obsidian's daily notes, Jekyll's posts ``2026-12-01-title.md`` and Logseq's
 journals ``2026_12_01.md`` are named) dates the document at midnight UTC of that day.
+
+A reStructuredText file (``.rst``, ``.rest``: Sphinx's and docutils' pages) is stored as
+Markdown (``orchestrator.ingest.rst``): section titles as headings (the first is the title),
+literal blocks and code directives as fenced code, admonitions as labelled paragraphs, roles
+and links as their text; the field list that opens it (``:date:``, ``:scopes:``, Sphinx's
+``:orphan:``) is its front matter.
 
 Each file is its own transaction, so one bad file is reported and skipped and
 loses nothing of the others. Unchanged files write nothing (``put_document``
@@ -70,9 +76,12 @@ from orchestrator.db.session import bound_session
 from orchestrator.derive.quality import inline_text, mask_fences
 from orchestrator.errors import BadInput, EngramError
 from orchestrator.ingest.documents import DocumentInput, delete_document, put_document
+from orchestrator.ingest.rst import rst_document
 from orchestrator.markdown import ATX_LINE, SETEXT_UNDERLINE, headings
 
-SUFFIXES = (".md", ".markdown", ".txt")
+# reStructuredText is stored as Markdown (``ingest.rst``); the rest as written.
+RST_SUFFIXES = (".rst", ".rest")
+SUFFIXES = (".md", ".markdown", ".txt", *RST_SUFFIXES)
 _KEY = re.compile(r"^([A-Za-z_][\w-]*)\s*:\s*(.*)$")
 
 out = console()
@@ -95,7 +104,7 @@ class IngestSummary:
     deleted: int = 0
     chunks: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)
-    # Files of the folders that are not Markdown or text, by suffix (hidden ones aside).
+    # Files of the folders that are not Markdown, reStructuredText or text, by suffix (hidden ones aside).
     left_out: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
     changed_ids: list[uuid.UUID] = field(default_factory=list)  # created or changed: to extract
@@ -116,7 +125,7 @@ def _visible_files(root: Path) -> list[Path]:
 def discover(paths: list[Path], collection: str | None
              ) -> tuple[list[SourceFile], dict[str, set[str]], Counter[str]]:
     """The files to ingest, for each folder's collection the paths it now has, and the files
-    of the folders left out because they are not Markdown or text, by suffix (hidden files
+    of the folders left out because they are not Markdown, reStructuredText or text, by suffix (hidden files
     and folders, whose names start with ".", are never read nor counted)."""
     found: list[SourceFile] = []
     folders: dict[str, set[str]] = {}
@@ -140,14 +149,15 @@ def discover(paths: list[Path], collection: str | None
 
 
 def left_out_line(left_out: Counter[str]) -> str:
-    """"; 6 files left out, not Markdown or text: 6 .png" (the five commonest suffixes)."""
+    """"; 6 files left out, not Markdown, reStructuredText or text (...): 6 .png" (the five
+    commonest suffixes)."""
     total = sum(left_out.values())
     if not total:
         return ""
     kinds = sorted(left_out.items(), key=lambda kv: (-kv[1], kv[0] == "(no suffix)", kv[0]))
     shown = ", ".join(f"{n} {suffix}" for suffix, n in kinds[:5])
     more = f" and {len(kinds) - 5} more kinds" if len(kinds) > 5 else ""
-    return (f"; {total} file{'s' if total != 1 else ''} left out, not Markdown or text "
+    return (f"; {total} file{'s' if total != 1 else ''} left out, not Markdown, reStructuredText or text "
             f"({', '.join(SUFFIXES)}): {shown}{more}")
 
 
@@ -320,7 +330,14 @@ def to_document(src: SourceFile, default_scopes: list[str], *, extract: bool | N
         text = src.file.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
         raise BadInput(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
-    meta, body = parse_front_matter(text)
+    if src.file.suffix.lower() in RST_SUFFIXES:
+        fields, body = rst_document(text)  # a leading field list is its front matter
+        meta: dict[str, Any] = dict(fields)
+        if not body.strip() and text.strip():
+            raise BadInput("no text of its own: its directives include other files or generate "
+                           "the page (include, toctree, ...), and ingest does not follow them")
+    else:
+        meta, body = parse_front_matter(text)
     title = _text(meta.pop("title", None)) or heading_title(body, max_title_chars) or src.file.stem
     scopes = _list(meta.pop("scopes", "")) or default_scopes
     if not scopes:

@@ -1,0 +1,233 @@
+"""reStructuredText as Markdown (``orchestrator.ingest.rst``): what a Sphinx page becomes."""
+
+from __future__ import annotations
+
+from textwrap import dedent
+
+from orchestrator.ingest.rst import inline, rst_document
+from orchestrator.markdown import code_fences, headings
+
+
+def md(text: str) -> str:
+    return rst_document(dedent(text))[1]
+
+
+def test_section_titles_take_their_levels_from_the_order_their_styles_first_occur() -> None:
+    body = md("""\
+        ===========
+        pip install
+        ===========
+
+        Usage
+        =====
+
+        Text.
+
+        Overview
+        --------
+
+        More.
+
+        Options
+        =======
+        """)
+    assert body == ("# pip install\n\n## Usage\n\nText.\n\n### Overview\n\nMore.\n\n"
+                    "## Options\n")
+    assert [(level, text) for _, level, text in headings(body, code_fences(body))] == [
+        (1, "pip install"), (2, "Usage"), (3, "Overview"), (2, "Options")]
+
+
+def test_an_underline_too_short_is_text_and_a_transition_is_dropped() -> None:
+    body = md("""\
+        Long title here
+        ==
+
+        Paragraph.
+
+        ----------
+
+        After.
+        """)
+    assert body == "Long title here\n\\==\n\nParagraph.\n\nAfter.\n"
+    assert list(headings(body, code_fences(body))) == []
+
+
+def test_literal_blocks_and_code_directives_are_fenced_with_their_blank_lines() -> None:
+    body = md("""\
+        Run it like this::
+
+            $ pip install sampleproject
+
+
+            Successfully installed
+
+        Or this ::
+
+            python -m pip
+
+        .. code-block:: console
+           :caption: a shell
+
+           $ pip --version
+
+        ::
+
+           ====
+           Not a title
+           ====
+        """)
+    assert body == dedent("""\
+        Run it like this:
+
+        ```
+        $ pip install sampleproject
+
+
+        Successfully installed
+        ```
+
+        Or this
+
+        ```
+        python -m pip
+        ```
+
+        ```console
+        $ pip --version
+        ```
+
+        ```
+        ====
+        Not a title
+        ====
+        ```
+        """)
+    assert list(headings(body, code_fences(body))) == []
+
+
+def test_admonitions_and_version_notes_label_their_first_paragraph() -> None:
+    body = md("""\
+        .. note::
+
+           Not enforced automatically.
+
+        .. warning:: Do not run as root.
+
+        .. versionadded:: 21.2 The ``--report`` option.
+
+        .. deprecated:: 20.0
+
+           Use ``pip inspect`` instead.
+
+        .. seealso::
+
+           - one
+           - two
+        """)
+    assert body == dedent("""\
+        **Note:** Not enforced automatically.
+
+        **Warning:** Do not run as root.
+
+        *New in version 21.2:* The ``--report`` option.
+
+        *Deprecated since version 20.0:* Use ``pip inspect`` instead.
+
+        **See also:**
+
+        - one
+        - two
+        """)
+
+
+def test_generated_and_layout_directives_comments_and_targets_leave_no_text() -> None:
+    body = md("""\
+        .. _`pip uninstall`:
+
+        .. meta::
+
+          :http-equiv=refresh: 3; url=../installation/
+
+        .. toctree::
+           :maxdepth: 2
+
+           getting-started
+           installation
+
+        .. this is a comment
+           over two lines
+
+        .. |version| replace:: 23.0
+
+        .. tab:: Unix/macOS
+
+           .. pip-command-usage:: uninstall "python -m pip"
+
+        .. tab:: Windows
+
+           .. code-block:: console
+
+              C:> py -m pip uninstall simplejson
+
+        .. only:: html
+
+           Shown in HTML.
+
+        .. [#f1] A footnote.
+
+        Text.
+        """)
+    assert body == dedent("""\
+        **Windows**
+
+        ```console
+        C:> py -m pip uninstall simplejson
+        ```
+
+        Shown in HTML.
+
+        [#f1] A footnote.
+
+        Text.
+        """)
+
+
+def test_description_directives_show_their_signature_as_code() -> None:
+    body = md("""\
+        .. option:: --user
+
+           Install to the user site.
+
+        .. py:function:: main(args=None)
+        """)
+    assert body == "`--user`\n\nInstall to the user site.\n\n`main(args=None)`\n"
+
+
+def test_inline_roles_and_links_read_as_text_or_markdown() -> None:
+    assert inline(":doc:`topics/vcs-support`") == "topics/vcs-support"
+    assert inline("see :ref:`here <Pre Release Versions>` and :term:`wheel`") == "see here and wheel"
+    assert inline(":func:`~pip._internal.main` or :py:class:`!Foo`") == "`main` or `Foo`"
+    assert inline("as in :pep:`440` and :rfc:`3986`") == "as in PEP 440 and RFC 3986"
+    assert inline("use :option:`--user`") == "use `--user`"
+    assert inline("`the guide <https://pip.pypa.io/>`_ and `PyPI`_") == \
+        "[the guide](https://pip.pypa.io/) and PyPI"
+    assert inline("`named <target_>`_, `<https://x.org>`__") == "named, https://x.org"
+    # A literal span is left as written, roles and all: Markdown reads it as code too.
+    assert inline("``:doc:`x` stays``") == "``:doc:`x` stays``"
+
+
+def test_a_leading_field_list_is_the_files_front_matter() -> None:
+    fields, body = rst_document(":orphan:\n:date: 2026-12-01\n:scopes: team,\n   ops\n\n"
+                                "Title\n=====\n\n#. first\n#. second\n\n   #. inner\n\n"
+                                "#. third\n\nText.\n\n#. again\n")
+    assert fields == {"orphan": "", "date": "2026-12-01", "scopes": "team, ops"}
+    assert body == ("# Title\n\n1. first\n2. second\n\n   1. inner\n\n3. third\n\nText.\n\n"
+                    "1. again\n")
+    # Windows line ends and tabs read as the same text.
+    assert rst_document("Title\r\n=====\r\n\r\n\tindented\r\n")[1] == "# Title\n\n        indented\n"
+
+
+def test_text_that_is_not_restructured_markup_is_kept() -> None:
+    text = "Plain words, a list:\n\n- one\n- two\n\n+-----+\n| a   |\n+-----+\n"
+    assert rst_document(text)[1] == text
+    assert rst_document("") == ({}, "")
