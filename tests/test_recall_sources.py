@@ -9,6 +9,7 @@ from sqlalchemy import select
 
 from orchestrator.db.models import Chunk, Document
 from orchestrator.db.session import bound_session
+from orchestrator.recall.plan import FULL_PLAN
 from tests.support.recall import doc, embedder, recaller, recaller_with, write_documents
 
 __all__ = ["embedder", "recaller"]
@@ -166,6 +167,43 @@ def test_a_title_named_inside_a_longer_phrase_another_title_holds_names_no_subje
         assert trace.narrower == [] and direct_titles(trace) == {"Security"}, question
         assert any(it.direct for it in trace.ordered), question
     assert title_words("Kyōto  Trip: day-2!") == ["kyoto", "trip", "day", "2"]
+
+
+def test_a_one_word_title_whose_page_neither_lane_found_names_no_subject(
+        tenant_factory, app_engine, embedder, settings, recaller):
+    """CMake's reference: "how do I set the C++ standard for a target?" named the page of
+    the ``set`` command by its one-word title, and it was served first, while the dense and
+    lexical lanes' first forty held none of it. Such a page is no direct subject and competes
+    on merit; a question about the title alone, or one whose other words find the page, still
+    names it."""
+    t = tenant_factory("team")
+    ident = t.identity(write=("team",))
+    write_documents(app_engine, ident, embedder, [
+        doc("command/set.md", "set", "set(<variable> <value>) gives a normal, cache or "
+            "environment variable the value."),
+        doc("manual/features.md", "Compile features", "Require a C++ language standard for a "
+            "target with target_compile_features(tgt PUBLIC cxx_std_17)."),
+        # Forty pages hold "set" and the question's other words; fifty hold neither, so "set"
+        # is in fewer than half of the chunks (else no title with it names anything).
+        *[doc(f"command/target_{i}.md", f"target_option_{i}", f"Target option {i}: set the "
+              f"C++ standard flags of target {i} for each language.") for i in range(40)],
+        *[doc(f"glossary/{i}.md", f"Glossary entry {i}", f"Entry {i} of the glossary: words "
+              "about linking, packaging and testing.") for i in range(50)],
+    ], settings)
+    question = "How do I set the C++ standard for a target?"
+    result, trace = recaller.trace(ident, question)
+    assert trace.unfound == ["set"], trace.format()
+    assert not any(it.direct for it in trace.ordered)
+    assert result.evidence[0].source.title != "set"
+    assert "neither the dense nor the lexical lane found (no direct subjects): 'set'" in trace.format()
+    # The title alone, or a question whose other words find the page: the page is the subject.
+    for named in ("what does set do?", "how do I set a cache variable to a value?"):
+        result, trace = recaller.trace(ident, named)
+        assert trace.unfound == [] and direct_titles(trace) == {"set"}, named
+        assert result.evidence[0].source.title == "set", named
+    # A plan without the lexical lane cannot tell: the title names the page as before.
+    _, trace = recaller.study(ident, question, FULL_PLAN.without("no-lexical", lexical=False))
+    assert trace.unfound == [] and direct_titles(trace) == {"set"}
 
 
 def test_a_longer_title_the_reader_cannot_see_neither_narrows_nor_shows_in_the_trace(

@@ -87,6 +87,7 @@ from orchestrator.recall.tail import (
     served_once,
     stable_key,
     trim_overlaps,
+    unfound_subjects,
 )
 from orchestrator.recall.trace import Trace, item
 from orchestrator.worker.registry import ActiveModel, ModelMismatch, read_active
@@ -655,6 +656,8 @@ class Recaller:
         question names (``recall.dates.named_days``), read once per recall."""
         s = self.settings
         trace.narrower = narrower_subjects(req.question, candidates)
+        if shape.dense and shape.lexical:
+            trace.unfound = unfound_subjects(req.question, candidates)
         self._rerank(req.question, candidates, shape, trace)
         lap("rerank")
         with single_threaded_blas():

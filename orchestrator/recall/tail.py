@@ -392,6 +392,37 @@ def narrower_subjects(question: str, candidates: list[Candidate]) -> list[tuple[
     return sorted(narrower.values())
 
 
+def unfound_subjects(question: str, candidates: list[Candidate]) -> list[str]:
+    """Clear the direct-subject bit of a document named by a one-word title that neither the
+    dense nor the lexical lane found, when the question asks about more than the title.
+    CMake's reference names a page for each command, and its titles are words a question
+    uses for other ends: "how do I set the C++ standard for a target?" named the page of the
+    ``set`` command, served first three times, while both lanes' first forty (compile
+    features, ``target_compile_features``) held no chunk of it (stop 46). A one-word title
+    is a weak name; when the rest of the question finds nothing of its page, the page is no
+    subject and competes on merit. A longer title, a page either lane found, or a question
+    that is the title alone ("what does set do?" holds only "set" as a term) keep it. Only
+    for plans with both lanes on. Returns the titles, for the trace."""
+    named = {c.document_id: c.source.title for c in candidates
+             if c.direct and c.source is not None and c.document_id is not None}
+    if not named:
+        return []
+    found = {c.document_id for c in candidates if "dense_rank" in c.lanes or "lexical_rank" in c.lanes}
+    question_words = set(title_words(question))
+    weak = {document: title for document, title in named.items() if document not in found
+            and len(words := title_words(title)) == 1 and words[0] in question_words}
+    if not weak:
+        return []
+    from orchestrator.recall.features import terms  # features reads this module
+
+    asked = terms(question)
+    cleared = {document: title for document, title in weak.items() if asked - terms(title)}
+    for c in candidates:
+        if c.direct and c.document_id in cleared:
+            c.direct = False
+    return sorted(set(cleared.values()))
+
+
 def keep_direct_best(candidates: list[Candidate], per_document: int,
                      navigation: bool = True) -> list[Candidate]:
     """Keep the direct-subject bit on the ``per_document`` best chunks (by merit, then the

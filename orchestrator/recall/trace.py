@@ -67,6 +67,9 @@ class Trace:
     # Titles the question names inside a longer phrase another title holds: (title, phrase,
     # the other title); their documents are no direct subjects (``tail.narrower_subjects``).
     narrower: list[tuple[str, str, str]] = field(default_factory=list)
+    # One-word titles the question names whose pages neither content lane found: no direct
+    # subjects (``tail.unfound_subjects``).
+    unfound: list[str] = field(default_factory=list)
     diversity: str = ""
     navigation: str = ""  # chunks that are a table of contents or a link list, discounted
     named_day: str = ""  # items that happened on a day the question names, boosted
@@ -119,6 +122,10 @@ class Trace:
                          "holds (no direct subjects): " + ", ".join(
                              f"{title!r} ({phrase!r}, of {other!r})"
                              for title, phrase, other in self.narrower))
+        if self.unfound:
+            lines.append("one-word titles the question names whose pages neither the dense nor "
+                         "the lexical lane found (no direct subjects): "
+                         + ", ".join(repr(title) for title in self.unfound))
         if self.corpus.get("seeds") is not None:
             # Two entities may share a name (spaCy typed "Installs" a place and an
             # organisation): one name, with how many entities carry it.
