@@ -15,7 +15,9 @@ body), scored in the same run. A second question file, ``benchmarks/data/
 node_api_questions.json`` (22 questions), asks Node.js's API reference as Debian's nodejs
 package ships it (``--folder /usr/share/doc/nodejs/api``, 64 pages of short sections), and a
 third, ``benchmarks/data/node_contributing_questions.json`` (22 questions), Node.js's
-contributor guides (its ``about`` says which pages, copied into one folder).
+contributor guides (its ``about`` says which pages, copied into one folder), and a fourth,
+``benchmarks/data/cmake_questions.json`` (22 questions), CMake's reference in
+reStructuredText (its command and manual pages, copied into one folder).
 
     .venv/bin/python benchmarks/docs_questions.py [--folder PATH] [--questions FILE]
         [--shapes learned,fused] [--no-derive] [--without-summary]
