@@ -231,3 +231,15 @@ def test_text_that_is_not_restructured_markup_is_kept() -> None:
     text = "Plain words, a list:\n\n- one\n- two\n\n+-----+\n| a   |\n+-----+\n"
     assert rst_document(text)[1] == text
     assert rst_document("") == ({}, "")
+
+
+def test_a_parsed_literal_block_is_code_whose_references_read_as_text() -> None:
+    body = md("""\
+        .. parsed-literal::
+
+          `Reading`_
+            file(`READ`_ <filename> <out-var> [...])
+            file(`\\<HASH\\> <HASH_>`_ <filename> <out-var>)
+        """)
+    assert body == ("```\nReading\n  file(READ <filename> <out-var> [...])\n"
+                    "  file(<HASH> <filename> <out-var>)\n```\n")

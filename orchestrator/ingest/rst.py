@@ -14,7 +14,8 @@ What the conversion does (line based, no parser of the whole language):
   of four or more adornment characters between blank lines) are dropped.
 * **Literal blocks** (a paragraph ending ``::`` and the indented block after it) and the
   code directives (``code-block``, ``code``, ``sourcecode``, ``doctest``, ...) become fenced
-  code blocks, the directive's language kept; ``text::`` reads ``text:``.
+  code blocks, the directive's language kept; ``text::`` reads ``text:``. A
+  ``parsed-literal`` block is code whose references and roles read as their text.
 * **Admonitions** (``note``, ``warning``, ``seealso``, ...) open their text with
   ``**Note:**``; ``versionadded``, ``versionchanged`` and ``deprecated`` with "New in
   version X:" and the like; a description directive (``option``, ``function``, a domain's
@@ -53,7 +54,7 @@ _ENUMERATED = re.compile(r"^([ \t]*)#\.([ \t])")
 
 _CODE = frozenset({"code-block", "code", "sourcecode", "doctest", "testcode", "testoutput",
                    "testsetup", "testcleanup", "ipython", "jupyter-execute", "productionlist",
-                   "parsed-literal", "code-cell"})
+                   "code-cell"})
 _ADMONITIONS = {"note": "Note", "warning": "Warning", "tip": "Tip", "important": "Important",
                 "caution": "Caution", "attention": "Attention", "danger": "Danger",
                 "error": "Error", "hint": "Hint", "seealso": "See also", "todo": "To do"}
@@ -77,7 +78,8 @@ _CONTAINERS = frozenset({"only", "ifconfig", "container", "rst-class", "cssclass
 
 _LITERAL = re.compile(r"(``.+?``)", re.S)
 _ROLE = re.compile(r":((?:[A-Za-z][\w+.-]*:)*[A-Za-z][\w+.-]*):`((?:[^`\\]|\\.)+)`")
-_EMBEDDED = re.compile(r"`([^`<>]*?)\s*<([^<>`]+)>`__?")
+_EMBEDDED = re.compile(r"`((?:[^`<>\\]|\\.)*?)\s*<([^<>`]+)>`__?")
+_ESCAPED = re.compile(r"\\([^\sA-Za-z0-9])")
 _NAMED_REF = re.compile(r"(?<![:\w`])`([^`]+)`__?(?![\w`])")
 _TITLED = re.compile(r"(.*?)\s*<([^<>]+)>$", re.S)
 _CODE_ROLES = frozenset({"code", "command", "file", "option", "envvar", "program", "samp",
@@ -292,8 +294,10 @@ class _Converter:
         while content and _OPTION_LINE.match(content[0]):
             content.pop(0)
         short = name.rsplit(":", 1)[-1]
+        if name == "parsed-literal":  # code whose inline markup is read: references as text
+            return _fenced([_ESCAPED.sub(r"\1", _inline_text(line)) for line in content])
         if short in _CODE or name in _CODE:
-            language = "" if name in ("doctest", "testoutput", "parsed-literal") else args.split(" ")[0]
+            language = "" if name in ("doctest", "testoutput") else args.split(" ")[0]
             return _fenced(content, language)
         if name in _ADMONITIONS or name == "admonition":
             label = _ADMONITIONS.get(name) or args
@@ -368,7 +372,7 @@ def _role(match: re.Match[str]) -> str:
 
 
 def _embedded(match: re.Match[str]) -> str:
-    text, target = match.group(1).strip(), match.group(2).strip()
+    text, target = _ESCAPED.sub(r"\1", match.group(1).strip()), match.group(2).strip()
     if target.endswith("_"):  # a reference to a named target: its text
         return text or target[:-1]
     if not text:
