@@ -169,6 +169,28 @@ def test_a_title_named_inside_a_longer_phrase_another_title_holds_names_no_subje
     assert title_words("Kyōto  Trip: day-2!") == ["kyoto", "trip", "day", "2"]
 
 
+def test_a_title_is_named_with_the_articles_a_question_puts_between_its_words(
+        tenant_factory, app_engine, embedder, settings, recaller):
+    """CMake's commands are titled by identifiers (add_library, add_test) that a question
+    says with an article between the words: "how do I add a library target?" names the page
+    titled add_library, as "add library" does. The words themselves must still be there in
+    order: "a library to add" names nothing."""
+    t = tenant_factory("team")
+    ident = t.identity(write=("team",))
+    write_documents(app_engine, ident, embedder, [
+        doc("command/add_library.md", "add_library", "Add a library target built from the "
+            "source files listed."),
+        doc("command/add_test.md", "add_test", "Add a test to the project, run by ctest."),
+        doc("notes/library.md", "Library notes", "Our team keeps notes on the library here."),
+    ], settings)
+    for question, named in (("How do I add a library target?", {"add_library"}),
+                            ("how to add the test that ctest runs", {"add_test"}),
+                            ("add library and add an test", {"add_library", "add_test"}),
+                            ("is there a library to add?", set())):
+        _, trace = recaller.trace(ident, question)
+        assert direct_titles(trace) == named, (question, trace.pools.get("title"))
+
+
 def test_a_one_word_title_whose_page_neither_lane_found_names_no_subject(
         tenant_factory, app_engine, embedder, settings, recaller):
     """CMake's reference: "how do I set the C++ standard for a target?" named the page of

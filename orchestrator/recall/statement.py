@@ -398,20 +398,30 @@ class _Builder:
 
         titled = None
         if s.title:
-            words = select(
-                func.regexp_split_to_array(func.recall.title_key(self.question), " ",
-                                           type_=ARRAY(Text())).label("w")
+            split = func.regexp_split_to_array(func.recall.title_key(self.question), " ",
+                                               type_=ARRAY(Text()))
+            # The question's words, and the same without articles: "how do I add a library
+            # target?" names the page titled add_library ("add library"), as "add library"
+            # would (stop 46). Both sequences' n-grams go into the one probe.
+            words = select(split.label("w")).cte("question_split").prefix_with("MATERIALIZED")
+            bare = func.array_remove(func.array_remove(func.array_remove(
+                words.c.w, "a", type_=ARRAY(Text())), "an", type_=ARRAY(Text())), "the",
+                type_=ARRAY(Text()))
+            sequences = (
+                select(words.c.w.label("w")).select_from(words)
+                .union(select(bare.label("w")).select_from(words))
             # MATERIALIZED: referenced once, the CTE would be inlined and the question split
             # (and keyed) again for every n-gram: a 4,000-character question took 57 s.
             ).cte("question_words").prefix_with("MATERIALIZED")
-            n_words = func.cardinality(words.c.w)
+            n_words = func.cardinality(sequences.c.w)
             first = func.generate_series(1, n_words).table_valued("i").render_derived(name="first_word")
             last = func.generate_series(
                 first.c.i, func.least(n_words, first.c.i + (lim.title_max_words - 1))
             ).table_valued("j").render_derived(name="last_word")
             ngrams = (
-                select(func.array_to_string(words.c.w[first.c.i:last.c.j], " ").label("key"))
-                .select_from(words).join(first, true()).join(last, true())
+                select(func.array_to_string(sequences.c.w[first.c.i:last.c.j], " ").label("key"))
+                .select_from(sequences).join(first, true()).join(last, true())
+                .distinct()
                 .cte("question_ngrams")
             )
             # The stored key (0014), compared with = so the probe stays an index probe
