@@ -409,7 +409,7 @@ class _Builder:
                 type_=ARRAY(Text()))
             sequences = (
                 select(words.c.w.label("w")).select_from(words)
-                .union(select(bare.label("w")).select_from(words))
+                .union_all(select(bare.label("w")).select_from(words).where(bare != words.c.w))
             # MATERIALIZED: referenced once, the CTE would be inlined and the question split
             # (and keyed) again for every n-gram: a 4,000-character question took 57 s.
             ).cte("question_words").prefix_with("MATERIALIZED")
@@ -421,7 +421,6 @@ class _Builder:
             ngrams = (
                 select(func.array_to_string(sequences.c.w[first.c.i:last.c.j], " ").label("key"))
                 .select_from(sequences).join(first, true()).join(last, true())
-                .distinct()
                 .cte("question_ngrams")
             )
             # The stored key (0014), compared with = so the probe stays an index probe
