@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textwrap import dedent
 
-from orchestrator.ingest.rst import inline, rst_document
+from orchestrator.ingest.rst import Includes, inline, rst_document
 from orchestrator.markdown import code_fences, headings
 
 
@@ -243,3 +243,57 @@ def test_a_parsed_literal_block_is_code_whose_references_read_as_text() -> None:
         """)
     assert body == ("```\nReading\n  file(READ <filename> <out-var> [...])\n"
                     "  file(<HASH> <filename> <out-var>)\n```\n")
+
+
+def test_includes_are_followed_inside_the_folder_only(tmp_path) -> None:
+    """``.. include::`` reads files of the folder ingested: relative to the including file,
+    ``/`` from the folder, ``:literal:`` as code, cut by ``:start-after:``; never a file
+    outside the folder (by ``..`` or a symlink), a hidden one, a missing one, nor deeper than
+    four files (a file that includes itself stops there)."""
+    root = tmp_path / "docs"
+    (root / "command").mkdir(parents=True)
+    (root / "include").mkdir()
+    (root / ".private").mkdir()
+    (tmp_path / "secret.txt").write_text("outside words\n")
+    (root / ".private" / "key.txt").write_text("hidden words\n")
+    (root / "command" / "FIND_XXX.txt").write_text("Finds a |SEARCH_XXX| with |FIND_XXX|.\n")
+    (root / "include" / "WARNING.txt").write_text("skip me\n.. start\n\n.. note:: Shared.\n")
+    (root / "command" / "example.cmake").write_text("find_library(Z z)\n")
+    (root / "command" / "loop.rst").write_text("Loop.\n\n.. include:: loop.rst\n")
+    (root / "command" / "link").symlink_to(tmp_path / "secret.txt")
+    page = root / "command" / "find_library.rst"
+    page.write_text(dedent("""\
+        find_library
+        ------------
+
+        .. |FIND_XXX| replace:: ``find_library``
+        .. |SEARCH_XXX| replace::
+           library
+
+        .. include:: FIND_XXX.txt
+
+        .. include:: /include/WARNING.txt
+           :start-after: .. start
+
+        .. include:: example.cmake
+           :literal:
+
+        .. include:: ../../secret.txt
+        .. include:: link
+        .. include:: ../.private/key.txt
+        .. include:: missing.txt
+        """))
+    includes = Includes(root=root, source=page)
+    _, body = rst_document(page.read_text(), includes)
+    assert body == ("# find_library\n\nFinds a library with ``find_library``.\n\n"
+                    "**Note:** Shared.\n\n```\nfind_library(Z z)\n```\n")
+    assert includes.skipped == ["../../secret.txt (outside the folder ingested)",
+                                "link (outside the folder ingested)",
+                                "../.private/key.txt (a hidden file)",
+                                "missing.txt (no such file)"]
+    loop = Includes(root=root, source=root / "command" / "loop.rst")
+    _, body = rst_document((root / "command" / "loop.rst").read_text(), loop)
+    assert body == "Loop.\n\nLoop.\n\nLoop.\n\nLoop.\n\nLoop.\n"
+    assert loop.skipped == ["loop.rst (more than 4 includes deep)"]
+    # Without an Includes, an include leaves nothing (and reads nothing).
+    assert rst_document(".. include:: FIND_XXX.txt\n")[1] == ""

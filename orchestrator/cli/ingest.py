@@ -24,8 +24,10 @@ journals ``2026_12_01.md`` are named) dates the document at midnight UTC of that
 A reStructuredText file (``.rst``, ``.rest``: Sphinx's and docutils' pages) is stored as
 Markdown (``orchestrator.ingest.rst``): section titles as headings (the first is the title),
 literal blocks and code directives as fenced code, admonitions as labelled paragraphs, roles
-and links as their text; the field list that opens it (``:date:``, ``:scopes:``, Sphinx's
-``:orphan:``) is its front matter.
+and links as their text, ``replace`` substitutions replaced; the field list that opens it
+(``:date:``, ``:scopes:``, Sphinx's ``:orphan:``) is its front matter. ``.. include::`` is
+followed to files inside the folder ingested (for a file argument, its own folder), never a
+hidden one nor one outside it, four files deep at most.
 
 Each file is its own transaction, so one bad file is reported and skipped and
 loses nothing of the others. Unchanged files write nothing (``put_document``
@@ -59,7 +61,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
 
 import typer
@@ -76,7 +78,7 @@ from orchestrator.db.session import bound_session
 from orchestrator.derive.quality import inline_text, mask_fences
 from orchestrator.errors import BadInput, EngramError
 from orchestrator.ingest.documents import DocumentInput, delete_document, put_document
-from orchestrator.ingest.rst import rst_document
+from orchestrator.ingest.rst import Includes, rst_document
 from orchestrator.markdown import ATX_LINE, SETEXT_UNDERLINE, headings
 
 # reStructuredText is stored as Markdown (``ingest.rst``); the rest as written.
@@ -331,11 +333,15 @@ def to_document(src: SourceFile, default_scopes: list[str], *, extract: bool | N
     except UnicodeDecodeError as exc:
         raise BadInput(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     if src.file.suffix.lower() in RST_SUFFIXES:
-        fields, body = rst_document(text)  # a leading field list is its front matter
+        # Includes are followed inside the folder ingested (the file's own for a file).
+        includes = Includes(root=src.file.parents[len(PurePosixPath(src.path).parts) - 1],
+                            source=src.file)
+        fields, body = rst_document(text, includes)  # a leading field list is its front matter
         meta: dict[str, Any] = dict(fields)
         if not body.strip() and text.strip():
-            raise BadInput("no text of its own: its directives include other files or generate "
-                           "the page (include, toctree, ...), and ingest does not follow them")
+            raise BadInput("no text of its own: its directives generate the page (toctree, "
+                           "...) or include files not followed"
+                           + (f": {'; '.join(includes.skipped)}" if includes.skipped else ""))
     else:
         meta, body = parse_front_matter(text)
     title = _text(meta.pop("title", None)) or heading_title(body, max_title_chars) or src.file.stem

@@ -37,6 +37,8 @@ text.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
+from pathlib import Path
 from textwrap import dedent
 
 from orchestrator.markdown import SETEXT_UNDERLINE
@@ -50,6 +52,12 @@ _DIRECTIVE = re.compile(r"([A-Za-z][\w:+.-]*)::(?:[ \t]+(.*))?$")
 _FOOTNOTE = re.compile(r"\[([^\]\s]+)\][ \t]*(.*)$")
 _FIELD = re.compile(r":([^:\s][^:]*):(?:[ \t]+(.*))?$")
 _OPTION_LINE = re.compile(r"[ \t]*:[\w .-]+:(?:[ \t].*)?$")
+_INCLUDE = re.compile(r"([ \t]*)\.\.[ \t]+include::[ \t]+(.+)$")
+_OPTION = re.compile(r"[ \t]*:([\w-]+):(?:[ \t]+(.*))?$")
+_REPLACE = re.compile(r"[ \t]*\.\.[ \t]+\|([^|]+)\|[ \t]+replace::(?:[ \t]+(.*))?$")
+_SUBSTITUTION = re.compile(r"\|([^|\s](?:[^|]*[^|\s])?)\|(?!_)")
+MAX_INCLUDE_DEPTH = 4
+MAX_INCLUDED_CHARS = 2_000_000
 _ENUMERATED = re.compile(r"^([ \t]*)#\.([ \t])")
 
 _CODE = frozenset({"code-block", "code", "sourcecode", "doctest", "testcode", "testoutput",
@@ -89,12 +97,132 @@ _PY_ROLES = frozenset({"func", "class", "meth", "mod", "attr", "exc", "data", "c
 _NUMBERED_ROLES = {"pep": "PEP", "rfc": "RFC"}
 
 
-def rst_document(text: str) -> tuple[dict[str, str], str]:
-    """The file-wide fields of a reStructuredText text and its body as Markdown."""
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").expandtabs(8).split("\n")
+@dataclass
+class Includes:
+    """Where ``.. include::`` may read: files inside ``root`` (the folder being ingested),
+    none of them hidden, the including file at ``source``. A path is relative to the file
+    that includes it; one that opens with ``/`` is relative to ``root`` (Sphinx's source
+    root). What was not followed, and why, is kept in ``skipped``."""
+
+    root: Path
+    source: Path
+    skipped: list[str] = field(default_factory=list)
+    read_chars: int = 0
+
+    def read(self, target: str, base: Path) -> str | None:
+        path = (self.root / target.lstrip("/")) if target.startswith("/") else base / target
+        try:
+            real, root = path.resolve(), self.root.resolve()
+        except (OSError, RuntimeError):  # a symlink loop
+            real, root = path, self.root
+        if not real.is_relative_to(root):
+            self.skipped.append(f"{target} (outside the folder ingested)")
+            return None
+        if any(part.startswith(".") for part in real.relative_to(root).parts):
+            self.skipped.append(f"{target} (a hidden file)")
+            return None
+        if not real.is_file():
+            self.skipped.append(f"{target} (no such file)")
+            return None
+        try:
+            text = real.read_text(encoding="utf-8-sig")
+        except (OSError, UnicodeDecodeError):
+            self.skipped.append(f"{target} (not readable as UTF-8 text)")
+            return None
+        self.read_chars += len(text)
+        if self.read_chars > MAX_INCLUDED_CHARS:
+            self.skipped.append(f"{target} (past {MAX_INCLUDED_CHARS:,} included characters)")
+            return None
+        return text
+
+
+def rst_document(text: str, includes: Includes | None = None) -> tuple[dict[str, str], str]:
+    """The file-wide fields of a reStructuredText text and its body as Markdown. With
+    ``includes``, ``.. include::`` directives are replaced by the files they name, as far
+    as ``includes`` allows; without, they leave nothing."""
+    lines = _lines(text)
     fields, start = _file_fields(lines)
-    body = _Converter().block(lines[start:])
-    return fields, _tidy(_inline_paragraphs(body))
+    body = lines[start:]
+    if includes is not None:
+        body = _included(body, includes, includes.source.parent, 0)
+    body = _substituted(body)
+    return fields, _tidy(_inline_paragraphs(_Converter().block(body)))
+
+
+def _lines(text: str) -> list[str]:
+    return text.replace("\r\n", "\n").replace("\r", "\n").expandtabs(8).split("\n")
+
+
+def _included(lines: list[str], includes: Includes, base: Path, depth: int) -> list[str]:
+    """``lines`` with each ``.. include::`` replaced by its file's lines (indented as the
+    directive; ``:literal:`` as a literal block; ``:start-after:`` and ``:end-before:`` cut
+    it), to ``MAX_INCLUDE_DEPTH`` files deep."""
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        match = _INCLUDE.match(lines[i])
+        if match is None:
+            out.append(lines[i])
+            i += 1
+            continue
+        indent, target = match.group(1), match.group(2).strip()
+        end = _block_end(lines, i + 1, len(indent))
+        options = {m.group(1): (m.group(2) or "").strip()
+                   for m in (_OPTION.match(line) for line in lines[i + 1:end]) if m}
+        i = end
+        if target.startswith("<") and target.endswith(">"):
+            includes.skipped.append(f"{target} (docutils' standard definitions)")
+            continue
+        if depth >= MAX_INCLUDE_DEPTH:
+            includes.skipped.append(f"{target} (more than {MAX_INCLUDE_DEPTH} includes deep)")
+            continue
+        text = includes.read(target, base)
+        if text is None:
+            continue
+        if options.get("start-after") and options["start-after"] in text:
+            text = text.split(options["start-after"], 1)[1]
+        if options.get("end-before") and options["end-before"] in text:
+            text = text.split(options["end-before"], 1)[0]
+        inner = _lines(text)
+        path = (includes.root / target.lstrip("/")) if target.startswith("/") else base / target
+        if "literal" in options or "code" in options:
+            out.extend(["", indent + "::", "", *(indent + "    " + line for line in inner), ""])
+        else:
+            out.extend(indent + line if line else line
+                       for line in _included(inner, includes, path.parent, depth + 1))
+    return out
+
+
+def _substituted(lines: list[str]) -> list[str]:
+    """``|name|`` replaced by the text of its ``.. |name| replace::`` definition (definitions
+    may use others, a few levels deep); other substitutions stay as written."""
+    definitions: dict[str, str] = {}
+    i = 0
+    while i < len(lines):
+        match = _REPLACE.match(lines[i])
+        if match is None:
+            i += 1
+            continue
+        end = _block_end(lines, i + 1, _indent(lines[i]))
+        text = " ".join([match.group(2) or "", *(line.strip() for line in lines[i + 1:end])]).strip()
+        definitions[match.group(1)] = text
+        i = end
+    if not definitions:
+        return lines
+
+    def one(found: re.Match[str]) -> str:
+        return definitions.get(found.group(1), found.group(0))
+
+    out = []
+    for line in lines:
+        if not _REPLACE.match(line):
+            for _ in range(4):
+                replaced = _SUBSTITUTION.sub(one, line)
+                if replaced == line:
+                    break
+                line = replaced
+        out.append(line)
+    return out
 
 
 def _inline_paragraphs(lines: list[str]) -> list[str]:
