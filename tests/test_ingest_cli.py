@@ -177,6 +177,42 @@ def test_files_that_are_not_markdown_or_text_are_counted_as_left_out(
     assert code == 0 and "left out" not in output and "1 unchanged" in output, output
 
 
+def test_gitignore_leaves_out_build_output_as_git_does(cli_env: dict[str, str], tmp_path: Path,
+                                                       tenant_factory: Tenants) -> None:
+    """A Sphinx project after a build holds a copy of every page in _build (``.rst.txt``
+    sources beside the HTML): ingesting its docs folder read each page twice. The
+    .gitignore files of the folder, of the folders inside it and of those above it up to the
+    git checkout's top leave files and folders out as git does (a deeper file's ``!`` wins);
+    ``--no-ignore`` reads them."""
+    repo = tmp_path / "repo"
+    docs = repo / "docs"
+    (repo / ".git").mkdir(parents=True)
+    (repo / ".gitignore").write_text("docs/_generated/\n")
+    for name in ("index.rst", "_build/html/_sources/index.rst.txt", "_generated/api.md",
+                 "notes/draft.md", "notes/keep.md", "notes/old/a.md", "node_modules/x/README.md"):
+        (docs / name).parent.mkdir(parents=True, exist_ok=True)
+        (docs / name).write_text("Page\n====\n\nText.\n")
+    (docs / ".gitignore").write_text("_build/\nnode_modules/\n# drafts\nnotes/*.md\n")
+    (docs / "notes" / ".gitignore").write_text("!keep.md\nold/\n")
+    found = discover([docs], None)
+    assert [f.path for f in found.files] == ["index.rst", "notes/keep.md"]
+    # _build, node_modules, _generated (the checkout's file), old; draft.md (docs' notes/*.md)
+    assert found.ignored == 5
+    assert len(discover([docs], None, gitignore=False).files) == 7
+    # Outside a git checkout the folder's own files still count; above it, nothing is read.
+    (repo / ".git").rmdir()
+    assert [f.path for f in discover([docs], None).files] == [
+        "_generated/api.md", "index.rst", "notes/keep.md"]
+    t = tenant_factory("team")
+    code, output = run(cli_env, "ingest", str(docs), "--tenant", t.org_id, "--scopes", "write:team")
+    assert code == 0 and "3 created" in output, output
+    assert "4 files or folders ignored by .gitignore (--no-ignore reads them)" in " ".join(
+        output.split()), output
+    code, output = run(cli_env, "ingest", str(docs), "--no-ignore", "--tenant", t.org_id,
+                       "--scopes", "write:team")
+    assert code == 0 and "4 created, 0 updated, 3 unchanged" in output and "ignored" not in output
+
+
 def test_restructured_text_is_stored_as_markdown(cli_env: dict[str, str], tmp_path: Path,
                                                 tenant_factory: Tenants, admin_engine: Engine) -> None:
     """A Sphinx folder: each page's first section title is its title, its leading fields are
@@ -225,9 +261,9 @@ def test_a_hidden_folder_is_never_entered(tmp_path: Path, monkeypatch: pytest.Mo
         return scandir(path)
 
     monkeypatch.setattr(os, "scandir", recording)
-    found, folders, left_out = discover([root], None)
-    assert [f.path for f in found] == ["README.md", "docs/guide.md"]
-    assert folders == {"repo": {"README.md", "docs/guide.md"}} and not left_out
+    found = discover([root], None)
+    assert [f.path for f in found.files] == ["README.md", "docs/guide.md"]
+    assert found.folders == {"repo": {"README.md", "docs/guide.md"}} and not found.left_out
     assert sorted(listed) == [".", "docs"], listed
 
 

@@ -29,6 +29,10 @@ and links as their text, ``replace`` substitutions replaced; the field list that
 followed to files inside the folder ingested (for a file argument, its own folder), never a
 hidden one nor one outside it, four files deep at most.
 
+A folder's hidden files and folders are never read, and its ``.gitignore`` files (and those
+above it, up to the top of its git checkout) leave files out as git does; ``--no-ignore``
+reads those.
+
 Each file is its own transaction, so one bad file is reported and skipped and
 loses nothing of the others. Unchanged files write nothing (``put_document``
 compares content hashes and fields). ``--sync`` deletes the documents of a
@@ -64,6 +68,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
 
+import pathspec
 import typer
 import yaml
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -108,46 +113,108 @@ class IngestSummary:
     failed: list[tuple[str, str]] = field(default_factory=list)
     # Files of the folders that are not Markdown, reStructuredText or text, by suffix (hidden ones aside).
     left_out: Counter[str] = field(default_factory=Counter)
+    ignored: int = 0  # files and folders .gitignore left out
     seconds: float = 0.0
     changed_ids: list[uuid.UUID] = field(default_factory=list)  # created or changed: to extract
 
 
-def _visible_files(root: Path) -> list[Path]:
-    """The files under ``root`` whose path below it has no hidden part, sorted. A hidden
-    folder (``.git``, ``.venv``) is never entered: a checkout's history can hold far more
-    files than its documents."""
+class _Ignores:
+    """The ``.gitignore`` files that apply under a folder being ingested: those of the folders
+    from the enclosing git checkout's top (the nearest folder above with a ``.git``) down to
+    it, and those found inside as the walk goes. A deeper file's verdict wins, as in git."""
+
+    def __init__(self, root: Path) -> None:
+        self.specs: dict[Path, pathspec.GitIgnoreSpec] = {}
+        top = root.resolve()
+        above = [top, *top.parents]
+        checkout = next((p for p in above if (p / ".git").exists()), None)
+        if checkout is not None:
+            for folder in above[1:above.index(checkout) + 1]:
+                self.read(folder)
+
+    def read(self, folder: Path) -> None:
+        try:
+            lines = (folder / ".gitignore").read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return  # none, or unreadable: nothing ignored by it
+        self.specs[folder] = pathspec.GitIgnoreSpec.from_lines(lines)
+
+    def ignored(self, path: Path, is_dir: bool) -> bool:
+        for folder in (path.parent, *path.parent.parents):
+            spec = self.specs.get(folder)
+            if spec is not None:
+                rel = path.relative_to(folder).as_posix() + ("/" if is_dir else "")
+                verdict = spec.check_file(rel).include
+                if verdict is not None:
+                    return verdict
+        return False
+
+
+def _visible_files(root: Path, gitignore: bool = True) -> tuple[list[Path], int]:
+    """The files under ``root`` whose path below it has no hidden part, sorted, and how many
+    files and folders ``.gitignore`` left out (``gitignore``: honour it, as git does). A
+    hidden folder (``.git``, ``.venv``) or an ignored one (Sphinx's ``_build``,
+    ``node_modules``) is never entered: a checkout's history or build output can hold far
+    more files than its documents, and copies of them."""
     files: list[Path] = []
-    for folder, dirs, names in os.walk(root):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
+    ignores = _Ignores(root) if gitignore else None
+    skipped = 0
+    top = root.resolve()
+    for folder, dirs, names in os.walk(top):
         here = Path(folder)
-        files.extend(here / n for n in names if not n.startswith(".") and (here / n).is_file())
-    return sorted(files)
+        if ignores is not None and ".gitignore" in names:
+            ignores.read(here)
+        kept = [d for d in dirs if not d.startswith(".")]
+        if ignores is not None:
+            dropped = [d for d in kept if ignores.ignored(here / d, True)]
+            skipped += len(dropped)
+            kept = [d for d in kept if d not in dropped]
+        dirs[:] = kept
+        for n in names:
+            if n.startswith(".") or not (here / n).is_file():
+                continue
+            if ignores is not None and ignores.ignored(here / n, False):
+                skipped += 1
+                continue
+            files.append(root / (here / n).relative_to(top))
+    return sorted(files), skipped
 
 
-def discover(paths: list[Path], collection: str | None
-             ) -> tuple[list[SourceFile], dict[str, set[str]], Counter[str]]:
-    """The files to ingest, for each folder's collection the paths it now has, and the files
-    of the folders left out because they are not Markdown, reStructuredText or text, by suffix (hidden files
-    and folders, whose names start with ".", are never read nor counted)."""
-    found: list[SourceFile] = []
-    folders: dict[str, set[str]] = {}
-    left_out: Counter[str] = Counter()
+@dataclass
+class Discovered:
+    """What ``discover`` found: the files to ingest, for each folder's collection the paths
+    it now has, the files left out because they are not Markdown, reStructuredText or text,
+    by suffix, and how many files and folders ``.gitignore`` left out (hidden files and
+    folders, whose names start with ".", are never read nor counted)."""
+
+    files: list[SourceFile]
+    folders: dict[str, set[str]]
+    left_out: Counter[str]
+    ignored: int = 0
+
+
+def discover(paths: list[Path], collection: str | None, *, gitignore: bool = True) -> Discovered:
+    """The files of ``paths`` to ingest (``Discovered``); ``gitignore``: honour ``.gitignore``
+    files in and above each folder, up to the top of its git checkout."""
+    found = Discovered([], {}, Counter())
     for root in paths:
         if root.is_dir():
             name = collection or root.resolve().name
-            seen = folders.setdefault(name, set())
-            for f in _visible_files(root):
+            seen = found.folders.setdefault(name, set())
+            files, ignored = _visible_files(root, gitignore)
+            found.ignored += ignored
+            for f in files:
                 rel = f.relative_to(root)
                 if f.suffix.lower() in SUFFIXES:
-                    found.append(SourceFile(f, name, rel.as_posix()))
+                    found.files.append(SourceFile(f, name, rel.as_posix()))
                     seen.add(rel.as_posix())
                 else:
-                    left_out[f.suffix.lower() or "(no suffix)"] += 1
+                    found.left_out[f.suffix.lower() or "(no suffix)"] += 1
         elif root.is_file():
-            found.append(SourceFile(root, collection or root.resolve().parent.name, root.name))
+            found.files.append(SourceFile(root, collection or root.resolve().parent.name, root.name))
         else:
             raise BadInput(f"{root} is neither a file nor a folder")
-    return found, folders, left_out
+    return found
 
 
 def left_out_line(left_out: Counter[str]) -> str:
@@ -397,15 +464,16 @@ def named_day(stem: str) -> datetime | None:
 
 def ingest_paths(settings: Settings, engine: Engine, identity: Identity, paths: list[Path], *,
                  collection: str | None = None, scopes: list[str] | None = None,
-                 sync: bool = False, skip_extraction: bool = False,
+                 sync: bool = False, skip_extraction: bool = False, gitignore: bool = True,
                  on_file: Callable[[int], None] | None = None) -> IngestSummary:
     """Ingest ``paths``; ``on_file(chunks)`` is called once per file (progress)."""
     started = time.monotonic()
-    files, folders, left_out = discover(paths, collection)
+    found = discover(paths, collection, gitignore=gitignore)
+    folders = found.folders
     default_scopes = scopes if scopes is not None else (
         sorted(identity.write_scopes) if len(identity.write_scopes) == 1 else [])
-    summary = IngestSummary(files=len(files), left_out=left_out)
-    for src in files:
+    summary = IngestSummary(files=len(found.files), left_out=found.left_out, ignored=found.ignored)
+    for src in found.files:
         chunks = 0
         try:
             doc = to_document(src, default_scopes, extract=False if skip_extraction else None,
@@ -470,6 +538,9 @@ def ingest(
     skip_extraction: Annotated[bool, typer.Option(
         "--skip-extraction", help="never extract these documents (bring your own claims); front matter "
         "extract: true|false decides per file")] = False,
+    no_ignore: Annotated[bool, typer.Option(
+        "--no-ignore", help="read files and folders that .gitignore leaves out too (hidden ones "
+        "never)")] = False,
     token: Annotated[str | None, typer.Option(envvar="ENGRAM_TOKEN", help="bearer token")] = None,
     tenant: Annotated[str | None, typer.Option(help="mint a dev-key token for this tenant")] = None,
     user: Annotated[str, typer.Option(help="user of a minted token")] = "dev",
@@ -481,7 +552,7 @@ def ingest(
     settings = Settings()
     try:
         identity = cli_identity(settings, token=token, tenant=tenant, user=user, scopes=scopes)
-        files, _, _ = discover(paths, collection)
+        files = discover(paths, collection, gitignore=not no_ignore).files
     except EngramError as exc:
         err.print(styled("error:", "red", f" {exc}"))
         raise typer.Exit(2) from exc
@@ -502,14 +573,17 @@ def ingest(
 
             summary = ingest_paths(settings, engine, identity, paths, collection=collection,
                                    scopes=chosen, sync=sync, skip_extraction=skip_extraction,
-                                   on_file=on_file)
+                                   gitignore=not no_ignore, on_file=on_file)
         out.print(f"{summary.files} file{'' if summary.files == 1 else 's'} in "
                   f"{summary.seconds:.1f} s: {summary.created} created, "
                   f"{summary.updated} updated, {summary.unchanged} unchanged, {summary.deleted} deleted, "
                   f"{len(summary.failed)} failed; {summary.chunks} chunks written"
                   + (f" ({summary.chunks / summary.seconds:.0f} chunks/s)"
                      if summary.chunks and summary.seconds > 0 else "")
-                  + left_out_line(summary.left_out))
+                  + left_out_line(summary.left_out)
+                  + (f"; {summary.ignored} file{'s' if summary.ignored != 1 else ''} or folder"
+                     f"{'s' if summary.ignored != 1 else ''} ignored by .gitignore (--no-ignore "
+                     "reads them)" if summary.ignored else ""))
         for where, why in summary.failed:
             err.print(styled("failed:", "red", f" {where}: {why}"))
         if extract:
