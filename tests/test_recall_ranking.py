@@ -38,6 +38,8 @@ from orchestrator.recall.result import FactRef, ScopeRef, SourceRef
 from orchestrator.recall.tail import (
     CLAIMS,
     Candidate,
+    deprecated,
+    discount_deprecated,
     discount_navigation,
     drop_redundant_derived,
     navigational,
@@ -139,6 +141,30 @@ def test_a_table_of_contents_or_a_link_list_is_navigational_and_prose_is_not():
     assert discount_navigation([nav, prose, fact], 0.5) == 1
     assert (nav.merit, prose.merit, fact.merit) == (0.5, 0.8, 1.0)  # source chunks only
     assert discount_navigation([off := cand("n2", toc, merit=1.0)], 1.0) == 0 and off.merit == 1.0
+
+
+def test_a_chunk_with_a_deprecation_notice_competes_at_a_share_of_its_merit():
+    """CMake's exec_program page opens with "Deprecated since version 3.0: Use the
+    execute_process() command instead" and was served first for "how do I run an external
+    program while configuring?". A notice at a line's start discounts a source chunk, unless
+    the question asks about deprecations; prose that mentions the word does not."""
+    for notice in ("# exec_program\n\n*Deprecated since version 3.0:* Use execute_process().",
+                   "## fs.exists(path)\n\n> Stability: 0 - Deprecated: Use fs.stat() instead.",
+                   "**Deprecated**: use the new flag.", "DEPRECATED. Use --user instead."):
+        assert deprecated(notice), notice
+    for prose in ("This option is deprecated and does nothing.",
+                  "Deprecated functions are listed in the appendix.", "See the deprecations page."):
+        assert not deprecated(prose), prose
+    old, new, fact = (cand("o", "*Deprecated since version 3.0:* Use execute_process().",
+                           merit=1.0),
+                      cand("n", "execute_process runs a program.", merit=0.8),
+                      cand("f", "Deprecated: a claim", merit=1.0, kind="claim"))
+    assert discount_deprecated("how do I run a program?", [old, new, fact], 0.5) == 1
+    assert (old.merit, new.merit, fact.merit) == (0.5, 0.8, 1.0)  # source chunks only
+    again = cand("o2", old.text, merit=1.0)
+    for question in ("what replaced exec_program?", "which commands are deprecated?"):
+        assert discount_deprecated(question, [again], 0.5) == 0 and again.merit == 1.0
+    assert discount_deprecated("how do I run a program?", [again], 1.0) == 0  # off
 
 
 _SECTIONS = [f"{what} on {os}" for os in ("Windows", "Linux", "macOS", "FreeBSD")

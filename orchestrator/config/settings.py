@@ -178,6 +178,9 @@ class Settings(BaseSettings):
     # A source chunk that is a table of contents or a list of links (recall.tail.navigational)
     # competes at this share of its merit (1: as any other chunk).
     recall_navigation_discount: float = Field(default=0.5, ge=0.0, le=1.0)
+    # A source chunk with a deprecation notice (recall.tail.deprecated) competes at this share
+    # of its merit unless the question asks about deprecations (1: as any other chunk).
+    recall_deprecated_discount: float = Field(default=0.5, ge=0.0, le=1.0)
     # Added to the merit of an item that happened on a day the question names
     # (recall.tail.boost_named_days; merit is in [0, 1], so 1 puts them first after the
     # direct subjects; 0: off).

@@ -80,6 +80,7 @@ from orchestrator.recall.tail import (
     boost_named_days,
     budget_cut,
     candidates_from_rows,
+    discount_deprecated,
     discount_navigation,
     keep_direct_best,
     narrower_subjects,
@@ -670,6 +671,9 @@ class Recaller:
             if navigation := discount_navigation(candidates, s.recall_navigation_discount):
                 trace.navigation = (f"{navigation} chunk(s) a table of contents or a list of "
                                     f"links, at {s.recall_navigation_discount:g} of their merit")
+            if old := discount_deprecated(req.question, candidates, s.recall_deprecated_discount):
+                trace.deprecated = (f"{old} chunk(s) with a deprecation notice, at "
+                                    f"{s.recall_deprecated_discount:g} of their merit")
             if detail:
                 trace.fused = [item(c) for c in sorted(candidates, key=lambda c: (-c.rrf, stable_key(c)))]
             candidates, trace.precedence = apply_precedence(candidates)

@@ -533,6 +533,39 @@ def discount_navigation(candidates: Sequence[Candidate], discount: float) -> int
     return found
 
 
+# A deprecation notice at the start of a line: "*Deprecated since version 3.0:* Use
+# execute_process() instead." (a reStructuredText ``deprecated`` directive as ingest stores
+# it), "Stability: 0 - Deprecated" (Node.js's API docs), "**Deprecated**: ...", "> Deprecated:".
+_DEPRECATED = re.compile(
+    r"^[ \t>]*[*_]{0,2}(?:deprecated(?: since version [\w.]+)?[*_]{0,2}[ \t]*[:.]"
+    r"|stability:[ \t]*0[ \t]*-[ \t]*deprecated)", re.IGNORECASE | re.MULTILINE)
+# Words of a question about deprecations themselves: then the notice is what it asks for.
+_ASKS_DEPRECATED = re.compile(r"\b(deprecat\w*|obsolete|replaced?|replacement|legacy|removed?)\b",
+                              re.IGNORECASE)
+
+
+def deprecated(text: str) -> bool:
+    """Whether a chunk carries a deprecation notice (``_DEPRECATED``) at a line's start."""
+    return ("eprecated" in text or "EPRECATED" in text) and _DEPRECATED.search(text) is not None
+
+
+def discount_deprecated(question: str, candidates: Sequence[Candidate], discount: float) -> int:
+    """Scale the merit of every source chunk with a deprecation notice by ``discount``,
+    unless the question asks about deprecations (``_ASKS_DEPRECATED``); returns how many
+    (none at 1: the rule is off). CMake's ``exec_program`` page opens "Deprecated since
+    version 3.0: Use the execute_process() command instead", and was served first for "how
+    do I run an external program while configuring?", over ``execute_process`` (stop 46).
+    A directly named document keeps its place: the direct bit orders before merit."""
+    found = 0
+    if discount >= 1.0 or _ASKS_DEPRECATED.search(question):
+        return found
+    for c in candidates:
+        if c.kind == "source" and deprecated(c.text):
+            c.merit *= discount
+            found += 1
+    return found
+
+
 def boost_named_days(candidates: Sequence[Candidate], days: Sequence[datetime],
                      boost: float) -> int:
     """Add ``boost`` to the merit of every candidate that happened on one of ``days`` (the

@@ -72,6 +72,7 @@ class Trace:
     unfound: list[str] = field(default_factory=list)
     diversity: str = ""
     navigation: str = ""  # chunks that are a table of contents or a link list, discounted
+    deprecated: str = ""  # chunks with a deprecation notice, discounted
     named_day: str = ""  # items that happened on a day the question names, boosted
     ordered: list[TraceItem] = field(default_factory=list)
     suppressed: list[tuple[str, str, float]] = field(default_factory=list)
@@ -171,7 +172,8 @@ class Trace:
         lost = (f" (their best chunks, a link list only where nothing else of them was found; "
                 f"{self.direct_lost} more of their chunks compete on merit)"
                 if self.direct_lost else "")
-        navigation = "".join(f"; {note}" for note in (self.named_day, self.navigation) if note)
+        navigation = "".join(f"; {note}" for note in (self.named_day, self.navigation,
+                                                      self.deprecated) if note)
         lines.append(f"4. order (direct subjects first{lost}, then merit; diversity: "
                      f"{self.diversity or 'not run'}{navigation})")
         for n, it in enumerate(self.ordered, 1):
