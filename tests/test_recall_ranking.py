@@ -165,6 +165,36 @@ def test_a_chunk_with_a_deprecation_notice_competes_at_a_share_of_its_merit():
     for question in ("what replaced exec_program?", "which commands are deprecated?"):
         assert discount_deprecated(question, [again], 0.5) == 0 and again.merit == 1.0
     assert discount_deprecated("how do I run a program?", [again], 1.0) == 0  # off
+    # Replacing or removing something is no question about deprecations.
+    for question in ("how do I replace text in a string?", "how do I remove a file?"):
+        fresh = cand("o3", old.text, merit=1.0)
+        assert discount_deprecated(question, [fresh], 0.5) == 1 and fresh.merit == 0.5, question
+
+
+def test_a_deprecation_notice_the_reader_cannot_see_is_not_counted(
+        tenant_factory, app_engine, embedder, settings):
+    """The order line's count of deprecated chunks is the reader's own: exec's deprecated
+    page counts for a reader of exec only, and its title is in no one else's trace."""
+    t = tenant_factory("team", "exec")
+    alice = t.identity("alice", write=("team",))
+    write_documents(app_engine, alice, embedder, [
+        doc("exec_program.md", "exec_program", "# exec_program\n\n*Deprecated since version "
+            "3.0:* Use the execute_process() command instead.\n\nRun an external program "
+            "while configuring the project and capture its output."),
+        doc("execute_process.md", "execute_process", "# execute_process\n\nRun child "
+            "processes while configuring the project and capture their output."),
+    ], settings)
+    write_documents(app_engine, t.identity("boss", write=("team", "exec")), embedder, [
+        doc("hidden.md", "build_program", "# build_program\n\n> Stability: 0 - Deprecated: "
+            "run external programs with execute_process.", scopes=("exec",))], settings)
+    recaller = recaller_with(app_engine, settings, embedder, recall_receipts=False,
+                             rank_usage_rows=False)
+    question = "how do I run an external program while configuring?"
+    _, trace = recaller.trace(alice, question)
+    assert trace.deprecated == "1 chunk(s) with a deprecation notice, at 0.5 of their merit"
+    assert "build_program" not in trace.format()
+    _, boss = recaller.trace(t.identity("boss", read=("team", "exec")), question)
+    assert boss.deprecated.startswith("2 chunk(s) with a deprecation notice"), boss.deprecated
 
 
 _SECTIONS = [f"{what} on {os}" for os in ("Windows", "Linux", "macOS", "FreeBSD")

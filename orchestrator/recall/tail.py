@@ -350,6 +350,12 @@ def title_words(text: str) -> list[str]:
     return [w for w in _NOT_WORD.split(plain) if w]
 
 
+def _named_documents(candidates: list[Candidate]) -> dict[uuid.UUID, str]:
+    """The title of each document a candidate of which is a direct subject."""
+    return {c.document_id: c.source.title for c in candidates
+            if c.direct and c.source is not None and c.document_id is not None}
+
+
 def narrower_subjects(question: str, candidates: list[Candidate]) -> list[tuple[str, str, str]]:
     """Clear the direct-subject bit of a document whose title the question names only as part
     of a longer phrase that another found document's title holds: "what does a security
@@ -361,8 +367,7 @@ def narrower_subjects(question: str, candidates: list[Candidate]) -> list[tuple[
     direct subject (a named title inside another named title is the statement's rule). Runs
     before the ranker, whose ``direct`` feature then reads the bit as cleared. Returns
     (title, phrase, the other title) for the trace."""
-    named = {c.document_id: c.source.title for c in candidates
-             if c.direct and c.source is not None and c.document_id is not None}
+    named = _named_documents(candidates)
     if not named:
         return []  # most recalls name no title: nothing to read
     question_words = title_words(question)
@@ -403,8 +408,7 @@ def unfound_subjects(question: str, candidates: list[Candidate]) -> list[str]:
     subject and competes on merit. A longer title, a page either lane found, or a question
     that is the title alone ("what does set do?" holds only "set" as a term) keep it. Only
     for plans with both lanes on. Returns the titles, for the trace."""
-    named = {c.document_id: c.source.title for c in candidates
-             if c.direct and c.source is not None and c.document_id is not None}
+    named = _named_documents(candidates)
     if not named:
         return []
     found = {c.document_id for c in candidates if "dense_rank" in c.lanes or "lexical_rank" in c.lanes}
@@ -540,8 +544,9 @@ _DEPRECATED = re.compile(
     r"^[ \t>]*[*_]{0,2}(?:deprecated(?: since version [\w.]+)?[*_]{0,2}[ \t]*[:.]"
     r"|stability:[ \t]*0[ \t]*-[ \t]*deprecated)", re.IGNORECASE | re.MULTILINE)
 # Words of a question about deprecations themselves: then the notice is what it asks for.
-_ASKS_DEPRECATED = re.compile(r"\b(deprecat\w*|obsolete|replaced?|replacement|legacy|removed?)\b",
-                              re.IGNORECASE)
+# Past forms only: "how do I replace text?" or "how do I remove a file?" asks no such thing.
+_ASKS_DEPRECATED = re.compile(
+    r"\b(deprecat\w*|obsolete|replaced|replacement|superseded|legacy|removed)\b", re.IGNORECASE)
 
 
 def deprecated(text: str) -> bool:
