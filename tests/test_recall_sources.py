@@ -197,9 +197,10 @@ def test_a_one_word_title_whose_page_neither_lane_found_names_no_subject(
     the ``set`` command by its one-word title, and it was served first, while the dense and
     lexical lanes' first forty held none of it. Such a page is no direct subject and competes
     on merit; a question about the title alone, or one whose other words find the page, still
-    names it."""
-    t = tenant_factory("team")
-    ident = t.identity(write=("team",))
+    names it. The verdict and the trace line are the reader's own: the forty pages that push
+    the page out of both lanes are exec's, and a team reader's lanes find it."""
+    t = tenant_factory("team", "exec")
+    ident = t.identity(write=("team", "exec"))
     write_documents(app_engine, ident, embedder, [
         doc("command/set.md", "set", "set(<variable> <value>) gives a normal, cache or "
             "environment variable the value."),
@@ -208,7 +209,8 @@ def test_a_one_word_title_whose_page_neither_lane_found_names_no_subject(
         # Forty pages hold "set" and the question's other words; fifty hold neither, so "set"
         # is in fewer than half of the chunks (else no title with it names anything).
         *[doc(f"command/target_{i}.md", f"target_option_{i}", f"Target option {i}: set the "
-              f"C++ standard flags of target {i} for each language.") for i in range(40)],
+              f"C++ standard flags of target {i} for each language.", scopes=("exec",))
+          for i in range(40)],
         *[doc(f"glossary/{i}.md", f"Glossary entry {i}", f"Entry {i} of the glossary: words "
               "about linking, packaging and testing.") for i in range(50)],
     ], settings)
@@ -226,6 +228,12 @@ def test_a_one_word_title_whose_page_neither_lane_found_names_no_subject(
     # A plan without the lexical lane cannot tell: the title names the page as before.
     _, trace = recaller.study(ident, question, FULL_PLAN.without("no-lexical", lexical=False))
     assert trace.unfound == [] and direct_titles(trace) == {"set"}
+    # A team reader does not see exec's pages: its lanes find the page, which stays named,
+    # and its trace has no such line.
+    result, team = recaller.trace(t.identity("ann", read=("team",)), question)
+    assert team.unfound == [] and direct_titles(team) == {"set"}, team.format()
+    assert "neither the dense nor the lexical lane found" not in team.format()
+    assert "target_option" not in team.format()
 
 
 def test_a_longer_title_the_reader_cannot_see_neither_narrows_nor_shows_in_the_trace(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from textwrap import dedent
 
 from orchestrator.ingest.rst import Includes, inline, rst_document
@@ -297,3 +298,25 @@ def test_includes_are_followed_inside_the_folder_only(tmp_path) -> None:
     assert loop.skipped == ["loop.rst (more than 4 includes deep)"]
     # Without an Includes, an include leaves nothing (and reads nothing).
     assert rst_document(".. include:: FIND_XXX.txt\n")[1] == ""
+
+
+def test_an_include_that_loops_or_is_too_large_is_refused_unread(tmp_path, monkeypatch) -> None:
+    """A symlink loop is named as one; a file past what the page may still include is
+    refused by its size, before it is read."""
+    from orchestrator.ingest import rst
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "a").symlink_to(root / "b")
+    (root / "b").symlink_to(root / "a")
+    (root / "big.txt").write_text("x" * 50)
+    page = root / "page.rst"
+    text = "Text.\n\n.. include:: a\n.. include:: big.txt\n"
+    page.write_text(text)
+    monkeypatch.setattr(rst, "MAX_INCLUDED_CHARS", 40)
+    read = []
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: read.append(self) or "")
+    includes = Includes(root=root, source=page)
+    assert rst_document(text, includes)[1] == "Text.\n"
+    assert includes.skipped == ["a (a symlink loop)", "big.txt (past 40 included characters)"]
+    assert read == []

@@ -465,10 +465,14 @@ def named_day(stem: str) -> datetime | None:
 def ingest_paths(settings: Settings, engine: Engine, identity: Identity, paths: list[Path], *,
                  collection: str | None = None, scopes: list[str] | None = None,
                  sync: bool = False, skip_extraction: bool = False, gitignore: bool = True,
+                 found: Discovered | None = None,
                  on_file: Callable[[int], None] | None = None) -> IngestSummary:
-    """Ingest ``paths``; ``on_file(chunks)`` is called once per file (progress)."""
+    """Ingest ``paths``; ``on_file(chunks)`` is called once per file (progress). ``found``:
+    what ``discover`` already found for them (the CLI walks the folders once, to size its
+    progress bar), else they are walked here."""
     started = time.monotonic()
-    found = discover(paths, collection, gitignore=gitignore)
+    if found is None:
+        found = discover(paths, collection, gitignore=gitignore)
     folders = found.folders
     default_scopes = scopes if scopes is not None else (
         sorted(identity.write_scopes) if len(identity.write_scopes) == 1 else [])
@@ -552,7 +556,7 @@ def ingest(
     settings = Settings()
     try:
         identity = cli_identity(settings, token=token, tenant=tenant, user=user, scopes=scopes)
-        files = discover(paths, collection, gitignore=not no_ignore).files
+        found = discover(paths, collection, gitignore=not no_ignore)
     except EngramError as exc:
         err.print(styled("error:", "red", f" {exc}"))
         raise typer.Exit(2) from exc
@@ -564,7 +568,7 @@ def ingest(
         with Progress(TextColumn("ingesting"), BarColumn(), MofNCompleteColumn(), _Rate(),
                       TimeElapsedColumn(), console=err, transient=False,
                       disable=not err.is_terminal) as progress:
-            task = progress.add_task("files", total=len(files), chunks=0)
+            task = progress.add_task("files", total=len(found.files), chunks=0)
             written = [0]
 
             def on_file(chunks: int) -> None:
@@ -573,7 +577,7 @@ def ingest(
 
             summary = ingest_paths(settings, engine, identity, paths, collection=collection,
                                    scopes=chosen, sync=sync, skip_extraction=skip_extraction,
-                                   gitignore=not no_ignore, on_file=on_file)
+                                   found=found, on_file=on_file)
         out.print(f"{summary.files} file{'' if summary.files == 1 else 's'} in "
                   f"{summary.seconds:.1f} s: {summary.created} created, "
                   f"{summary.updated} updated, {summary.unchanged} unchanged, {summary.deleted} deleted, "

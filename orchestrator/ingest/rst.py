@@ -37,6 +37,7 @@ text.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from textwrap import dedent
@@ -109,12 +110,16 @@ class Includes:
     skipped: list[str] = field(default_factory=list)
     read_chars: int = 0
 
+    def path(self, target: str, base: Path) -> Path:
+        """Where ``target`` points from a file in ``base``: ``/`` opens at ``root``."""
+        return (self.root / target.lstrip("/")) if target.startswith("/") else base / target
+
     def read(self, target: str, base: Path) -> str | None:
-        path = (self.root / target.lstrip("/")) if target.startswith("/") else base / target
         try:
-            real, root = path.resolve(), self.root.resolve()
-        except (OSError, RuntimeError):  # a symlink loop
-            real, root = path, self.root
+            real, root = self.path(target, base).resolve(), self.root.resolve()
+        except (OSError, RuntimeError):
+            self.skipped.append(f"{target} (a symlink loop)")
+            return None
         if not real.is_relative_to(root):
             self.skipped.append(f"{target} (outside the folder ingested)")
             return None
@@ -125,14 +130,15 @@ class Includes:
             self.skipped.append(f"{target} (no such file)")
             return None
         try:
+            # A character is at least a byte: a file past what is left is refused unread.
+            if real.stat().st_size > MAX_INCLUDED_CHARS - self.read_chars:
+                self.skipped.append(f"{target} (past {MAX_INCLUDED_CHARS:,} included characters)")
+                return None
             text = real.read_text(encoding="utf-8-sig")
         except (OSError, UnicodeDecodeError):
             self.skipped.append(f"{target} (not readable as UTF-8 text)")
             return None
         self.read_chars += len(text)
-        if self.read_chars > MAX_INCLUDED_CHARS:
-            self.skipped.append(f"{target} (past {MAX_INCLUDED_CHARS:,} included characters)")
-            return None
         return text
 
 
@@ -184,12 +190,11 @@ def _included(lines: list[str], includes: Includes, base: Path, depth: int) -> l
         if options.get("end-before") and options["end-before"] in text:
             text = text.split(options["end-before"], 1)[0]
         inner = _lines(text)
-        path = (includes.root / target.lstrip("/")) if target.startswith("/") else base / target
         if "literal" in options or "code" in options:
             out.extend(["", indent + "::", "", *(indent + "    " + line for line in inner), ""])
         else:
-            out.extend(indent + line if line else line
-                       for line in _included(inner, includes, path.parent, depth + 1))
+            out.extend(indent + line if line else line for line in _included(
+                inner, includes, includes.path(target, base).parent, depth + 1))
     return out
 
 
@@ -230,21 +235,16 @@ def _inline_paragraphs(lines: list[str]) -> list[str]:
     a line break, never over a blank line."""
     out: list[str] = []
     paragraph: list[str] = []
-    fence = ""
 
     def flush() -> None:
         if paragraph:
             out.extend(inline("\n".join(paragraph)).split("\n"))
             paragraph.clear()
 
-    for line in lines:
-        if fence:
-            out.append(line)
-            fence = "" if line.rstrip() == fence else fence
-        elif line.startswith("```"):
+    for line, code in _code_lines(lines):
+        if code:
             flush()
             out.append(line)
-            fence = "````" if line.startswith("````") else "```"
         elif line.strip():
             paragraph.append(line)
         else:
@@ -252,6 +252,21 @@ def _inline_paragraphs(lines: list[str]) -> list[str]:
             out.append(line)
     flush()
     return out
+
+
+def _code_lines(lines: list[str]) -> Iterator[tuple[str, bool]]:
+    """Each line and whether it is part of a fenced code block (its fences included), as the
+    conversion writes them (``_fenced``: three or four backticks at the line's start)."""
+    fence = ""
+    for line in lines:
+        if fence:
+            yield line, True
+            fence = "" if line.rstrip() == fence else fence
+        elif line.startswith("```"):
+            fence = "````" if line.startswith("````") else "```"
+            yield line, True
+        else:
+            yield line, False
 
 
 def _file_fields(lines: list[str]) -> tuple[dict[str, str], int]:
@@ -278,14 +293,9 @@ def _tidy(lines: list[str]) -> str:
     """Trailing spaces off, runs of blank lines as one outside code blocks, no blank lines at
     either end."""
     out: list[str] = []
-    fence = ""
-    for line in lines:
+    for line, code in _code_lines(lines):
         line = line.rstrip()
-        if fence:
-            fence = "" if line == fence else fence
-        elif line.startswith("```"):
-            fence = "````" if line.startswith("````") else "```"
-        if line or fence or (out and out[-1]):
+        if line or code or (out and out[-1]):
             out.append(line)
     while out and not out[-1]:
         out.pop()
