@@ -201,3 +201,33 @@ def test_section_starts_reads_atx_and_setext_headings_outside_code() -> None:
     starts = section_starts(body)
     assert [body[s:body.index("\n", s)].strip() for s in starts] == [
         "Title", "## Usage", "Options", "### Indented"]
+
+
+def _changelog(n: int) -> str:
+    """A changelog's shape (Node.js's): an anchor, a release's heading, then sub-headings
+    and that release's entries (a different number per release, so cuts fall everywhere)."""
+    parts = []
+    for i in range(n, 0, -1):
+        entries = "".join(f"* \\[[`{i:04x}{j:06x}`](https://example.org/c/{i}{j})] - **fs**: fix "
+                          f"entry {j} of release {i} (Some One) [#{i}{j}](https://example.org/p/{i}{j})\n"
+                          for j in range(i % 9 + 1))
+        parts.append(f'<a id="1.{i}.0"></a>\n\n## 2023-07-{i:02d}, Version 1.{i}.0 (Current), @someone\n\n'
+                     f"### Notable Changes\n\nRelease {i} fixes the file system.\n\n"
+                     f"### Commits\n\n{entries}\n")
+    return "".join(parts)
+
+
+def test_a_heading_that_heads_only_headings_opens_the_chunk_it_heads() -> None:
+    # Node.js's CHANGELOG_V20.md: a chunk ended with '<a id="20.5.0"></a>' and "## 2023-07-18,
+    # Version 20.5.0": it was cut before "### Notable Changes", the last heading in reach, so
+    # the release's number and date stood apart from every change it made.
+    body = _changelog(40)
+    for size in (500, 700, 900, 1200):
+        spans = chunk_text(body, size, 150)
+        _holds(body, spans)
+        for c in spans:
+            last = c.text.rstrip().splitlines()[-1]
+            assert not last.startswith("#") and not last.startswith("<a id="), (size, c.text[-120:])
+        for i in range(1, 41):  # each release's heading is in a chunk with its first section
+            assert any(f"Version 1.{i}.0" in c.text and f"Release {i} fixes" in c.text
+                       for c in spans), (size, i)

@@ -3,7 +3,9 @@
 A chunk ends before the last heading in the last two thirds of its size, so a section
 starts a chunk with its heading (an API reference's "#### `filehandle.readLines()`" with
 its text and example, not that example at the head of the next section's chunk), and the
-next chunk starts there, with no overlap. Without such a heading, chunks prefer to end at
+next chunk starts there, with no overlap; where headings stand over that heading with nothing
+of their own (a changelog's anchor and "## Version 20.5.0" over "### Notable Changes"), the
+chunk ends before them. Without such a heading, chunks prefer to end at
 a paragraph break, then a line break, then a sentence end, then a space, so a section is
 not cut mid-word, and never inside a fenced code block while a cut outside one is in the
 window's second half (or before the block, when it fills that half); consecutive chunks overlap
@@ -84,7 +86,7 @@ def _cut(body: str, start: int, limit: int, sections: list[int],
     size = limit - start
     i = bisect.bisect_right(sections, limit) - 1
     if i >= 0 and sections[i] > start + size // 3:
-        return sections[i], True
+        return _run_start(body, start, sections, i), True
     end = _last_break(body, start + size // 2, limit, fences)
     if end is not None:
         return end, False
@@ -95,6 +97,44 @@ def _cut(body: str, start: int, limit: int, sections: list[int],
         return block[0], False
     end = _last_break(body, start + size // 2, limit, [])
     return (limit if end is None else end), False
+
+
+# A line that only marks a place: an HTML anchor (``<a id="20.5.0"></a>``, as a changelog puts
+# above each release's heading) or a one-line HTML comment.
+_MARKER_LINE = re.compile(
+    r"[ \t]*(?:<a\s+(?:id|name)=[^<>]*>\s*</a>|<a\s+(?:id|name)=[^<>]*/>|<!--.*?-->)[ \t]*")
+
+
+def _heads_only(body: str, lo: int, hi: int) -> bool:
+    """Whether ``body[lo:hi]`` (one section: its heading's first line at ``lo``) is a heading
+    and nothing else but blank or marker lines."""
+    lines = body[lo:hi].splitlines()
+    if len(lines) > 2 and set(lines[1].strip()) <= set("=-") and lines[1].strip():
+        lines = lines[2:]  # a setext heading's paragraph line and underline
+    else:
+        lines = lines[1:]
+    return all(not line.strip() or _MARKER_LINE.fullmatch(line) for line in lines)
+
+
+def _run_start(body: str, start: int, sections: list[int], i: int) -> int:
+    """Where a chunk ending before the section ``sections[i]`` ends: before the headings
+    right above it that head nothing of their own ("## 2023-07-18, Version 20.5.0" over
+    "### Notable Changes": the version's heading opens the next chunk, not ends this one),
+    and before the marker lines above those (a changelog's ``<a id="20.5.0"></a>``), while
+    that leaves the chunk some text."""
+    cut = sections[i]
+    while i > 0 and sections[i - 1] > start and _heads_only(body, sections[i - 1], sections[i]):
+        i -= 1
+        cut = sections[i]
+    while True:
+        above = body.rfind("\n", start, max(cut - 1, start))
+        line = body[above + 1:cut].rstrip("\n")
+        if above < start or not (not line.strip() or _MARKER_LINE.fullmatch(line)):
+            break
+        if not body[start:above].strip():
+            break
+        cut = above + 1
+    return cut
 
 
 def chunk_text(body: str, size: int = 1200, overlap: int = 150) -> list[ChunkSpan]:
