@@ -21,6 +21,10 @@ SETEXT_UNDERLINE = re.compile(r"[ \t]{0,3}(=+|-+)[ \t]*")
 # A line that opens a block of its own (a list item, a quote, a table row, indented code): no
 # paragraph line a setext underline could make a heading of.
 _NOT_PARAGRAPH = re.compile(r"[ \t]{4}|[ \t]{0,3}(?:[-*+>|]|\d{1,9}[.)])(?:[ \t]|$)")
+# A line that only marks a place: an HTML anchor (``<a id="20.5.0"></a>``, as a changelog puts
+# above each release's heading) or a one-line HTML comment.
+MARKER_LINE = re.compile(
+    r"[ \t]*(?:<a\s+(?:id|name)=[^<>]*>\s*</a>|<a\s+(?:id|name)=[^<>]*/>|<!--.*?-->)[ \t]*")
 # Paragraph lines kept for a setext heading's text (a title is cut to a few hundred
 # characters anyway).
 _TITLE_LINES = 40
@@ -94,3 +98,60 @@ def section_starts(text: str, fences: list[tuple[int, int]] | None = None) -> li
     outside fenced code blocks (``fences``: ``code_fences(text)``, computed when not given)."""
     fences = code_fences(text) if fences is None else fences
     return [at for at, _, _ in headings(text, fences)]
+
+
+# A section trail's heading keeps this many characters (a trail holds at most six: one a level).
+TRAIL_HEADING_CHARS = 200
+
+
+def section_trails(text: str, offsets: list[int], title: str = "",
+                   fences: list[tuple[int, int]] | None = None) -> list[list[tuple[int, str]]]:
+    """For each of ``offsets`` (increasing), the headings whose sections it lies in, outermost
+    first, as (level, text): every heading that starts before it and is not closed by a
+    heading of its level or above before it. A heading at the offset itself is the
+    section's own (it is in the text that starts there), not its trail, and so is one that
+    only blank and marker lines stand before (a changelog's ``<a id="20.5.0"></a>``). A leading heading
+    that says the document's ``title`` is left out (the title is said already)."""
+    fences = code_fences(text) if fences is None else fences
+    found = list(headings(text, fences))
+    trails: list[list[tuple[int, str]]] = []
+    stack: list[tuple[int, str]] = []
+    i = 0
+    for offset in offsets:
+        offset = _past_markers(text, offset)
+        while i < len(found) and found[i][0] < offset:
+            _, level, words = found[i]
+            while stack and stack[-1][0] >= level:
+                stack.pop()
+            stack.append((level, " ".join(words.split())[:TRAIL_HEADING_CHARS]))
+            i += 1
+        trail = [h for h in stack if h[1]]
+        if i < len(found) and found[i][0] == offset:  # its own heading closes what it closes
+            trail = [h for h in trail if h[0] < found[i][1]]
+        if trail and title and trail[0][1].casefold() == " ".join(title.split()).casefold():
+            trail = trail[1:]
+        trails.append(trail)
+    return trails
+
+
+def extend_trail(trail: list[tuple[int, str]], text: str) -> list[tuple[int, str]]:
+    """``trail`` (where ``text`` starts in its document) carried to the end of ``text``: the
+    sections of the headings in ``text`` opened, those they close closed."""
+    out = list(trail)
+    for _, level, words in headings(text, code_fences(text)):
+        while out and out[-1][0] >= level:
+            out.pop()
+        out.append((level, " ".join(words.split())[:TRAIL_HEADING_CHARS]))
+    return [h for h in out if h[1]]
+
+
+def _past_markers(text: str, offset: int) -> int:
+    """``offset`` moved past the blank and marker lines (``MARKER_LINE``) that start there."""
+    while offset < len(text):
+        end = text.find("\n", offset)
+        end = len(text) if end == -1 else end + 1
+        line = text[offset:end].rstrip("\r\n")
+        if line.strip() and not MARKER_LINE.fullmatch(line):
+            break
+        offset = end
+    return offset

@@ -231,3 +231,31 @@ def test_a_heading_that_heads_only_headings_opens_the_chunk_it_heads() -> None:
         for i in range(1, 41):  # each release's heading is in a chunk with its first section
             assert any(f"Version 1.{i}.0" in c.text and f"Release {i} fixes" in c.text
                        for c in spans), (size, i)
+
+
+def test_section_trails_name_the_headings_a_chunk_starts_under() -> None:
+    from orchestrator.markdown import extend_trail, section_trails
+
+    body = ("# Node.js 20 ChangeLog\n\nIntro.\n\n"
+            '<a id="20.5.0"></a>\n\n## 2023-07-18, Version 20.5.0 (Current)\n\n'
+            "### Notable Changes\n\nShards for the test runner.\n\n```sh\n# not a heading\n```\n\n"
+            "### Commits\n\n* fix a\n* fix b\n\n"
+            "Setext Part\n-----------\n\nUnder a setext heading.\n")
+    at = {name: body.index(name) for name in (
+        "Intro.", '<a id="20.5.0">', "### Notable", "Shards", "```sh", "* fix b", "Under a")}
+    names = list(at)
+    trails = dict(zip(names, section_trails(body, [at[n] for n in names], "Node.js 20 ChangeLog"),
+                      strict=True))
+    assert trails["Intro."] == []  # under the title's heading only: the title says it already
+    # The anchor and the release's heading open that chunk: its own heading is in its text.
+    assert trails['<a id="20.5.0">'] == []
+    assert trails["### Notable"] == [(2, "2023-07-18, Version 20.5.0 (Current)")]
+    assert trails["Shards"] == [(2, "2023-07-18, Version 20.5.0 (Current)"), (3, "Notable Changes")]
+    assert trails["```sh"] == trails["Shards"]  # "# not a heading" is code
+    assert trails["* fix b"] == [(2, "2023-07-18, Version 20.5.0 (Current)"), (3, "Commits")]
+    assert trails["Under a"] == [(2, "Setext Part")]  # a level-2 setext heading closes both
+    # Under another title the first heading is a section of its own.
+    assert section_trails(body, [at["Intro."]], "Release notes") == [[(1, "Node.js 20 ChangeLog")]]
+    # Carried over a part of a chunk: the headings the skipped text held open and close.
+    part = body[at["Shards"]:at["* fix b"]]
+    assert extend_trail(trails["Shards"], part) == trails["* fix b"]

@@ -323,3 +323,49 @@ def test_the_identity_functions_return_the_same_in_either_language(scratch_url: 
     migrate.upgrade(scratch_url, "head")
     assert read() == ("plpgsql", now)
     eng.dispose()
+
+
+def test_chunks_written_before_0089_get_their_section_trails(scratch_url: str) -> None:
+    """0089 gives every chunk of a document with headings the trail ingest would write (as the
+    migrating superuser: every tenant's), leaves the rest null, and keeps the chains valid
+    both ways (the rows' images change with the column)."""
+    migrate.upgrade(scratch_url, "0088_identity_functions_plpgsql")
+    eng = create_engine(scratch_url, poolclass=pool.NullPool)
+    body = "# Guide\n\nIntro.\n\n## Setup\n\nStep one.\n\n### Linux\n\nRun it."
+    pieces = ("# Guide\n\nIntro.", "## Setup\n\nStep one.", "Step one.", "Run it.")
+    with eng.begin() as conn:
+        tenant = conn.execute(text("select auth.create_tenant('org-sections', 'Org')")).scalar_one()
+        scope = conn.execute(text("select auth.create_scope(:t, 'team', 'Team')"), {"t": tenant}).scalar_one()
+        for path, text_ in (("guide.md", body), ("plain.md", "No headings here.")):
+            doc = conn.execute(text(
+                "insert into sources.documents (tenant_id, collection, path, title, body, "
+                "content_hash, scopes) values (:t, 'notes', :p, 'Guide', :b, "
+                "sha256(convert_to(:b, 'UTF8')), array[cast(:s as uuid)]) returning id"),
+                {"t": tenant, "s": scope, "p": path, "b": text_}).scalar_one()
+            chunks = pieces if path == "guide.md" else (text_,)
+            for n, chunk in enumerate(chunks):
+                start = text_.index(chunk)
+                conn.execute(text(
+                    "insert into sources.chunks (tenant_id, document_id, ordinal, text, "
+                    "char_start, char_end) values (:t, :d, :n, :c, :s, :e)"),
+                    {"t": tenant, "d": doc, "n": n, "c": chunk, "s": start, "e": start + len(chunk)})
+    migrate.upgrade(scratch_url, "head")
+    with eng.connect() as conn:
+        sections = dict(conn.execute(text(
+            "select c.text, c.section from sources.chunks c where c.tenant_id = :t"), {"t": tenant}).all())
+        problems = conn.execute(text("select * from provenance.verify_rows(:t)"), {"t": tenant}).all()
+    assert sections == {
+        "# Guide\n\nIntro.": None,  # the title's heading: said by the title
+        "## Setup\n\nStep one.": None,  # its own heading opens it
+        "Step one.": [{"level": 2, "text": "Setup"}],
+        "Run it.": [{"level": 2, "text": "Setup"}, {"level": 3, "text": "Linux"}],
+        "No headings here.": None}
+    assert problems == []
+    migrate.downgrade(scratch_url, "0088_identity_functions_plpgsql")
+    with eng.connect() as conn:
+        assert conn.execute(text(
+            "select count(*) from information_schema.columns where table_schema = 'sources' "
+            "and table_name = 'chunks' and column_name = 'section'")).scalar_one() == 0
+        assert conn.execute(text("select * from provenance.verify_rows(:t)"), {"t": tenant}).all() == []
+    migrate.upgrade(scratch_url, "head")
+    eng.dispose()

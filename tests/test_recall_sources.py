@@ -551,3 +551,51 @@ def test_what_a_named_day_does_counts_only_what_the_reader_may_see(
     _, both = recaller.trace(t.identity("reader", read=("team", "exec")), question)
     assert not direct_titles(both)
     assert "Board memo" in both.format()
+
+
+def _changelog_body() -> str:
+    parts = ["# Widget ChangeLog\n\nEvery release of Widget, newest first.\n\n"]
+    for i in range(6, 0, -1):
+        filler = " ".join(f"Release {i} also tidies module {k} of the parser and its tests."
+                          for k in range(8))
+        parts.append(f'<a id="1.{i}.0"></a>\n\n## 2023-07-{i:02d}, Version 1.{i}.0\n\n### Notable Changes\n\n'
+                     f"{filler}\n\n{filler}\n\n{filler}\n\n")
+        if i == 5:
+            parts.append("The new frobnicator option rotates the spline caches on every request.\n\n")
+        parts.append(f"### Commits\n\n* fix release {i}\n\n")
+    return "".join(parts)
+
+
+def test_an_excerpt_names_the_sections_it_stands_under(
+        tenant_factory, app_engine, embedder, settings, recaller):
+    # Over Node.js's changelogs an excerpt of a release's changes named only "Node.js 20
+    # ChangeLog": which release it listed was in a heading one or two chunks up.
+    t = tenant_factory("team")
+    ident = t.identity(write=("team",))
+    write_documents(app_engine, ident, embedder, [doc("CHANGELOG.md", "Widget ChangeLog", _changelog_body())],
+                    settings)
+    with bound_session(app_engine, ident) as s:
+        chunks = s.execute(select(Chunk.text, Chunk.section).order_by(Chunk.ordinal)).all()
+    assert len(chunks) >= 10
+    for text, section in chunks:
+        if text.startswith('<a id="1.') or text.startswith("# Widget"):
+            assert section is None, text[:60]  # its own heading opens it; the title is said
+        else:
+            assert section[0]["level"] == 2 and section[0]["text"].startswith("2023-07-"), text[:60]
+    found = next(text for text, _ in chunks if "frobnicator" in text)
+    assert not found.startswith("<a id=")  # the trail is what names its release
+
+    result = recaller.recall(ident, "which release added the frobnicator option?", budget_tokens=2000)
+    first = result.evidence[0]
+    assert "frobnicator" in first.text
+    assert first.source is not None and first.source.section_titles == [
+        "2023-07-05, Version 1.5.0", "Notable Changes"]
+    assert ("| Widget ChangeLog › 2023-07-05, Version 1.5.0 › Notable Changes (notes/CHANGELOG.md)"
+            in result.rendered)
+    # A part cut to fit starts later in its chunk: its trail follows the headings it skipped.
+    from orchestrator.recall.tail import part_of
+
+    at = first.text.index("### Commits") + len("### Commits\n\n")
+    part = part_of(first, at, text=first.text[at:])
+    assert part.source.section_titles == ["2023-07-05, Version 1.5.0", "Commits"]
+    assert part_of(first, 0, text=first.text).source == first.source

@@ -20,7 +20,8 @@ def evidence_view(ev: Evidence) -> dict[str, Any]:
         "text": ev.text, "provenance": str(ev.provenance),
         "scopes": [{"name": s.name, "description": s.description} for s in ev.scopes],
         "source": ({"collection": ev.source.collection, "path": ev.source.path,
-                    "title": ev.source.title} if ev.source else None),
+                    "title": ev.source.title, "section": ev.source.section_titles}
+                   if ev.source else None),
         "author": ev.author, "createdAt": ev.created_at, "updatedAt": ev.updated_at,
         "documentId": str(ev.document_id) if ev.document_id else None,
         "chunkId": str(ev.chunk_id) if ev.chunk_id else None,

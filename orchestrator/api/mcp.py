@@ -169,7 +169,8 @@ def _evidence(e: Evidence) -> dict[str, Any]:
     return {"text": e.text, "provenance": str(e.provenance), "kind": e.kind,
             "item_table": e.item_table, "item_id": str(e.item_id) if e.item_id else None,
             "scopes": [s.name for s in e.scopes],
-            "source": f"{e.source.collection}/{e.source.path}" if e.source else None}
+            "source": f"{e.source.collection}/{e.source.path}" if e.source else None,
+            "section": e.source.section_titles if e.source else []}
 
 
 def plain(value: Any) -> Any:

@@ -150,8 +150,9 @@ _SCHEMAS: dict[str, Any] = {
     },
     "ScopeRef": {"type": "object", "required": ["name", "description"],
                  "properties": {"name": {"type": "string"}, "description": {"type": "string"}}},
-    "SourceRef": {"type": "object", "required": ["collection", "path", "title"],
-                  "properties": {k: {"type": "string"} for k in ("collection", "path", "title")}},
+    "SourceRef": {"type": "object", "required": ["collection", "path", "title", "section"],
+                  "properties": {**{k: {"type": "string"} for k in ("collection", "path", "title")},
+                                 "section": {"type": "array", "items": {"type": "string"}}}},
     "FactRef": {
         "type": "object",
         "required": ["subject", "predicate", "object", "epistemicKind", "perspectiveKey",

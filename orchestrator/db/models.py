@@ -204,6 +204,9 @@ class Chunk(Base):
         CheckConstraint("embed_attempts >= 0", name="ck_chunks_embed_attempts_nonnegative"),
         CheckConstraint("(embed_state = 'ready') = (embedding is not null)",
                         name="ck_chunks_embedding_matches_state"),
+        CheckConstraint("section is null or (jsonb_typeof(section) = 'array' and "
+                        "jsonb_array_length(section) between 1 and 6 and "
+                        "length(section::text) <= 1600)", name="ck_chunks_section_shape"),
         Index("ix_chunks_tenant_id_content_hash", "tenant_id", "content_hash"),
         Index("ix_chunks_embed_queue", "tenant_id", "ordinal", "created_at",
               postgresql_where=sql_text("embed_state = 'pending'")),
@@ -228,4 +231,6 @@ class Chunk(Base):
     embed_error: Mapped[str | None] = mapped_column(Text)
     embed_model: Mapped[str | None] = mapped_column(Text)
     embedded_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The headings the chunk starts under (0089_chunk_sections): [{"level", "text"}], or null.
+    section: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB(none_as_null=True))
     created_at: Mapped[datetime] = _now()

@@ -24,7 +24,7 @@ import bisect
 import re
 from dataclasses import dataclass
 
-from orchestrator.markdown import code_fences, enclosing, section_starts
+from orchestrator.markdown import MARKER_LINE, code_fences, enclosing, section_starts
 
 _BREAKS = ("\n\n", "\n", ". ", "? ", "! ", "; ", ", ", " ")
 # Where an overlap may start: after a paragraph break or a sentence end (best), after a
@@ -99,12 +99,6 @@ def _cut(body: str, start: int, limit: int, sections: list[int],
     return (limit if end is None else end), False
 
 
-# A line that only marks a place: an HTML anchor (``<a id="20.5.0"></a>``, as a changelog puts
-# above each release's heading) or a one-line HTML comment.
-_MARKER_LINE = re.compile(
-    r"[ \t]*(?:<a\s+(?:id|name)=[^<>]*>\s*</a>|<a\s+(?:id|name)=[^<>]*/>|<!--.*?-->)[ \t]*")
-
-
 def _heads_only(body: str, lo: int, hi: int) -> bool:
     """Whether ``body[lo:hi]`` (one section: its heading's first line at ``lo``) is a heading
     and nothing else but blank or marker lines."""
@@ -113,7 +107,7 @@ def _heads_only(body: str, lo: int, hi: int) -> bool:
         lines = lines[2:]  # a setext heading's paragraph line and underline
     else:
         lines = lines[1:]
-    return all(not line.strip() or _MARKER_LINE.fullmatch(line) for line in lines)
+    return all(not line.strip() or MARKER_LINE.fullmatch(line) for line in lines)
 
 
 def _run_start(body: str, start: int, sections: list[int], i: int) -> int:
@@ -129,7 +123,7 @@ def _run_start(body: str, start: int, sections: list[int], i: int) -> int:
     while True:
         above = body.rfind("\n", start, max(cut - 1, start))
         line = body[above + 1:cut].rstrip("\n")
-        if above < start or not (not line.strip() or _MARKER_LINE.fullmatch(line)):
+        if above < start or not (not line.strip() or MARKER_LINE.fullmatch(line)):
             break
         if not body[start:above].strip():
             break

@@ -26,6 +26,7 @@ from orchestrator.ingest.aliases import GivenAliases, give_document_aliases
 from orchestrator.ingest.chunking import chunk_text
 from orchestrator.ingest.values import timestamp
 from orchestrator.inputs import name_problem
+from orchestrator.markdown import section_trails
 
 KNOWN_STATES = ("Active", "Waiting", "Done", "Someday", "Cancelled", "Archived")
 
@@ -192,7 +193,7 @@ def put_document(session: Session, doc: DocumentInput, settings: Settings | None
                         area=doc.area, metadata=doc.metadata or {}, occurred_at=occurred_at,
                     ).returning(Document.id)
                 ).scalar_one()
-                n = _write_chunks(session, doc_id, doc.body, settings)
+                n = _write_chunks(session, doc_id, doc.body, doc.title, settings)
                 return PutResult(doc_id, True, True, n)
             same_fields = (
                 existing.content_hash == content_hash and existing.title == doc.title
@@ -221,7 +222,7 @@ def put_document(session: Session, doc: DocumentInput, settings: Settings | None
             n = 0
             if body_changed:
                 session.execute(delete(Chunk).where(Chunk.document_id == existing.id))
-                n = _write_chunks(session, existing.id, doc.body, settings)
+                n = _write_chunks(session, existing.id, doc.body, doc.title, settings)
             if reread:  # no embedding will wake a running worker's extraction for these
                 from orchestrator.derive.extract import wake_extraction
 
@@ -231,13 +232,16 @@ def put_document(session: Session, doc: DocumentInput, settings: Settings | None
         raise translate(exc) from exc
 
 
-def _write_chunks(session: Session, document_id: uuid.UUID, body: str, settings: Settings) -> int:
+def _write_chunks(session: Session, document_id: uuid.UUID, body: str, title: str,
+                  settings: Settings) -> int:
     spans = chunk_text(body, settings.chunk_size_chars, settings.chunk_overlap_chars)
     if spans:
+        trails = section_trails(body, [sp.start for sp in spans], title)
         session.execute(insert(Chunk), [
             {"document_id": document_id, "ordinal": sp.ordinal, "text": sp.text,
-             "char_start": sp.start, "char_end": sp.end}
-            for sp in spans
+             "char_start": sp.start, "char_end": sp.end,
+             "section": [{"level": level, "text": words} for level, words in trail] or None}
+            for sp, trail in zip(spans, trails, strict=True)
         ])
     return len(spans)
 

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 from orchestrator.markdown import code_fences
 from orchestrator.recall.features import terms
 from orchestrator.recall.render import Prefixes
 from orchestrator.recall.result import Evidence
-from orchestrator.recall.tail import token_cost
+from orchestrator.recall.tail import part_of, token_cost
 
 # Less room than this is left unused: a part of a few words is no evidence.
 MIN_ROOM_TOKENS = 24
@@ -133,7 +132,7 @@ def fit(question: str, e: Evidence, budget_tokens: int, chars_per_token: float, 
         if span is None:
             return None
         start, end = span
-        cut = replace(e, text=e.text[start:end], char_start=e.char_start + start,
+        cut = part_of(e, start, text=e.text[start:end], char_start=e.char_start + start,
                       char_end=e.char_start + end, clipped=True)
         rendered = render(cut)
         cost = token_cost(rendered, chars_per_token)

@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Provenance(StrEnum):
@@ -31,6 +31,22 @@ class SourceRef:
     collection: str
     path: str
     title: str
+    # The headings the excerpt stands under, outermost first, as (level, text)
+    # (``markdown.section_trails``; the document's title left out): empty under none.
+    section: tuple[tuple[int, str], ...] = ()
+
+    @property
+    def section_titles(self) -> list[str]:
+        return [words for _, words in self.section]
+
+
+def section_of(stored: Any) -> tuple[tuple[int, str], ...]:
+    """``sources.chunks.section`` as stored (a JSON array of {"level", "text"}, or null) as a
+    ``SourceRef.section``; anything else is no trail."""
+    if not isinstance(stored, list):
+        return ()
+    return tuple((int(h["level"]), str(h["text"])) for h in stored
+                 if isinstance(h, dict) and isinstance(h.get("level"), int) and h.get("text"))
 
 
 @dataclass(frozen=True)

@@ -153,6 +153,7 @@ COLUMNS: dict[str, TypeEngine[Any]] = {
     "text": Text(),
     "char_start": Integer(),
     "char_end": Integer(),
+    "section": JSONB(),
     # No dimension: the statement serves whichever model is active (0080_model_generations).
     "embedding": Vector(),
     "dense_rank": BigInteger(),
@@ -588,7 +589,7 @@ class _Builder:
             lane=literal("source"), item_table=literal("sources.chunks"), item_id=fused.c.chunk_id,
             chunk_id=fused.c.chunk_id, document_id=fused.c.document_id,
             ordinal=chunk.c.ordinal, text=chunk.c.text, char_start=chunk.c.char_start,
-            char_end=chunk.c.char_end, embedding=chunk.c.embedding,
+            char_end=chunk.c.char_end, section=chunk.c.section, embedding=chunk.c.embedding,
             dense_rank=fused.c.dense_rank, dense_distance=fused.c.dense_distance,
             lexical_rank=fused.c.lexical_rank, bm25=fused.c.bm25, title_rank=fused.c.title_rank,
             direct=direct, rrf=fused.c.rrf, contribution=fused.c.rrf, lane_ranks=ranks,
@@ -1164,7 +1165,8 @@ class _Builder:
         self.lane_rows.append(select(*_row(
             lane=literal("timeline"), item_table=literal("sources.chunks"), item_id=c.c.id,
             chunk_id=c.c.id, document_id=d.c.id, ordinal=c.c.ordinal, text=c.c.text,
-            char_start=c.c.char_start, char_end=c.c.char_end, embedding=c.c.embedding,
+            char_start=c.c.char_start, char_end=c.c.char_end, section=c.c.section,
+            embedding=c.c.embedding,
             direct=literal(False), rrf=literal(0.0), lane_rank=pool.c.rank,
             # A neighbour is context for the evidence it neighbours: a share of that
             # evidence's credit per step away (twice that in timeline mode), so it ranks

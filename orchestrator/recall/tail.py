@@ -44,8 +44,8 @@ from typing import Any
 import numpy as np
 
 from orchestrator.db.knowledge_models import RECALLABLE_CONFIDENCE
-from orchestrator.markdown import code_fences
-from orchestrator.recall.result import Evidence, FactRef, Provenance, ScopeRef, SourceRef
+from orchestrator.markdown import code_fences, extend_trail
+from orchestrator.recall.result import Evidence, FactRef, Provenance, ScopeRef, SourceRef, section_of
 
 CLAIMS = "knowledge.fact_claim"
 # What each lane's items are, as the prompt may call them (never how they were found).
@@ -194,7 +194,8 @@ def _item(row: Mapping[str, Any]) -> Candidate:
     if table == "sources.chunks":
         return Candidate(
             key=f"chunk:{row['chunk_id']}", kind="source", text=row["text"],
-            source=SourceRef(row["collection"], row["path"], row["title"]),
+            source=SourceRef(row["collection"], row["path"], row["title"],
+                             section_of(row["section"])),
             document_id=row["document_id"], chunk_id=row["chunk_id"],
             char_start=row["char_start"], char_end=row["char_end"], direct=bool(row["direct"]),
             **common)
@@ -767,8 +768,20 @@ def trim_overlaps(evidence: Sequence[Evidence]) -> list[Evidence]:
                 end, text = start + len(kept), kept
         served.setdefault(e.document_id, []).append((first, last))
         out.append(e if text == e.text or not text.strip() else
-                   replace(e, text=text, char_start=start, char_end=end))
+                   part_of(e, start - first, text=text, char_start=start, char_end=end))
     return out
+
+
+def part_of(e: Evidence, skipped: int, **changes: Any) -> Evidence:
+    """``e`` with ``changes`` (its text a part of it), the first ``skipped`` characters of its
+    text left out: its source's section trail is carried over the headings they held, so a
+    part that starts under a heading of the chunk names it."""
+    head = e.text[:max(skipped, 0)]
+    if e.source is not None and "\n" in head:  # a heading stands on a line of its own
+        trail = tuple(extend_trail(list(e.source.section), head))
+        if trail != e.source.section:
+            changes["source"] = replace(e.source, section=trail)
+    return replace(e, **changes)
 
 
 # About what the item macro adds to an evidence's text (its number, provenance, source and

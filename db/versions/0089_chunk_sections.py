@@ -1,0 +1,123 @@
+"""A chunk knows the section it starts in, so an excerpt says where in its document it is.
+
+Why: a source excerpt named only its document. Over Node.js's changelogs ("what changed in
+Node.js 20.5.0?") an excerpt of a release's commits read "Node.js 20 ChangeLog
+(nodelog/CHANGELOG_V20.md)" and began with a list of commits: which release it listed was
+in a heading one or two chunks up, which the reader never saw. An API reference's excerpt
+of options, a runbook's step, a meeting note's action items: each is read by the headings
+above it.
+
+What changes: ``sources.chunks.section`` (jsonb), the headings whose sections the chunk
+starts in, outermost first, each ``{"level": 1-6, "text": "..."}``: the heading that opens
+the chunk is in its text, not its trail, and a first heading that says the document's
+title is left out (``orchestrator.markdown.section_trails``; ingest writes it with the
+chunk). Null where the chunk starts under no heading. At most six headings of at most 200
+characters each (checked here). Recall renders the trail after the document's title; the
+API serves it as ``SourceRef.section``. Not in the lexical vector or the embedding: those
+read the chunk's own text as before, so no ranking changes.
+
+Chunks written before this revision get their trail here, computed from their document's
+body by the code that ingest runs (imported when there are documents to read, so the trail
+is the one ingest would write today), as the migrating login (a superuser: under the
+chunks' forced RLS the owner sees none of them; another login updates nothing and says
+so). Every chunk's row image gains the column: the updated chunks get an UPDATE event each,
+and ``provenance.baseline`` appends a BASELINE event with every chunk's new image (as 0081
+and 0087 did), so ``provenance.verify_rows`` holds. Downgraded, the column goes and the
+table is baselined again.
+
+Revision ID: 0089_chunk_sections
+Revises: 0088_identity_functions_plpgsql
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0089_chunk_sections"
+down_revision = "0088_identity_functions_plpgsql"
+branch_labels = None
+depends_on = None
+log = logging.getLogger("alembic.runtime.migration")
+
+UPGRADE_SQL = """
+alter table sources.chunks add column section jsonb;
+alter table sources.chunks add constraint ck_chunks_section_shape check (
+    section is null or (jsonb_typeof(section) = 'array'
+                        and jsonb_array_length(section) between 1 and 6
+                        and length(section::text) <= 1600));
+comment on column sources.chunks.section is
+    'The headings whose sections the chunk starts in, outermost first: [{"level": n, "text": ...}] '
+    '(the document''s title and the chunk''s own opening heading left out); null under none.';
+grant insert (section) on sources.chunks to engram_app;
+grant update (section) on sources.chunks to engram_app;
+"""
+
+# Documents with a heading at all (an ATX "#" line or a setext underline): the others' chunks
+# stay null.
+HEADED = r"body ~ '(^|\n) {0,3}#{1,6}([ \t]|\n|$)' or body ~ '\n {0,3}(=+|-+)[ \t]*(\n|$)'"
+
+
+def _sees_all() -> bool:
+    op.execute("reset role")
+    seen = bool(op.get_bind().execute(sa.text(
+        "select rolsuper or rolbypassrls from pg_roles where rolname = current_user")).scalar())
+    if not seen:
+        log.warning("0089: the migrating login cannot see every tenant's chunks (neither a "
+                    "superuser nor BYPASSRLS): chunks written before this revision keep no "
+                    "section trail until their document's body changes")
+    return seen
+
+
+def _backfill() -> None:
+    bind = op.get_bind()
+    documents = bind.execute(sa.text(
+        f"select tenant_id, id, title from sources.documents where {HEADED}")).all()
+    if not documents:
+        return
+    from orchestrator.markdown import section_trails
+
+    filled = 0
+    for tenant_id, document_id, title in documents:
+        body = bind.execute(sa.text("select body from sources.documents where tenant_id = :t and id = :d"),
+                            {"t": tenant_id, "d": document_id}).scalar_one()
+        chunks = bind.execute(sa.text(
+            "select id, char_start from sources.chunks where tenant_id = :t and document_id = :d "
+            "order by char_start, ordinal"), {"t": tenant_id, "d": document_id}).all()
+        trails = section_trails(body, [c.char_start for c in chunks], title)
+        rows = [{"t": tenant_id, "i": c.id, "s": json.dumps([{"level": lv, "text": tx} for lv, tx in trail])}
+                for c, trail in zip(chunks, trails, strict=True) if trail]
+        if rows:
+            bind.execute(sa.text("update sources.chunks set section = cast(:s as jsonb) "
+                                 "where tenant_id = :t and id = :i"), rows)
+            filled += len(rows)
+    log.info("0089: %d chunks of %d documents with headings got their section trail",
+             filled, len(documents))
+
+
+def _baseline() -> None:
+    # The chain trigger stages events and numbers them at COMMIT; the baseline appends at
+    # once. Staged events of this migration run (this backfill's, an earlier revision's in the
+    # same run: 0086 updates chunks) are chained first, so the BASELINE is every chunk's
+    # latest event.
+    op.execute("set constraints provenance.tg_pending_commits__chain immediate")
+    op.execute("select provenance.baseline('sources.chunks'::regclass)")
+    op.execute("set constraints provenance.tg_pending_commits__chain deferred")
+
+
+def upgrade() -> None:
+    op.execute(UPGRADE_SQL)
+    if _sees_all():
+        _backfill()
+        _baseline()
+    op.execute("set role engram_owner")
+
+
+def downgrade() -> None:
+    op.execute("alter table sources.chunks drop column section")
+    if _sees_all():
+        _baseline()
+    op.execute("set role engram_owner")
