@@ -361,7 +361,16 @@ def test_chunks_written_before_0089_get_their_section_trails(scratch_url: str) -
         "Run it.": [{"level": 2, "text": "Setup"}, {"level": 3, "text": "Linux"}],
         "No headings here.": None}
     assert problems == []
+
+    def lexemes(chunk: str) -> set[str]:
+        with eng.connect() as conn:
+            return set(conn.execute(text(
+                "select tsvector_to_array(lexical) from sources.chunks where tenant_id = :t and text = :c"),
+                {"t": tenant, "c": chunk}).scalar_one())
+
+    assert lexemes("Run it.") == {"run", "setup", "linux"}  # the trail's words, backfilled
     migrate.downgrade(scratch_url, "0088_identity_functions_plpgsql")
+    assert lexemes("Run it.") == {"run"}
     with eng.connect() as conn:
         assert conn.execute(text(
             "select count(*) from information_schema.columns where table_schema = 'sources' "

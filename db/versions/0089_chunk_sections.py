@@ -13,8 +13,13 @@ the chunk is in its text, not its trail, and a first heading that says the docum
 title is left out (``orchestrator.markdown.section_trails``; ingest writes it with the
 chunk). Null where the chunk starts under no heading. At most six headings of at most 200
 characters each (checked here). Recall renders the trail after the document's title; the
-API serves it as ``SourceRef.section``. Not in the lexical vector or the embedding: those
-read the chunk's own text as before, so no ranking changes.
+API serves it as ``SourceRef.section``.
+
+The trail's words are in the chunk's lexical vector (``sources.section_words``, added by
+``sources.tg_chunks__inherit`` after the text's and the task words, and counted in the
+chunk's length): "which npm version ships with Node.js 20.10.0?" finds the commits listed
+under "Version 20.10.0", which never repeat the number. Not in the embedding: a passage's
+embedding reads its text as before.
 
 Chunks written before this revision get their trail here, computed from their document's
 body by the code that ingest runs (imported when there are documents to read, so the trail
@@ -54,7 +59,25 @@ comment on column sources.chunks.section is
     '(the document''s title and the chunk''s own opening heading left out); null under none.';
 grant insert (section) on sources.chunks to engram_app;
 grant update (section) on sources.chunks to engram_app;
+
+create function sources.section_words(p_section jsonb) returns tsvector
+    language sql immutable parallel safe
+    set search_path = pg_catalog, pg_temp
+as $$
+    select coalesce(to_tsvector('english'::regconfig, string_agg(h ->> 'text', ' ')), ''::tsvector)
+      from jsonb_array_elements(case when jsonb_typeof(p_section) = 'array' then p_section
+                                     else '[]'::jsonb end) as h
+$$;
+comment on function sources.section_words(jsonb) is
+    'The words of a chunk''s section trail (sources.chunks.section), for its lexical vector; '
+    'none (an empty vector) for null.';
 """
+
+# sources.tg_chunks__inherit as 0086 left it, and with the trail's words.
+LEXICAL_0086 = ("    new.lexical := to_tsvector('english'::regconfig, new.text) "
+                "|| sources.task_words(new.text);\n")
+LEXICAL_0089 = ("    new.lexical := to_tsvector('english'::regconfig, new.text) "
+                "|| sources.task_words(new.text) || sources.section_words(new.section);\n")
 
 # Documents with a heading at all (an ATX "#" line or a setext underline): the others' chunks
 # stay null.
@@ -108,8 +131,25 @@ def _baseline() -> None:
     op.execute("set constraints provenance.tg_pending_commits__chain deferred")
 
 
+def _patch_inherit(before: str, after: str) -> None:
+    """``sources.tg_chunks__inherit`` from the catalog with its lexical line replaced (checked
+    to hold it once, so nothing else in the function changes)."""
+    bind = op.get_bind()
+    definition = bind.execute(sa.text(
+        "select pg_get_functiondef('sources.tg_chunks__inherit()'::regprocedure)")).scalar_one()
+    if definition.count(before) != 1:
+        raise RuntimeError(f"sources.tg_chunks__inherit is not the one revision {revision} patches")
+    # Sent as it is: the definition holds RAISE formats ('%') that are not parameters.
+    cursor = bind.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(definition.replace(before, after))
+    finally:
+        cursor.close()
+
+
 def upgrade() -> None:
     op.execute(UPGRADE_SQL)
+    _patch_inherit(LEXICAL_0086, LEXICAL_0089)
     if _sees_all():
         _backfill()
         _baseline()
@@ -117,7 +157,13 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    _patch_inherit(LEXICAL_0089, LEXICAL_0086)
+    # The trail's words leave the lexical vectors (the trigger computes them again).
+    op.execute("reset role")
+    op.execute("update sources.chunks set section = null where section is not null")
+    op.execute("set role engram_owner")
     op.execute("alter table sources.chunks drop column section")
+    op.execute("drop function sources.section_words(jsonb)")
     if _sees_all():
         _baseline()
     op.execute("set role engram_owner")

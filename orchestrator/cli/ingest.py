@@ -550,7 +550,7 @@ def ingest(
     user: Annotated[str, typer.Option(help="user of a minted token")] = "dev",
     scopes: Annotated[str | None, typer.Option(help="scopes of a minted token, e.g. write:team")] = None,
 ) -> None:
-    """Ingest Markdown and text files (unchanged files write nothing), then extract what changed."""
+    """Ingest Markdown, reStructuredText and text files, then extract what changed."""
     from orchestrator.db.engine import Database, make_app_engine
 
     settings = Settings()

@@ -354,7 +354,10 @@ def feature_matrix(candidates: Sequence[Candidate], ctx: RankContext) -> np.ndar
     hits, seeds_named, author_named, author_asker = [], [], [], []
     shared: list[frozenset[str]] = []  # the question's terms each text holds
     for c in candidates:
-        shared.append(q_terms & terms(c.text))
+        held = terms(c.text)
+        if c.source is not None and c.source.section:  # its section trail's words, as the
+            held = held | terms(" ".join(c.source.section_titles))  # lexical vector holds them
+        shared.append(q_terms & held)
         h = len(shared[-1])
         hits.append(float(h))
         seeds_named.append(float(len(names_in(c.text, seed_names))) if seed_names else 0.0)
