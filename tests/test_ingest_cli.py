@@ -167,7 +167,8 @@ def test_files_that_are_not_markdown_or_text_are_counted_as_left_out(
     assert code == 0, output
     assert "1 file in" in output and "1 created" in output, output
     assert ("4 files left out, not Markdown, reStructuredText or text (.md, .markdown, .txt, "
-            ".rst, .rest): 2 .png, 1 .svg, 1 (no suffix)") in " ".join(output.split()), output
+            ".rst, .rest, each also gzip-compressed as .gz): 2 .png, 1 .svg, 1 (no suffix)"
+            ) in " ".join(output.split()), output
     assert counts(admin_engine, t)[0] == 1
     # Nothing left out: nothing said.
     (root / "img" / "a.png").unlink()
@@ -240,6 +241,61 @@ def test_restructured_text_is_stored_as_markdown(cli_env: dict[str, str], tmp_pa
     assert doc.body == ("# pip install\n\n## Usage\n\nInstall from a requirements file:\n\n```\n"
                         "python -m pip install -r requirements.txt\n```\n\n"
                         "**Note:** See ../topics/vcs.\n")
+
+
+def test_gzip_compressed_pages_are_read_and_bad_or_oversized_ones_refused_unread(
+        cli_env: dict[str, str], tmp_path: Path, tenant_factory: Tenants, admin_engine: Engine,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Debian ships its packages' docs gzip-compressed (/usr/share/doc/*/README.md.gz: 143 on
+    this machine were "left out, not Markdown"). They are read as what is under the .gz; a
+    file that is no gzip, or one whose text cannot fit a document, is refused by name and
+    the rest are ingested."""
+    import gzip
+
+    t = tenant_factory("team")
+    root = tmp_path / "doc"
+    root.mkdir()
+    (root / "README.md.gz").write_bytes(gzip.compress(b"# zstd\n\nFast compression, by Meta.\n"))
+    (root / "2026-12-01.txt.gz").write_bytes(gzip.compress(b"Standup: shipped the fix.\n"))
+    (root / "guide.rst.gz").write_bytes(gzip.compress(b"Guide\n=====\n\nUse ``zstd -19``.\n"))
+    (root / "broken.md.gz").write_bytes(b"# not gzip at all")
+    (root / "data.tar.gz").write_bytes(gzip.compress(b"binary"))
+    code, output = run(cli_env, "ingest", str(root), "--tenant", t.org_id, "--scopes", "write:team")
+    flat = " ".join(output.split())
+    assert code == 1 and "3 created" in flat and "1 failed" in flat, output
+    assert "broken.md.gz: not a readable gzip file" in flat, output
+    assert "1 file left out" in flat and "1 .gz" in flat, output  # the tarball
+    with admin_engine.connect() as conn:
+        docs = dict(conn.execute(text(
+            "select path, title || ' | ' || body from sources.documents where tenant_id = :t"),
+            {"t": t.id}).all())
+        day = conn.execute(text("select occurred_at from sources.documents where path = '2026-12-01.txt.gz' "
+                                "and tenant_id = :t"), {"t": t.id}).scalar_one()
+    assert docs["README.md.gz"].startswith("zstd | # zstd")
+    assert docs["guide.rst.gz"].startswith("Guide | # Guide") and "`zstd -19`" in docs["guide.rst.gz"]
+    assert docs["2026-12-01.txt.gz"].startswith("2026-12-01 | Standup")  # named by its day
+    assert day == datetime(2026, 12, 1, tzinfo=UTC)
+
+    # Past what a document may hold: refused from its size (plain) or as it decompresses,
+    # never read whole (a 5 GB log in a notes folder was read into memory before).
+    limit = 1000
+    big = tmp_path / "big.txt"
+    with big.open("wb") as fh:
+        fh.truncate(4 * limit + 1)  # sparse: its size says enough
+    read_whole: list[Path] = []
+    real_read_bytes = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: read_whole.append(self) or real_read_bytes(self))
+    with pytest.raises(BadInput, match=r"4,001 bytes: longer than a document may be \(1,000 characters"):
+        to_document(SourceFile(big, "notes", "big.txt"), ["team"], max_document_chars=limit)
+    assert read_whole == []
+    bomb = tmp_path / "bomb.md.gz"
+    bomb.write_bytes(gzip.compress(b"a" * 100_000))
+    with pytest.raises(BadInput, match="decompresses to more than 4,000 bytes"):
+        to_document(SourceFile(bomb, "notes", "bomb.md.gz"), ["team"], max_document_chars=limit)
+    fits = tmp_path / "fits.md.gz"
+    fits.write_bytes(gzip.compress(("é" * 999).encode()))  # 1,998 bytes, 999 characters
+    assert to_document(SourceFile(fits, "notes", "fits.md.gz"), ["team"],
+                       max_document_chars=limit).body == "é" * 999
 
 
 def test_a_hidden_folder_is_never_entered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -86,9 +86,14 @@ from orchestrator.ingest.documents import DocumentInput, delete_document, put_do
 from orchestrator.ingest.rst import Includes, rst_document
 from orchestrator.markdown import ATX_LINE, SETEXT_UNDERLINE, headings
 
-# reStructuredText is stored as Markdown (``ingest.rst``); the rest as written.
+# reStructuredText is stored as Markdown (``ingest.rst``); the rest as written. Any of them
+# may be gzip-compressed (``README.md.gz``: Debian ships its packages' docs so).
 RST_SUFFIXES = (".rst", ".rest")
 SUFFIXES = (".md", ".markdown", ".txt", *RST_SUFFIXES)
+GZIP_SUFFIX = ".gz"
+# UTF-8 spends at most four bytes on a character: a file longer than four bytes for each
+# character a document may hold cannot fit, and is refused unread.
+BYTES_PER_CHAR = 4
 _KEY = re.compile(r"^([A-Za-z_][\w-]*)\s*:\s*(.*)$")
 
 out = console()
@@ -100,6 +105,60 @@ class SourceFile:
     file: Path
     collection: str
     path: str
+
+    @property
+    def compressed(self) -> bool:
+        return self.file.suffix.lower() == GZIP_SUFFIX
+
+    @property
+    def format_suffix(self) -> str:
+        """The suffix that says what the text is (".md" for ``README.md.gz``)."""
+        return format_suffix(self.file)
+
+    @property
+    def stem(self) -> str:
+        """The file's name without the suffixes ("2026-12-01" for ``2026-12-01.md.gz``)."""
+        name = self.file.name[:-len(GZIP_SUFFIX)] if self.compressed else self.file.name
+        return Path(name).stem
+
+    def read(self, max_chars: int) -> str:
+        """The file's text (a byte order mark dropped), gzip decompressed where it is; a file
+        (or a decompressed stream) past ``BYTES_PER_CHAR`` bytes a character of ``max_chars``
+        is refused without reading the rest."""
+        limit = BYTES_PER_CHAR * max_chars
+        if self.compressed:
+            import gzip
+            import zlib
+
+            try:
+                with gzip.open(self.file, "rb") as stream:
+                    data = stream.read(limit + 1)
+            except (OSError, EOFError, zlib.error) as exc:
+                raise BadInput(f"not a readable gzip file ({exc})") from exc
+            if len(data) > limit:
+                raise BadInput(f"decompresses to more than {limit:,} bytes: longer than a document "
+                               f"may be ({max_chars:,} characters, max_document_chars); not read further")
+        else:
+            size = self.file.stat().st_size
+            if size > limit:
+                raise BadInput(f"{size:,} bytes: longer than a document may be ({max_chars:,} "
+                               "characters, max_document_chars); not read")
+            data = self.file.read_bytes()
+        try:
+            # utf-8-sig: a byte order mark (Windows editors write one) is no part of the text;
+            # read as text it hid the front matter and the first heading (the title was the
+            # file's name).
+            return data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise BadInput(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+
+
+def format_suffix(file: Path) -> str:
+    """The suffix that says what ``file``'s text is, under a ``.gz`` (lower case)."""
+    suffixes = [x.lower() for x in file.suffixes]
+    if len(suffixes) >= 2 and suffixes[-1] == GZIP_SUFFIX:
+        return suffixes[-2]
+    return file.suffix.lower()
 
 
 @dataclass
@@ -205,7 +264,7 @@ def discover(paths: list[Path], collection: str | None, *, gitignore: bool = Tru
             found.ignored += ignored
             for f in files:
                 rel = f.relative_to(root)
-                if f.suffix.lower() in SUFFIXES:
+                if format_suffix(f) in SUFFIXES:
                     found.files.append(SourceFile(f, name, rel.as_posix()))
                     seen.add(rel.as_posix())
                 else:
@@ -227,7 +286,7 @@ def left_out_line(left_out: Counter[str]) -> str:
     shown = ", ".join(f"{n} {suffix}" for suffix, n in kinds[:5])
     more = f" and {len(kinds) - 5} more kinds" if len(kinds) > 5 else ""
     return (f"; {total} file{'s' if total != 1 else ''} left out, not Markdown, reStructuredText or text "
-            f"({', '.join(SUFFIXES)}): {shown}{more}")
+            f"({', '.join(SUFFIXES)}, each also gzip-compressed as .gz): {shown}{more}")
 
 
 def _list(value: Any) -> list[str]:
@@ -389,17 +448,13 @@ def with_summary(body: str, meta: dict[str, Any]) -> str:
 
 
 def to_document(src: SourceFile, default_scopes: list[str], *, extract: bool | None = None,
-                max_title_chars: int = 500) -> DocumentInput:
+                max_title_chars: int = 500, max_document_chars: int = 2_000_000) -> DocumentInput:
     """The file as a document; ``extract=False`` marks it opted out unless its front matter says.
     A title in the front matter is taken as written (the write refuses one over the limit);
-    without one, the first heading's text (``heading_title``), else the file's name."""
-    try:
-        # utf-8-sig: a byte order mark (Windows editors write one) is no part of the text; read
-        # as text it hid the front matter and the first heading (the title was the file's name).
-        text = src.file.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise BadInput(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
-    if src.file.suffix.lower() in RST_SUFFIXES:
+    without one, the first heading's text (``heading_title``), else the file's name. A file
+    that cannot fit ``max_document_chars`` is refused before it is read (``SourceFile.read``)."""
+    text = src.read(max_document_chars)
+    if src.format_suffix in RST_SUFFIXES:
         # Includes are followed inside the folder ingested (the file's own for a file).
         includes = Includes(root=src.file.parents[len(PurePosixPath(src.path).parts) - 1],
                             source=src.file)
@@ -411,11 +466,11 @@ def to_document(src: SourceFile, default_scopes: list[str], *, extract: bool | N
                            + (f": {'; '.join(includes.skipped)}" if includes.skipped else ""))
     else:
         meta, body = parse_front_matter(text)
-    title = _text(meta.pop("title", None)) or heading_title(body, max_title_chars) or src.file.stem
+    title = _text(meta.pop("title", None)) or heading_title(body, max_title_chars) or src.stem
     scopes = _list(meta.pop("scopes", "")) or default_scopes
     if not scopes:
         raise BadInput("no scopes: give --scope or a 'scopes:' front matter line")
-    occurred = _moment(meta.pop("date", "")) or named_day(src.file.stem)
+    occurred = _moment(meta.pop("date", "")) or named_day(src.stem)
     extra: dict[str, Any] = {k: v for k, v in meta.items() if k not in ("kind", "state", "area", "extract")}
     if "extract" in meta:
         extra["extract"] = _extract_flag(meta["extract"])
@@ -481,7 +536,8 @@ def ingest_paths(settings: Settings, engine: Engine, identity: Identity, paths: 
         chunks = 0
         try:
             doc = to_document(src, default_scopes, extract=False if skip_extraction else None,
-                              max_title_chars=settings.max_title_chars)
+                              max_title_chars=settings.max_title_chars,
+                              max_document_chars=settings.max_document_chars)
             with bound_session(engine, identity) as session:
                 result = put_document(session, doc, settings)
             chunks = result.chunks
