@@ -599,3 +599,8 @@ def test_an_excerpt_names_the_sections_it_stands_under(
     part = part_of(first, at, text=first.text[at:])
     assert part.source.section_titles == ["2023-07-05, Version 1.5.0", "Commits"]
     assert part_of(first, 0, text=first.text).source == first.source
+    # A long heading is stored whole and printed cut.
+    from orchestrator.recall.result import SourceRef
+
+    long = SourceRef("notes", "a.md", "A", ((2, "x" * 100), (3, "Options")))
+    assert long.section_line == "x" * 79 + "… › Options" and long.section_titles[0] == "x" * 100

@@ -39,6 +39,17 @@ class SourceRef:
     def section_titles(self) -> list[str]:
         return [words for _, words in self.section]
 
+    @property
+    def section_line(self) -> str:
+        """The trail as a header line prints it: " › " between headings, each cut to
+        ``SECTION_HEADING_SHOWN`` characters (a 200-character heading is stored whole)."""
+        return " › ".join(w if len(w) <= SECTION_HEADING_SHOWN else w[:SECTION_HEADING_SHOWN - 1] + "…"
+                          for w in self.section_titles)
+
+
+# How much of each heading of a section trail an item's header line prints.
+SECTION_HEADING_SHOWN = 80
+
 
 def section_of(stored: Any) -> tuple[tuple[int, str], ...]:
     """``sources.chunks.section`` as stored (a JSON array of {"level", "text"}, or null) as a
