@@ -166,9 +166,9 @@ def test_files_that_are_not_markdown_or_text_are_counted_as_left_out(
     code, output = run(cli_env, "ingest", str(root), "--tenant", t.org_id, "--scopes", "write:team")
     assert code == 0, output
     assert "1 file in" in output and "1 created" in output, output
-    assert ("4 files left out, not Markdown, reStructuredText or text (.md, .markdown, .txt, "
-            ".rst, .rest, each also gzip-compressed as .gz): 2 .png, 1 .svg, 1 (no suffix)"
-            ) in " ".join(output.split()), output
+    assert ("4 files left out, not Markdown, reStructuredText, HTML or text (.md, .markdown, "
+            ".txt, .rst, .rest, .html, .htm, each also gzip-compressed as .gz): 2 .png, 1 .svg, "
+            "1 (no suffix)") in " ".join(output.split()), output
     assert counts(admin_engine, t)[0] == 1
     # Nothing left out: nothing said.
     (root / "img" / "a.png").unlink()

@@ -83,13 +83,16 @@ from orchestrator.db.session import bound_session
 from orchestrator.derive.quality import inline_text, mask_fences
 from orchestrator.errors import BadInput, EngramError
 from orchestrator.ingest.documents import DocumentInput, delete_document, put_document
+from orchestrator.ingest.html import html_document
 from orchestrator.ingest.rst import Includes, rst_document
 from orchestrator.markdown import ATX_LINE, SETEXT_UNDERLINE, headings
 
-# reStructuredText is stored as Markdown (``ingest.rst``); the rest as written. Any of them
-# may be gzip-compressed (``README.md.gz``: Debian ships its packages' docs so).
+# reStructuredText and HTML are stored as Markdown (``ingest.rst``, ``ingest.html``); the rest
+# as written. Any of them may be gzip-compressed (``README.md.gz``: Debian ships its packages' docs so).
 RST_SUFFIXES = (".rst", ".rest")
-SUFFIXES = (".md", ".markdown", ".txt", *RST_SUFFIXES)
+HTML_SUFFIXES = (".html", ".htm")  # stored as Markdown too (``ingest.html``)
+SOURCE_SUFFIXES = (".md", ".markdown", ".txt", *RST_SUFFIXES)
+SUFFIXES = (*SOURCE_SUFFIXES, *HTML_SUFFIXES)
 GZIP_SUFFIX = ".gz"
 # UTF-8 spends at most four bytes on a character: a file longer than four bytes for each
 # character a document may hold cannot fit, and is refused unread.
@@ -118,8 +121,7 @@ class SourceFile:
     @property
     def stem(self) -> str:
         """The file's name without the suffixes ("2026-12-01" for ``2026-12-01.md.gz``)."""
-        name = self.file.name[:-len(GZIP_SUFFIX)] if self.compressed else self.file.name
-        return Path(name).stem
+        return _stem(self.file)
 
     def read(self, max_chars: int) -> str:
         """The file's text (a byte order mark dropped), gzip decompressed where it is; a file
@@ -153,6 +155,12 @@ class SourceFile:
             raise BadInput(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
 
 
+def _stem(file: Path) -> str:
+    """``file``'s name without its format suffix and a ``.gz`` ("fs" for ``fs.md.gz``)."""
+    name = file.name[:-len(GZIP_SUFFIX)] if file.suffix.lower() == GZIP_SUFFIX else file.name
+    return Path(name).stem
+
+
 def format_suffix(file: Path) -> str:
     """The suffix that says what ``file``'s text is, under a ``.gz`` (lower case)."""
     suffixes = [x.lower() for x in file.suffixes]
@@ -173,6 +181,7 @@ class IngestSummary:
     # Files of the folders that are not Markdown, reStructuredText or text, by suffix (hidden ones aside).
     left_out: Counter[str] = field(default_factory=Counter)
     ignored: int = 0  # files and folders .gitignore left out
+    renderings: int = 0  # HTML pages left out for the source beside them
     seconds: float = 0.0
     changed_ids: list[uuid.UUID] = field(default_factory=list)  # created or changed: to extract
 
@@ -250,6 +259,9 @@ class Discovered:
     folders: dict[str, set[str]]
     left_out: Counter[str]
     ignored: int = 0
+    # HTML pages beside a page of the same name in a source format (Node.js ships fs.md and
+    # fs.html): the rendering is left out, the source read.
+    renderings: int = 0
 
 
 def discover(paths: list[Path], collection: str | None, *, gitignore: bool = True) -> Discovered:
@@ -262,9 +274,12 @@ def discover(paths: list[Path], collection: str | None, *, gitignore: bool = Tru
             seen = found.folders.setdefault(name, set())
             files, ignored = _visible_files(root, gitignore)
             found.ignored += ignored
+            sources = {(f.parent, _stem(f)) for f in files if format_suffix(f) in SOURCE_SUFFIXES}
             for f in files:
                 rel = f.relative_to(root)
-                if format_suffix(f) in SUFFIXES:
+                if format_suffix(f) in HTML_SUFFIXES and (f.parent, _stem(f)) in sources:
+                    found.renderings += 1
+                elif format_suffix(f) in SUFFIXES:
                     found.files.append(SourceFile(f, name, rel.as_posix()))
                     seen.add(rel.as_posix())
                 else:
@@ -277,7 +292,7 @@ def discover(paths: list[Path], collection: str | None, *, gitignore: bool = Tru
 
 
 def left_out_line(left_out: Counter[str]) -> str:
-    """"; 6 files left out, not Markdown, reStructuredText or text (...): 6 .png" (the five
+    """"; 6 files left out, not Markdown, reStructuredText, HTML or text (...): 6 .png" (the five
     commonest suffixes)."""
     total = sum(left_out.values())
     if not total:
@@ -285,8 +300,9 @@ def left_out_line(left_out: Counter[str]) -> str:
     kinds = sorted(left_out.items(), key=lambda kv: (-kv[1], kv[0] == "(no suffix)", kv[0]))
     shown = ", ".join(f"{n} {suffix}" for suffix, n in kinds[:5])
     more = f" and {len(kinds) - 5} more kinds" if len(kinds) > 5 else ""
-    return (f"; {total} file{'s' if total != 1 else ''} left out, not Markdown, reStructuredText or text "
-            f"({', '.join(SUFFIXES)}, each also gzip-compressed as .gz): {shown}{more}")
+    return (f"; {total} file{'s' if total != 1 else ''} left out, not Markdown, "
+            f"reStructuredText, HTML or text ({', '.join(SUFFIXES)}, each also gzip-compressed "
+            f"as .gz): {shown}{more}")
 
 
 def _list(value: Any) -> list[str]:
@@ -464,6 +480,12 @@ def to_document(src: SourceFile, default_scopes: list[str], *, extract: bool | N
             raise BadInput("no text of its own: its directives generate the page (toctree, "
                            "...) or include files not followed"
                            + (f": {'; '.join(includes.skipped)}" if includes.skipped else ""))
+    elif src.format_suffix in HTML_SUFFIXES:
+        page, body = html_document(text)  # its <title> is the title
+        meta = dict(page)
+        if not body.strip() and text.strip():
+            raise BadInput("no text outside its navigation, scripts and styles (an HTML page "
+                           "that its scripts fill in, or a frame set)")
     else:
         meta, body = parse_front_matter(text)
     title = _text(meta.pop("title", None)) or heading_title(body, max_title_chars) or src.stem
@@ -531,7 +553,8 @@ def ingest_paths(settings: Settings, engine: Engine, identity: Identity, paths: 
     folders = found.folders
     default_scopes = scopes if scopes is not None else (
         sorted(identity.write_scopes) if len(identity.write_scopes) == 1 else [])
-    summary = IngestSummary(files=len(found.files), left_out=found.left_out, ignored=found.ignored)
+    summary = IngestSummary(files=len(found.files), left_out=found.left_out, ignored=found.ignored,
+                            renderings=found.renderings)
     for src in found.files:
         chunks = 0
         try:
@@ -606,7 +629,7 @@ def ingest(
     user: Annotated[str, typer.Option(help="user of a minted token")] = "dev",
     scopes: Annotated[str | None, typer.Option(help="scopes of a minted token, e.g. write:team")] = None,
 ) -> None:
-    """Ingest Markdown, reStructuredText and text files, then extract what changed."""
+    """Ingest Markdown, reStructuredText, HTML and text files, then extract what changed."""
     from orchestrator.db.engine import Database, make_app_engine
 
     settings = Settings()
@@ -643,7 +666,10 @@ def ingest(
                   + left_out_line(summary.left_out)
                   + (f"; {summary.ignored} file{'s' if summary.ignored != 1 else ''} or folder"
                      f"{'s' if summary.ignored != 1 else ''} ignored by .gitignore (--no-ignore "
-                     "reads them)" if summary.ignored else ""))
+                     "reads them)" if summary.ignored else "")
+                  + (f"; {summary.renderings} HTML page{'s' if summary.renderings != 1 else ''} "
+                     "left out, the source beside each read instead (fs.html beside fs.md)"
+                     if summary.renderings else ""))
         for where, why in summary.failed:
             err.print(styled("failed:", "red", f" {where}: {why}"))
         if extract:

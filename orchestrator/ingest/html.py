@@ -1,0 +1,282 @@
+"""HTML pages as the Markdown the rest of ingest reads.
+
+Saved pages, exported wikis and built documentation (Texinfo's, DocBook's, Sphinx's, Node.js's
+``api/*.html``) are HTML. ``engram ingest`` stores a ``.html`` file as Markdown so that
+everything downstream works on it as on a ``.md`` file: the title is the page's ``<title>``
+(else its first heading), chunks open at its headings, code is fenced and recall shows text a
+reader can read, not markup.
+
+What the conversion keeps (``html.parser`` from the standard library; no network, no
+scripts run):
+
+* **The page's content, not its furniture.** Where the page marks its content (``<main>``,
+  ``<article>``, ``role="main"``), only that is read. Navigation and chrome are dropped
+  wherever they are: ``nav``, ``header``, ``footer``, ``aside``, ``form``, scripts, styles,
+  ``template``, SVG, elements ``hidden`` or ``aria-hidden``, the landmark roles of
+  navigation, banner, footer and search, and elements whose class or id says navigation
+  (``NAV_WORDS``: Texinfo's ``div.header`` of Next/Previous/Up links, DocBook's
+  ``navheader``, Sphinx's ``sphinxsidebar`` and the "¶" of its ``headerlink``, a ``toc``).
+* **Structure:** ``h1``-``h6`` become ATX headings; ``pre`` a fenced code block (its text as
+  written, a ``language-x`` class kept); ``code``, ``kbd``, ``samp`` and ``tt`` inline code;
+  list items ``-`` or ``1.``, indented by nesting; a table's rows one line each, cells
+  between `` | ``; every other block (``p``, ``div``, ``dt``, ``dd``, ...) a paragraph; a
+  ``br`` a line break; links and emphasis their text; an image its ``alt`` text. Entities
+  are decoded; whitespace outside ``pre`` is collapsed.
+"""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from typing import Any
+
+# Elements read as nothing, with everything inside them.
+DROPPED = frozenset({
+    "script", "style", "noscript", "template", "svg", "math", "canvas", "iframe", "object",
+    "nav", "header", "footer", "aside", "form", "button", "select", "textarea", "head",
+    "dialog", "map"})
+# Landmark roles of page furniture.
+DROPPED_ROLES = frozenset({"navigation", "banner", "contentinfo", "search", "complementary"})
+# Words of a class or id that mark navigation (split at spaces, "-" and "_").
+NAV_WORDS = frozenset({
+    "nav", "navbar", "navigation", "navheader", "navfooter", "header", "footer", "sidebar",
+    "sphinxsidebar", "sphinxsidebarwrapper", "related", "breadcrumb", "breadcrumbs",
+    "headerlink", "toc", "skip", "menu"})
+# Elements that never hold content (no end tag).
+VOID = frozenset({
+    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param",
+    "source", "track", "wbr"})
+# Elements that start and end a block of text.
+BLOCKS = frozenset({
+    "p", "div", "section", "article", "main", "body", "ul", "ol", "dl", "dt", "dd", "li",
+    "table", "thead", "tbody", "tfoot", "tr", "caption", "blockquote", "figure",
+    "figcaption", "details", "summary", "address", "center", "fieldset", "legend", "hgroup"})
+HEADINGS = {f"h{n}": n for n in range(1, 7)}
+INLINE_CODE = frozenset({"code", "kbd", "samp", "tt", "var"})
+_MAIN = re.compile(r"<(?:main|article)\b|\brole\s*=\s*[\"']?main\b", re.IGNORECASE)
+_SPACE = re.compile(r"\s+")
+_WORDS = re.compile(r"[\s\-_]+")
+# A heading's permalink sign, kept when the link around it is no navigation by its class
+# (Node.js's "## File system#").
+_PERMALINK = re.compile(r"\s*[#¶§🔗]+$")
+
+
+def html_document(text: str) -> tuple[dict[str, Any], str]:
+    """(fields, body): the page's ``<title>`` as the ``title`` field (when it has one) and its
+    content as Markdown."""
+    page = _Page(only_main=_MAIN.search(text) is not None)
+    page.feed(text)
+    page.close()
+    fields = {"title": page.title} if page.title else {}
+    return fields, page.markdown()
+
+
+def _language(attrs: dict[str, str | None]) -> str:
+    """A code block's language from its class ("language-js", "lang-py", "highlight-sh")."""
+    return next((c.split("-", 1)[1] for c in (attrs.get("class") or "").split()
+                 if c.startswith(("language-", "lang-", "highlight-"))), "")
+
+
+def _furniture(tag: str, attrs: dict[str, str | None]) -> bool:
+    if tag in DROPPED or "hidden" in attrs or attrs.get("aria-hidden") == "true":
+        return True
+    if (attrs.get("role") or "").strip().lower() in DROPPED_ROLES:
+        return True
+    words = {w for key in ("class", "id") for w in _WORDS.split((attrs.get(key) or "").lower())}
+    return bool(words & NAV_WORDS)
+
+
+class _Page(HTMLParser):
+    def __init__(self, *, only_main: bool) -> None:
+        super().__init__(convert_charrefs=True)
+        self.only_main = only_main
+        self.stack: list[str] = []
+        self.dropped_at: int | None = None  # stack depth of the dropped element we are in
+        self.main_at: int | None = None  # stack depth of the content element we are in
+        self.in_title = False
+        self.title_parts: list[str] = []
+        self.out: list[str] = []  # Markdown, block by block
+        self.line: list[str] = []  # the block being written
+        self.pre: list[str] | None = None  # the raw text of the pre being read
+        self.pre_language = ""
+        self.code = 0  # inline code depth
+        self.lists: list[list[int]] = []  # per open list: [items so far, 1 if ordered]
+        self.heading = 0
+        self.first_h1 = ""
+        self.cells: list[str] | None = None
+
+    # -- where we are -------------------------------------------------------------------
+
+    @property
+    def reading(self) -> bool:
+        return self.dropped_at is None and (not self.only_main or self.main_at is not None)
+
+    @property
+    def title(self) -> str:
+        """The page's ``<title>``; its first ``h1`` where the title is that heading and more
+        ("File system | Node.js v20 Documentation" is "File system"); else the ``h1``."""
+        title = _SPACE.sub(" ", "".join(self.title_parts)).strip()
+        if self.first_h1 and (not title or (self.first_h1 in title and self.first_h1 != title)):
+            return self.first_h1
+        return title
+
+    # -- parser events ------------------------------------------------------------------
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = {k.lower(): v for k, v in attrs}
+        if tag == "title" and not self.title_parts:
+            self.in_title = True
+        if tag in VOID:
+            self._void(tag, found)
+            return
+        self.stack.append(tag)
+        depth = len(self.stack)
+        if self.dropped_at is None and _furniture(tag, found):  # the head too (its title aside)
+            self.dropped_at = depth
+        if self.only_main and self.main_at is None and (
+                tag in ("main", "article") or (found.get("role") or "").lower() == "main"):
+            self.main_at = depth
+        if not self.reading:
+            return
+        if tag in HEADINGS:
+            self._block()
+            self.heading = HEADINGS[tag]
+        elif tag == "pre":
+            self._block()
+            self.pre = []
+            self.pre_language = _language(found)
+        elif tag in INLINE_CODE and self.pre is None:
+            self.code += 1
+            if self.code == 1:
+                self.line.append("`")
+        elif tag == "code" and self.pre is not None:  # a pre of several examples (mjs, cjs)
+            if self.pre and not "".join(self.pre).endswith("\n"):
+                self.pre.append("\n")
+            if not self.pre_language:
+                self.pre_language = _language(found)
+        elif tag in ("ul", "ol"):
+            self._block()
+            self.lists.append([0, 1 if tag == "ol" else 0])
+        elif tag == "li":
+            self._block()
+            if self.lists:
+                self.lists[-1][0] += 1
+        elif tag == "tr":
+            self._block()
+            self.cells = []
+        elif tag in ("td", "th") and self.cells is not None:
+            self.cells.append("")
+        elif tag in BLOCKS:
+            self._block()
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "title":
+            self.in_title = False
+        if tag in VOID or tag not in self.stack:
+            return  # a stray end tag closes nothing
+        while self.stack:
+            depth = len(self.stack)
+            open_tag = self.stack.pop()
+            self._close(open_tag, depth)
+            if open_tag == tag:
+                break
+
+    def handle_data(self, data: str) -> None:
+        if self.in_title:
+            self.title_parts.append(data)
+            return  # the title is the document's, never its text
+        if not self.reading:
+            return
+        if self.pre is not None:
+            self.pre.append(data)
+            return
+        text = _SPACE.sub(" ", data)
+        if self.cells is not None and self.cells:
+            self.cells[-1] += text
+        else:
+            self.line.append(text)
+
+    def close(self) -> None:
+        super().close()
+        while self.stack:
+            depth = len(self.stack)
+            self._close(self.stack.pop(), depth)
+        self._block()
+
+    # -- writing ------------------------------------------------------------------------
+
+    def _void(self, tag: str, attrs: dict[str, str | None]) -> None:
+        if not self.reading or _furniture(tag, attrs):
+            return
+        if tag == "br":
+            if self.pre is not None:
+                self.pre.append("\n")
+            elif self.cells:
+                self.cells[-1] += " "
+            else:
+                self.line.append("\n")
+        elif tag == "hr":
+            self._block()
+        elif tag == "img" and attrs.get("alt"):
+            self.handle_data(f" {attrs['alt']} ")
+
+    def _close(self, tag: str, depth: int) -> None:
+        was_reading = self.reading
+        if self.dropped_at == depth:
+            self.dropped_at = None
+        if self.main_at == depth:
+            self._block()
+            self.main_at = None
+        if not was_reading:
+            return
+        if tag in HEADINGS:
+            self._block()
+        elif tag == "pre" and self.pre is not None:
+            code = "".join(self.pre).strip("\n")
+            self.pre = None
+            if code.strip():
+                fence = "~~~" if "```" in code else "```"
+                self.out.append(f"{fence}{self.pre_language}\n{code}\n{fence}")
+        elif tag in INLINE_CODE and self.code:
+            self.code -= 1
+            if self.code == 0:
+                self.line.append("`")
+        elif tag in ("ul", "ol"):
+            self._block()
+            if self.lists:
+                self.lists.pop()
+        elif tag == "tr":
+            cells = [_SPACE.sub(" ", c).strip() for c in (self.cells or [])]
+            self.cells = None
+            if any(cells):
+                self.out.append(" | ".join(cells))
+        elif tag in BLOCKS:
+            self._block()
+
+    def _block(self) -> None:
+        """End the block being written (its text, prefixed as a heading or list item)."""
+        lines = [_SPACE.sub(" ", x).strip() for x in "".join(self.line).split("\n")]
+        text = "\n".join(x for x in lines if x)
+        text = re.sub(r"`\s*`", "", text).strip()  # inline code that held nothing
+        self.line = []
+        heading, self.heading = self.heading, 0
+        if not text:
+            return
+        if heading:
+            words = _PERMALINK.sub("", _SPACE.sub(" ", text))
+            if heading == 1 and not self.first_h1:
+                self.first_h1 = words
+            if words:
+                self.out.append(f"{'#' * heading} {words}")
+        elif self.lists:
+            items, ordered = self.lists[-1]
+            indent = "  " * (len(self.lists) - 1)
+            marker = f"{items}." if ordered else "-"
+            under = "\n" + indent + " " * (len(marker) + 1)  # a line break stays in the item
+            self.out.append(f"{indent}{marker} {text.replace(chr(10), under)}")
+        else:
+            self.out.append(text)
+
+    def markdown(self) -> str:
+        blocks = [b.rstrip() for b in self.out if b.strip()]
+        return "\n\n".join(blocks) + ("\n" if blocks else "")

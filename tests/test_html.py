@@ -1,0 +1,97 @@
+"""HTML pages stored as Markdown (``orchestrator/ingest/html.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, text
+
+from orchestrator.cli.ingest import SourceFile, discover, to_document
+from orchestrator.errors import BadInput
+from orchestrator.ingest.html import html_document
+from orchestrator.markdown import section_starts
+from tests.test_ingest_cli import cli_env, run
+
+__all__ = ["cli_env"]  # the CLI's environment fixture, shared with the ingest CLI's tests
+
+# A built documentation page's shape: Sphinx's sidebar and permalinks, a Texinfo-style
+# Next/Previous header, a script, a table, nested lists and two examples in one pre.
+PAGE = """<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>Installing | Widget 2.1 documentation</title>
+<style>body { color: red }</style><script>var tracking = "do not read me";</script></head>
+<body>
+<div class="header"><p>Next: <a href="b.html">Usage</a>, Up: <a href="index.html">Top</a></p></div>
+<div class="sphinxsidebar" role="navigation"><h3>Navigation</h3><ul><li>Home</li></ul></div>
+<div class="body" role="main">
+<h1>Installing<a class="headerlink" href="#installing" title="Link">¶</a></h1>
+<p>Widget needs  <b>Python&nbsp;3.11</b> &amp; a <a href="https://example.org">C compiler</a>.
+Run <code>pip install widget</code> once.</p>
+<h2 id="options">Options <a href="#options">#</a></h2>
+<ul><li>Fast mode<ul><li>needs <kbd>--fast</kbd></li></ul></li><li>Safe mode<br>the default</li></ul>
+<ol><li>Download</li><li>Install</li></ol>
+<pre><code class="language-python">import widget
+if widget.ok():
+    print("&lt;ok&gt;")</code><code class="language-python">widget.run()</code></pre>
+<table><tr><th>Flag</th><th>Meaning</th></tr><tr><td>-v</td><td>verbose <i>output</i></td></tr></table>
+<img src="x.png" alt="A diagram of the pipeline">
+<p hidden>secret hidden text</p>
+</div>
+<footer>Copyright 2026 Widget authors</footer>
+<script>document.write("late script")</script>
+</body></html>
+"""
+
+
+def test_a_page_is_its_content_as_markdown_without_its_furniture() -> None:
+    fields, body = html_document(PAGE)
+    assert fields == {"title": "Installing"}  # the <title> is the h1 and the site's name
+    assert body.startswith("# Installing\n\nWidget needs Python 3.11 & a C compiler. Run "
+                           "`pip install widget` once.\n\n## Options\n\n")
+    assert "- Fast mode\n\n  - needs `--fast`\n\n- Safe mode\n  the default" in body
+    assert "1. Download\n\n2. Install" in body
+    assert ('```python\nimport widget\nif widget.ok():\n    print("<ok>")\nwidget.run()\n```'
+            in body)
+    assert "Flag | Meaning\n\n-v | verbose output" in body
+    assert "A diagram of the pipeline" in body
+    for furniture in ("Next:", "Navigation", "Home", "tracking", "late script", "Copyright",
+                      "secret", "¶", "color: red"):
+        assert furniture not in body, furniture
+    assert section_starts(body) == [0, body.index("## Options")]
+
+
+def test_without_a_marked_main_the_body_is_read_and_broken_markup_reads_as_text() -> None:
+    fields, body = html_document("<title>Notes</title><p>One <b>two<p>Three</i> four</div>"
+                                 "<ul><li>a<li>b</ul><h3>Late</h3>tail")
+    assert fields == {"title": "Notes"}
+    assert body == "One two\n\nThree four\n\n- a\n\n- b\n\n### Late\n\ntail\n"
+    assert html_document("<html><body><script>x()</script></body></html>") == ({}, "")
+    # No <title>: the first h1 titles it.
+    assert html_document("<h1>Only a heading</h1><p>text</p>")[0] == {"title": "Only a heading"}
+
+
+def test_ingest_reads_html_and_leaves_out_a_rendering_beside_its_source(
+        tmp_path: Path, tenant_factory, cli_env: dict[str, str], admin_engine: Engine) -> None:
+    t = tenant_factory("team")
+    root = tmp_path / "api"
+    root.mkdir()
+    (root / "install.html").write_text(PAGE)
+    (root / "fs.md").write_text("# File system\n\nThe fs module.\n")
+    (root / "fs.html").write_text("<title>File system</title><p>The fs module.</p>")
+    (root / "frames.htm").write_text("<html><head><title>x</title></head><frameset></frameset></html>")
+    found = discover([root], None)
+    assert sorted(f.path for f in found.files) == ["frames.htm", "fs.md", "install.html"]
+    assert found.renderings == 1
+    doc = to_document(next(f for f in found.files if f.path == "install.html"), ["team"])
+    assert doc.title == "Installing" and doc.body.startswith("# Installing")
+    with pytest.raises(BadInput, match="no text outside its navigation"):
+        to_document(SourceFile(root / "frames.htm", "api", "frames.htm"), ["team"])
+
+    code, output = run(cli_env, "ingest", str(root), "--tenant", t.org_id, "--scopes", "write:team")
+    flat = " ".join(output.split())
+    assert code == 1 and "2 created" in flat and "1 failed" in flat, output
+    assert "1 HTML page left out, the source beside each read instead" in flat, output
+    with admin_engine.connect() as conn:
+        titles = dict(conn.execute(text("select path, title from sources.documents where tenant_id = :t"),
+                                   {"t": t.id}).all())
+    assert titles == {"install.html": "Installing", "fs.md": "File system"}
