@@ -27,6 +27,7 @@ scripts run):
 from __future__ import annotations
 
 import re
+from collections import Counter
 from html.parser import HTMLParser
 from typing import Any
 
@@ -91,6 +92,7 @@ class _Page(HTMLParser):
         super().__init__(convert_charrefs=True)
         self.only_main = only_main
         self.stack: list[str] = []
+        self.open = Counter[str]()  # the stack's tags, counted: a stray end tag costs no scan
         self.dropped_at: int | None = None  # stack depth of the dropped element we are in
         self.main_at: int | None = None  # stack depth of the content element we are in
         self.in_title = False
@@ -130,6 +132,7 @@ class _Page(HTMLParser):
             self._void(tag, found)
             return
         self.stack.append(tag)
+        self.open[tag] += 1
         depth = len(self.stack)
         if self.dropped_at is None and _furniture(tag, found):  # the head too (its title aside)
             self.dropped_at = depth
@@ -172,11 +175,11 @@ class _Page(HTMLParser):
     def handle_endtag(self, tag: str) -> None:
         if tag == "title":
             self.in_title = False
-        if tag in VOID or tag not in self.stack:
+        if tag in VOID or not self.open[tag]:
             return  # a stray end tag closes nothing
         while self.stack:
             depth = len(self.stack)
-            open_tag = self.stack.pop()
+            open_tag = self._pop()
             self._close(open_tag, depth)
             if open_tag == tag:
                 break
@@ -200,8 +203,13 @@ class _Page(HTMLParser):
         super().close()
         while self.stack:
             depth = len(self.stack)
-            self._close(self.stack.pop(), depth)
+            self._close(self._pop(), depth)
         self._block()
+
+    def _pop(self) -> str:
+        tag = self.stack.pop()
+        self.open[tag] -= 1
+        return tag
 
     # -- writing ------------------------------------------------------------------------
 
