@@ -103,3 +103,17 @@ def test_unclosed_and_stray_tags_do_not_hang_the_conversion() -> None:
     fields, body = html_document("<div>" * 50_000 + "text" + "</p>" * 50_000)
     assert (fields, body) == ({}, "text\n")
     assert html_document("<ul>" + "<li>x" * 1000)[1].count("- x") == 1000
+
+
+def test_an_older_page_is_read_in_the_character_set_its_meta_declares(tmp_path: Path) -> None:
+    page = tmp_path / "old.html"
+    page.write_bytes('<html><head><meta http-equiv="Content-Type" content="text/html; '
+                     'charset=iso-8859-1"><title>Café</title></head><body><p>Crème brûlée</p>'
+                     '</body></html>'.encode("latin-1"))
+    doc = to_document(SourceFile(page, "notes", "old.html"), ["team"])
+    assert doc.title == "Café" and doc.body == "Crème brûlée\n"
+    # No declaration, or one Python does not know: refused as before, by name.
+    for head in ("", '<meta charset="klingon-8">'):
+        page.write_bytes(f"<html><head>{head}</head><p>Crème</p>".encode("latin-1"))
+        with pytest.raises(BadInput, match="not UTF-8 text"):
+            to_document(SourceFile(page, "notes", "old.html"), ["team"])

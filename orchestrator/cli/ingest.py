@@ -152,7 +152,32 @@ class SourceFile:
             # file's name).
             return data.decode("utf-8-sig")
         except UnicodeDecodeError as exc:
-            raise BadInput(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+            declared = _declared_charset(data) if self.format_suffix in HTML_SUFFIXES else None
+            if declared is None:
+                raise BadInput(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+        try:
+            return data.decode(declared)  # an older page's own <meta charset>
+        except UnicodeDecodeError as exc:
+            raise BadInput(f"not {declared} text, as its <meta> says ({exc.reason} at byte "
+                           f"{exc.start})") from exc
+
+
+_CHARSET = re.compile(rb"""<meta[^>]*charset\s*=\s*["']?([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
+
+
+def _declared_charset(data: bytes) -> str | None:
+    """The character set an HTML page's ``<meta>`` declares in its first 4 KB, where Python
+    knows it ("iso-8859-1", "windows-1252", "shift_jis"); else None."""
+    import codecs
+
+    found = _CHARSET.search(data[:4096])
+    if found is None:
+        return None
+    name = found.group(1).decode("ascii")
+    try:
+        return codecs.lookup(name).name
+    except LookupError:
+        return None
 
 
 def _stem(file: Path) -> str:
