@@ -4,7 +4,8 @@ The folder (default: npm's own docs as npm ships them, ``/usr/lib/node_modules/n
 content``, 91 pages) is ingested into a fresh tenant exactly as ``engram ingest`` does (front
 matter included), its chunks are embedded and, unless ``--no-derive``, every derive job runs
 as it would in a live home. Each question of ``--questions`` (a JSON file: ``{"questions":
-[{"question": ..., "page": <the answering document's title>}, ...]}``; default
+[{"question": ..., "page": <the answering document's title>, "section": <optional: words
+of the heading of the section that answers>}, ...]}``; default
 ``benchmarks/data/npm_docs_questions.json``, 20 questions written in a user's words) is asked
 with each plan-study shape of ``--shapes`` (default ``learned,fused``: the shipped ranker and
 the fused order it replaces) at the largest budget, and scored by the position of the first
@@ -38,23 +39,45 @@ DEFAULT_FOLDER = Path("/usr/lib/node_modules/npm/docs/content")
 DEFAULT_QUESTIONS = Path(__file__).resolve().parent / "data" / "npm_docs_questions.json"
 
 
-def load_questions(path: Path) -> list[tuple[str, str]]:
-    """(question, page title) pairs; a file that is not such a list is refused by name."""
+def load_questions(path: Path) -> list[tuple[str, str, str | None]]:
+    """(question, page title, section heading or None) triples; a file that is not such a
+    list is refused by name."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         items = data["questions"] if isinstance(data, dict) else data
-        pairs = [(str(q["question"]), str(q["page"])) for q in items]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        triples = [(str(q["question"]), str(q["page"]),
+                    str(q["section"]) if q.get("section") else None) for q in items]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise SystemExit(f"{path}: not a questions file ({exc})") from None
-    if not pairs:
+    if not triples:
         raise SystemExit(f"{path}: no questions")
-    return pairs
+    return triples
 
 
-def position(res: Any, page: str) -> int | None:
-    """1-based position of the first served excerpt of the document titled ``page``."""
-    return next((i + 1 for i, e in enumerate(res.evidence)
-                 if e.source is not None and e.source.title == page), None)
+def section_span(body: str, section: str) -> tuple[int, int] | None:
+    """Where in ``body`` the section whose heading holds ``section`` runs: from its heading to
+    the next heading of its level or above (found from the text itself, not from anything
+    the engine stores, so code before and after a change is scored alike)."""
+    from orchestrator.markdown import headings
+
+    found = list(headings(body))
+    for i, (at, level, words) in enumerate(found):
+        if section in words:
+            end = next((a for a, lv, _ in found[i + 1:] if lv <= level), len(body))
+            return at, end
+    return None
+
+
+def position(res: Any, page: str, span: tuple[int, int] | None = None) -> int | None:
+    """1-based position of the first served excerpt of the document titled ``page`` (with
+    ``span``: one that starts inside that part of its body, or holds its start)."""
+    for i, e in enumerate(res.evidence):
+        if e.source is None or e.source.title != page:
+            continue
+        if span is None or (e.char_start is not None and e.char_end is not None and (
+                span[0] <= e.char_start < span[1] or e.char_start <= span[0] < e.char_end)):
+            return i + 1
+    return None
 
 
 def main() -> None:
@@ -109,20 +132,21 @@ def main() -> None:
             else:
                 print("  " + derive_tenant(app, worker, settings, embedder, org, tenant_id, "docs"))
             reader = Identity.of(org, "newcomer", read=["docs"])
-            for question, page in questions:
+            spans = _spans(app, reader, questions)
+            for question, page, section in questions:
                 for shape in shapes:
                     res, _ = recaller.study(reader, question, PLAN_STUDY[shape],
                                             budget_tokens=settings.recall_max_budget_tokens)
-                    found[f"{shape}{tag}"].append(position(res, page))
+                    found[f"{shape}{tag}"].append(position(res, page, spans.get((page, section))))
         worker.dispose()
     print(f"\n{len(questions)} questions ({args.questions}); position of the answering page's "
-          "first excerpt (- not served)")
+          "first excerpt, or of its answering section's where one is named (- not served)")
     width = max(9, *(len(c) for c in columns))
     print(f"{'page':24s} " + " ".join(f"{c:>{width}s}" for c in columns) + "  question")
-    for i, (question, page) in enumerate(questions):
+    for i, (question, page, section) in enumerate(questions):
         cells = " ".join(f"{found[c][i] if found[c][i] is not None else '-':>{width}}"
                          for c in columns)
-        print(f"{page[:24]:24s} {cells}  {question}")
+        print(f"{(section or page)[:24]:24s} {cells}  {question}")
     print(f"\n{'shape':{width}s} {'MRR':>6s} {'first':>6s} {'top 3':>6s} {'top 10':>7s}")
     n = len(questions)
     for c in columns:
@@ -130,6 +154,30 @@ def main() -> None:
         mrr = sum(1 / r for r in ranks if r) / n
         print(f"{c:{width}s} {mrr:6.3f} {sum(r == 1 for r in ranks):6d} "
               f"{sum(bool(r and r <= 3) for r in ranks):6d} {sum(bool(r and r <= 10) for r in ranks):7d}")
+
+
+def _spans(app: Any, reader: Any, questions: list[tuple[str, str, str | None]]
+           ) -> dict[tuple[str, str | None], tuple[int, int]]:
+    """For each (page, section) the questions name, the section's span in the page's stored
+    body (read as the reader); a section no heading holds is refused by name."""
+    from sqlalchemy import select
+
+    from orchestrator.db.models import Document
+    from orchestrator.db.session import bound_session
+
+    wanted = {(page, section) for _, page, section in questions if section}
+    spans: dict[tuple[str, str | None], tuple[int, int]] = {}
+    if not wanted:
+        return spans
+    with bound_session(app, reader) as session:
+        bodies = dict(session.execute(select(Document.title, Document.body).where(
+            Document.title.in_({page for page, _ in wanted}))).tuples().all())
+    for page, section in sorted(wanted, key=str):
+        span = section_span(bodies.get(page, ""), section or "")
+        if span is None:
+            raise SystemExit(f"no heading of the page {page!r} holds {section!r}")
+        spans[(page, section)] = span
+    return spans
 
 
 if __name__ == "__main__":
