@@ -170,8 +170,9 @@ def _spans(app: Any, reader: Any, questions: list[tuple[str, str, str | None]]
     if not wanted:
         return spans
     with bound_session(app, reader) as session:
-        bodies = dict(session.execute(select(Document.title, Document.body).where(
-            Document.title.in_({page for page, _ in wanted}))).tuples().all())
+        rows = session.execute(select(Document.title, Document.body).where(
+            Document.title.in_({page for page, _ in wanted}))).all()
+    bodies = {row.title: row.body for row in rows}
     for page, section in sorted(wanted, key=str):
         span = section_span(bodies.get(page, ""), section or "")
         if span is None:
