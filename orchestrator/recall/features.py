@@ -355,8 +355,8 @@ def feature_matrix(candidates: Sequence[Candidate], ctx: RankContext) -> np.ndar
     shared: list[frozenset[str]] = []  # the question's terms each text holds
     for c in candidates:
         held = terms(c.text)
-        if c.source is not None and c.source.section:  # its section trail's words, as the
-            held = held | terms(" ".join(c.source.section_titles))  # lexical vector holds them
+        if c.source is not None and c.source.section:  # its outermost section's words, as
+            held = held | terms(c.source.section[0][1])  # the lexical vector holds them
         shared.append(q_terms & held)
         h = len(shared[-1])
         hits.append(float(h))
