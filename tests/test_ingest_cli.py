@@ -292,6 +292,11 @@ def test_gzip_compressed_pages_are_read_and_bad_or_oversized_ones_refused_unread
     bomb.write_bytes(gzip.compress(b"a" * 100_000))
     with pytest.raises(BadInput, match="decompresses to more than 4,000 bytes"):
         to_document(SourceFile(bomb, "notes", "bomb.md.gz"), ["team"], max_document_chars=limit)
+    # Unreadable (gone since the walk, no permission): that file fails by name, not the run.
+    monkeypatch.setattr(Path, "read_bytes", real_read_bytes)
+    gone = SourceFile(tmp_path / "gone.md", "notes", "gone.md")
+    with pytest.raises(BadInput, match="cannot be read \\(No such file or directory\\)"):
+        to_document(gone, ["team"])
     fits = tmp_path / "fits.md.gz"
     fits.write_bytes(gzip.compress(("é" * 999).encode()))  # 1,998 bytes, 999 characters
     assert to_document(SourceFile(fits, "notes", "fits.md.gz"), ["team"],

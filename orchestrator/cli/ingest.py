@@ -127,25 +127,10 @@ class SourceFile:
         """The file's text (a byte order mark dropped), gzip decompressed where it is; a file
         (or a decompressed stream) past ``BYTES_PER_CHAR`` bytes a character of ``max_chars``
         is refused without reading the rest."""
-        limit = BYTES_PER_CHAR * max_chars
-        if self.compressed:
-            import gzip
-            import zlib
-
-            try:
-                with gzip.open(self.file, "rb") as stream:
-                    data = stream.read(limit + 1)
-            except (OSError, EOFError, zlib.error) as exc:
-                raise BadInput(f"not a readable gzip file ({exc})") from exc
-            if len(data) > limit:
-                raise BadInput(f"decompresses to more than {limit:,} bytes: longer than a document "
-                               f"may be ({max_chars:,} characters, max_document_chars); not read further")
-        else:
-            size = self.file.stat().st_size
-            if size > limit:
-                raise BadInput(f"{size:,} bytes: longer than a document may be ({max_chars:,} "
-                               "characters, max_document_chars); not read")
-            data = self.file.read_bytes()
+        try:
+            data = self._bytes(BYTES_PER_CHAR * max_chars, max_chars)
+        except OSError as exc:  # gone since the walk, unreadable: this file fails, not the run
+            raise BadInput(f"cannot be read ({exc.strerror or exc})") from exc
         try:
             # utf-8-sig: a byte order mark (Windows editors write one) is no part of the text;
             # read as text it hid the front matter and the first heading (the title was the
@@ -160,6 +145,26 @@ class SourceFile:
         except UnicodeDecodeError as exc:
             raise BadInput(f"not {declared} text, as its <meta> says ({exc.reason} at byte "
                            f"{exc.start})") from exc
+
+    def _bytes(self, limit: int, max_chars: int) -> bytes:
+        if self.compressed:
+            import gzip
+            import zlib
+
+            with gzip.open(self.file, "rb") as stream:
+                try:
+                    data = stream.read(limit + 1)
+                except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+                    raise BadInput(f"not a readable gzip file ({exc})") from exc
+            if len(data) > limit:
+                raise BadInput(f"decompresses to more than {limit:,} bytes: longer than a document "
+                               f"may be ({max_chars:,} characters, max_document_chars); not read further")
+            return data
+        size = self.file.stat().st_size
+        if size > limit:
+            raise BadInput(f"{size:,} bytes: longer than a document may be ({max_chars:,} "
+                           "characters, max_document_chars); not read")
+        return self.file.read_bytes()
 
 
 _CHARSET = re.compile(rb"""<meta[^>]*charset\s*=\s*["']?([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
@@ -203,7 +208,8 @@ class IngestSummary:
     deleted: int = 0
     chunks: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)
-    # Files of the folders that are not Markdown, reStructuredText or text, by suffix (hidden ones aside).
+    # Files of the folders that are not Markdown, reStructuredText, HTML or text, by suffix (hidden
+    # ones aside).
     left_out: Counter[str] = field(default_factory=Counter)
     ignored: int = 0  # files and folders .gitignore left out
     renderings: int = 0  # HTML pages left out for the source beside them
@@ -276,8 +282,8 @@ def _visible_files(root: Path, gitignore: bool = True) -> tuple[list[Path], int]
 @dataclass
 class Discovered:
     """What ``discover`` found: the files to ingest, for each folder's collection the paths
-    it now has, the files left out because they are not Markdown, reStructuredText or text,
-    by suffix, and how many files and folders ``.gitignore`` left out (hidden files and
+    it now has, the files left out because they are not Markdown, reStructuredText, HTML or
+    text, by suffix, and how many files and folders ``.gitignore`` left out (hidden files and
     folders, whose names start with ".", are never read nor counted)."""
 
     files: list[SourceFile]
