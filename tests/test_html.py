@@ -68,6 +68,15 @@ def test_without_a_marked_main_the_body_is_read_and_broken_markup_reads_as_text(
     assert html_document("<html><body><script>x()</script></body></html>") == ({}, "")
     # No <title>: the first h1 titles it.
     assert html_document("<h1>Only a heading</h1><p>text</p>")[0] == {"title": "Only a heading"}
+    # A title that is the first heading and the site's name (Node.js's API pages open with an
+    # h2); one that only shares words with it stays whole.
+    assert html_document("<title>File system | Node.js v20.20.2 Documentation</title>"
+                         "<h2>File system</h2><p>fs</p>")[0] == {"title": "File system"}
+    assert html_document("<title>Simple Example (libffi manual)</title>"
+                         "<h3>2.2 Simple Example</h3><p>x</p>")[0] == {
+        "title": "Simple Example (libffi manual)"}
+    assert html_document("<title>File systems everywhere</title><h2>File system</h2>")[0] == {
+        "title": "File systems everywhere"}
 
 
 def test_ingest_reads_html_and_leaves_out_a_rendering_beside_its_source(

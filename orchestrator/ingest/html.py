@@ -60,6 +60,8 @@ _WORDS = re.compile(r"[\s\-_]+")
 # A heading's permalink sign, kept when the link around it is no navigation by its class
 # (Node.js's "## File system#").
 _PERMALINK = re.compile(r"\s*[#¶§🔗]+$")
+# What stands between a page's heading and its site's name in its <title>.
+_TITLE_SEPARATOR = re.compile(r"\s+[|\-–—·:»]\s+")
 
 
 def html_document(text: str) -> tuple[dict[str, Any], str]:
@@ -105,6 +107,7 @@ class _Page(HTMLParser):
         self.lists: list[list[int]] = []  # per open list: [items so far, 1 if ordered]
         self.heading = 0
         self.first_h1 = ""
+        self.first_heading = ""
         self.cells: list[str] | None = None
 
     # -- where we are -------------------------------------------------------------------
@@ -115,11 +118,17 @@ class _Page(HTMLParser):
 
     @property
     def title(self) -> str:
-        """The page's ``<title>``; its first ``h1`` where the title is that heading and more
-        ("File system | Node.js v20 Documentation" is "File system"); else the ``h1``."""
+        """The page's ``<title>``, or the heading it is with the site's name added: its first
+        ``h1`` where the title holds it ("Installing — Widget 2.1 documentation" is
+        "Installing"), its first heading of any level where the title opens with it before a
+        separator (Node.js's "File system | Node.js v20.20.2 Documentation" under an ``h2``
+        "File system"); without a ``<title>``, the first ``h1``."""
         title = _SPACE.sub(" ", "".join(self.title_parts)).strip()
         if self.first_h1 and (not title or (self.first_h1 in title and self.first_h1 != title)):
             return self.first_h1
+        first = self.first_heading
+        if first and title.startswith(first) and _TITLE_SEPARATOR.match(title, len(first)):
+            return first
         return title
 
     # -- parser events ------------------------------------------------------------------
@@ -274,6 +283,8 @@ class _Page(HTMLParser):
             words = _PERMALINK.sub("", _SPACE.sub(" ", text))
             if heading == 1 and not self.first_h1:
                 self.first_h1 = words
+            if not self.first_heading:
+                self.first_heading = words
             if words:
                 self.out.append(f"{'#' * heading} {words}")
         elif self.lists:
