@@ -104,6 +104,13 @@ def section_starts(text: str, fences: list[tuple[int, int]] | None = None) -> li
 TRAIL_HEADING_CHARS = 200
 
 
+def trail_heading(words: str) -> str:
+    """A heading as a section trail keeps it: whitespace runs one space, control characters
+    out, at most ``TRAIL_HEADING_CHARS`` characters."""
+    return " ".join("".join(ch for ch in words if ch.isprintable() or ch.isspace()).split())[
+        :TRAIL_HEADING_CHARS]
+
+
 def section_trails(text: str, offsets: list[int], title: str = "",
                    fences: list[tuple[int, int]] | None = None) -> list[list[tuple[int, str]]]:
     """For each of ``offsets`` (increasing), the headings whose sections it lies in, outermost
@@ -123,7 +130,7 @@ def section_trails(text: str, offsets: list[int], title: str = "",
             _, level, words = found[i]
             while stack and stack[-1][0] >= level:
                 stack.pop()
-            stack.append((level, " ".join(words.split())[:TRAIL_HEADING_CHARS]))
+            stack.append((level, trail_heading(words)))
             i += 1
         trail = [h for h in stack if h[1]]
         if i < len(found) and found[i][0] == offset:  # its own heading closes what it closes
@@ -141,7 +148,7 @@ def extend_trail(trail: list[tuple[int, str]], text: str) -> list[tuple[int, str
     for _, level, words in headings(text, code_fences(text)):
         while out and out[-1][0] >= level:
             out.pop()
-        out.append((level, " ".join(words.split())[:TRAIL_HEADING_CHARS]))
+        out.append((level, trail_heading(words)))
     return [h for h in out if h[1]]
 
 

@@ -256,6 +256,14 @@ def test_section_trails_name_the_headings_a_chunk_starts_under() -> None:
     assert trails["Under a"] == [(2, "Setext Part")]  # a level-2 setext heading closes both
     # Under another title the first heading is a section of its own.
     assert section_trails(body, [at["Intro."]], "Release notes") == [[(1, "Node.js 20 ChangeLog")]]
+    # A heading of quotes and control characters is kept short and printable: its trail's JSON
+    # fits the column's check however its characters escape.
+    odd = "# T\n\n" + "".join(f"{'#' * n} " + '"\\\x01' * 100 + "\n\ntext\n\n" for n in range(2, 7))
+    deep = section_trails(odd, [len(odd) - 5], "T")[0]
+    assert len(deep) == 5 and all(len(h) <= 200 and h.isprintable() for _, h in deep)
+    import json
+
+    assert len(json.dumps([{"level": n, "text": h} for n, h in deep])) <= 8000
     # Carried over a part of a chunk: the headings the skipped text held open and close.
     part = body[at["Shards"]:at["* fix b"]]
     assert extend_trail(trails["Shards"], part) == trails["* fix b"]

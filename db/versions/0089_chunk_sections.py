@@ -11,8 +11,9 @@ What changes: ``sources.chunks.section`` (jsonb), the headings whose sections th
 starts in, outermost first, each ``{"level": 1-6, "text": "..."}``: the heading that opens
 the chunk is in its text, not its trail, and a first heading that says the document's
 title is left out (``orchestrator.markdown.section_trails``; ingest writes it with the
-chunk). Null where the chunk starts under no heading. At most six headings of at most 200
-characters each (checked here). Recall renders the trail after the document's title; the
+chunk). Null where the chunk starts under no heading. At most six headings (one a level) of
+at most 200 characters each, control characters out (checked here: an array of one to six, at
+most 8,000 characters as JSON text, room for every heading's quotes escaped). Recall renders the trail after the document's title; the
 API serves it as ``SourceRef.section``.
 
 The words of the trail's outermost heading are in the chunk's lexical vector
@@ -57,7 +58,7 @@ alter table sources.chunks add column section jsonb;
 alter table sources.chunks add constraint ck_chunks_section_shape check (
     section is null or (jsonb_typeof(section) = 'array'
                         and jsonb_array_length(section) between 1 and 6
-                        and length(section::text) <= 1600));
+                        and length(section::text) <= 8000));
 comment on column sources.chunks.section is
     'The headings whose sections the chunk starts in, outermost first: [{"level": n, "text": ...}] '
     '(the document''s title and the chunk''s own opening heading left out); null under none.';

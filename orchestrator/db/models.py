@@ -206,7 +206,7 @@ class Chunk(Base):
                         name="ck_chunks_embedding_matches_state"),
         CheckConstraint("section is null or (jsonb_typeof(section) = 'array' and "
                         "jsonb_array_length(section) between 1 and 6 and "
-                        "length(section::text) <= 1600)", name="ck_chunks_section_shape"),
+                        "length(section::text) <= 8000)", name="ck_chunks_section_shape"),
         Index("ix_chunks_tenant_id_content_hash", "tenant_id", "content_hash"),
         Index("ix_chunks_embed_queue", "tenant_id", "ordinal", "created_at",
               postgresql_where=sql_text("embed_state = 'pending'")),
