@@ -117,8 +117,9 @@ def section_trails(text: str, offsets: list[int], title: str = "",
     first, as (level, text): every heading that starts before it and is not closed by a
     heading of its level or above before it. A heading at the offset itself is the
     section's own (it is in the text that starts there), not its trail, and so is one that
-    only blank and marker lines stand before (a changelog's ``<a id="20.5.0"></a>``). A leading heading
-    that says the document's ``title`` is left out (the title is said already)."""
+    only blank and marker lines stand before (a changelog's ``<a id="20.5.0"></a>``). A
+    leading heading that says the document's ``title`` is left out (the title is said
+    already)."""
     fences = code_fences(text) if fences is None else fences
     found = list(headings(text, fences))
     trails: list[list[tuple[int, str]]] = []
@@ -127,10 +128,7 @@ def section_trails(text: str, offsets: list[int], title: str = "",
     for offset in offsets:
         offset = _past_markers(text, offset)
         while i < len(found) and found[i][0] < offset:
-            _, level, words = found[i]
-            while stack and stack[-1][0] >= level:
-                stack.pop()
-            stack.append((level, trail_heading(words)))
+            _opened(stack, found[i][1], found[i][2])
             i += 1
         trail = [h for h in stack if h[1]]
         if i < len(found) and found[i][0] == offset:  # its own heading closes what it closes
@@ -146,10 +144,15 @@ def extend_trail(trail: list[tuple[int, str]], text: str) -> list[tuple[int, str
     sections of the headings in ``text`` opened, those they close closed."""
     out = list(trail)
     for _, level, words in headings(text, code_fences(text)):
-        while out and out[-1][0] >= level:
-            out.pop()
-        out.append((level, trail_heading(words)))
+        _opened(out, level, words)
     return [h for h in out if h[1]]
+
+
+def _opened(trail: list[tuple[int, str]], level: int, words: str) -> None:
+    """``trail`` after a heading of ``level``: the sections it closes closed, its own opened."""
+    while trail and trail[-1][0] >= level:
+        trail.pop()
+    trail.append((level, trail_heading(words)))
 
 
 def _past_markers(text: str, offset: int) -> int:

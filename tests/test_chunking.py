@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from itertools import pairwise
 from typing import Any
 
@@ -267,3 +268,18 @@ def test_section_trails_name_the_headings_a_chunk_starts_under() -> None:
     # Carried over a part of a chunk: the headings the skipped text held open and close.
     part = body[at["Shards"]:at["* fix b"]]
     assert extend_trail(trails["Shards"], part) == trails["* fix b"]
+
+
+def test_a_setext_heading_that_heads_only_headings_opens_the_chunk_too() -> None:
+    # The same run written with setext headings: "Version 1.i.0" over "=====" and nothing else
+    # before "Notable Changes" over "-----".
+    body = _changelog(40).replace("### Notable Changes", "Notable Changes\n---------------")
+    body = re.sub(r"## (2023-07-\d\d, Version 1\.\d+\.0 \(Current\), @someone)",
+                  lambda m: m.group(1) + "\n" + "=" * len(m.group(1)), body)
+    assert "=====" in body and "## 2023" not in body
+    for size in (500, 700, 900, 1200):
+        spans = chunk_text(body, size, 150)
+        _holds(body, spans)
+        for c in spans:
+            last = c.text.rstrip().splitlines()[-1]
+            assert not set(last) <= set("=-") and "Version 1." not in last, (size, c.text[-120:])

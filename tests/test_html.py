@@ -66,8 +66,10 @@ def test_without_a_marked_main_the_body_is_read_and_broken_markup_reads_as_text(
     assert fields == {"title": "Notes"}
     assert body == "One two\n\nThree four\n\n- a\n\n- b\n\n### Late\n\ntail\n"
     assert html_document("<html><body><script>x()</script></body></html>") == ({}, "")
-    # No <title>: the first h1 titles it.
+    # No <title>: the first h1 titles it, never an inline SVG icon's <title>.
     assert html_document("<h1>Only a heading</h1><p>text</p>")[0] == {"title": "Only a heading"}
+    assert html_document('<body><svg><title>Copy</title></svg><h1>Guide</h1><p>x</p>')[0] == {
+        "title": "Guide"}
     # A title that is the first heading and the site's name (Node.js's API pages open with an
     # h2); one that only shares words with it stays whole.
     assert html_document("<title>File system | Node.js v20.20.2 Documentation</title>"

@@ -599,8 +599,44 @@ def test_an_excerpt_names_the_sections_it_stands_under(
     part = part_of(first, at, text=first.text[at:])
     assert part.source.section_titles == ["2023-07-05, Version 1.5.0", "Commits"]
     assert part_of(first, 0, text=first.text).source == first.source
+    # The API serves the trail as it is stored: GraphQL and REST (one view), MCP.
+    from orchestrator.api.bundles import evidence_view
+    from orchestrator.api.mcp import _evidence
+
+    assert evidence_view(first)["source"]["section"] == ["2023-07-05, Version 1.5.0", "Notable Changes"]
+    assert _evidence(first)["section"] == ["2023-07-05, Version 1.5.0", "Notable Changes"]
     # A long heading is stored whole and printed cut.
     from orchestrator.recall.result import SourceRef
 
     long = SourceRef("notes", "a.md", "A", ((2, "x" * 100), (3, "Options")))
     assert long.section_line == "x" * 79 + "… › Options" and long.section_titles[0] == "x" * 100
+
+
+def test_a_section_trail_reaches_only_the_readers_of_its_chunk(
+        tenant_factory, app_engine, embedder, settings, recaller):
+    # The trail is a column of the chunk's own row: a reader who cannot see the board's page
+    # meets neither its headings in any item, nor its words through the lexical vector.
+    t = tenant_factory("team", "board")
+    carol = t.identity("carol", read=("team", "board"), write=("team", "board"))
+    team = t.identity("alice", read=("team",))
+    filler = " ".join(f"Frobnicator rollout step {k} is logged and reviewed." for k in range(40))
+    write_documents(app_engine, carol, embedder, [
+        doc("board.md", "Board minutes", f"# Board minutes\n\n## Acquisition of Zephyrcorp\n\n"
+            f"{filler}\n\n{filler}\n", scopes=("board",)),
+        doc("team.md", "Team notes", "# Team notes\n\n## Rollout\n\nThe frobnicator rollout "
+            "starts on Monday.\n")], settings)
+    question = "what do we know about Zephyrcorp and the frobnicator rollout?"
+    seen, trace = recaller.trace(carol, question, budget_tokens=4000)
+    assert any(e.source and "Acquisition of Zephyrcorp" in e.source.section_titles
+               for e in seen.evidence)  # the board's reader meets it
+    df = {term: n for term, n, _ in trace.corpus.get("terms", [])}
+    assert df["zephyrcorp"] >= 2  # the heading's chunk and those under it, by their trail
+    result, trace = recaller.trace(team, question, budget_tokens=4000)
+    assert result.evidence and all(e.source.title == "Team notes"
+                                   for e in result.evidence if e.source)
+    served = [result.rendered, *(str(e.source) for e in result.evidence),
+              *(it.label for pool in trace.pools.values() for it in pool),
+              *(it.label for it in trace.ordered)]
+    assert not any("Acquisition" in text for text in served)  # the question names Zephyrcorp
+    df = {term: n for term, n, _ in trace.corpus.get("terms", [])}
+    assert df.get("zephyrcorp", 0) == 0

@@ -83,7 +83,7 @@ from orchestrator.db.session import bound_session
 from orchestrator.derive.quality import inline_text, mask_fences
 from orchestrator.errors import BadInput, EngramError
 from orchestrator.ingest.documents import DocumentInput, delete_document, put_document
-from orchestrator.ingest.html import html_document
+from orchestrator.ingest.html import declared_charset, html_document
 from orchestrator.ingest.rst import Includes, rst_document
 from orchestrator.markdown import ATX_LINE, SETEXT_UNDERLINE, headings
 
@@ -137,7 +137,7 @@ class SourceFile:
             # file's name).
             return data.decode("utf-8-sig")
         except UnicodeDecodeError as exc:
-            declared = _declared_charset(data) if self.format_suffix in HTML_SUFFIXES else None
+            declared = declared_charset(data) if self.format_suffix in HTML_SUFFIXES else None
             if declared is None:
                 raise BadInput(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
         try:
@@ -165,24 +165,6 @@ class SourceFile:
             raise BadInput(f"{size:,} bytes: longer than a document may be ({max_chars:,} "
                            "characters, max_document_chars); not read")
         return self.file.read_bytes()
-
-
-_CHARSET = re.compile(rb"""<meta[^>]*charset\s*=\s*["']?([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
-
-
-def _declared_charset(data: bytes) -> str | None:
-    """The character set an HTML page's ``<meta>`` declares in its first 4 KB, where Python
-    knows it ("iso-8859-1", "windows-1252", "shift_jis"); else None."""
-    import codecs
-
-    found = _CHARSET.search(data[:4096])
-    if found is None:
-        return None
-    name = found.group(1).decode("ascii")
-    try:
-        return codecs.lookup(name).name
-    except LookupError:
-        return None
 
 
 def _stem(file: Path) -> str:

@@ -24,7 +24,13 @@ import bisect
 import re
 from dataclasses import dataclass
 
-from orchestrator.markdown import MARKER_LINE, code_fences, enclosing, section_starts
+from orchestrator.markdown import (
+    MARKER_LINE,
+    SETEXT_UNDERLINE,
+    code_fences,
+    enclosing,
+    section_starts,
+)
 
 _BREAKS = ("\n\n", "\n", ". ", "? ", "! ", "; ", ", ", " ")
 # Where an overlap may start: after a paragraph break or a sentence end (best), after a
@@ -103,10 +109,8 @@ def _heads_only(body: str, lo: int, hi: int) -> bool:
     """Whether ``body[lo:hi]`` (one section: its heading's first line at ``lo``) is a heading
     and nothing else but blank or marker lines."""
     lines = body[lo:hi].splitlines()
-    if len(lines) > 2 and set(lines[1].strip()) <= set("=-") and lines[1].strip():
-        lines = lines[2:]  # a setext heading's paragraph line and underline
-    else:
-        lines = lines[1:]
+    # A setext heading is its paragraph line and its underline; an ATX heading one line.
+    lines = lines[2:] if len(lines) > 1 and SETEXT_UNDERLINE.fullmatch(lines[1]) else lines[1:]
     return all(not line.strip() or MARKER_LINE.fullmatch(line) for line in lines)
 
 

@@ -57,8 +57,9 @@ INLINE_CODE = frozenset({"code", "kbd", "samp", "tt", "var"})
 _MAIN = re.compile(r"<(?:main|article)\b|\brole\s*=\s*[\"']?main\b", re.IGNORECASE)
 _SPACE = re.compile(r"\s+")
 _WORDS = re.compile(r"[\s\-_]+")
-# A heading's permalink sign, kept when the link around it is no navigation by its class
-# (Node.js's "## File system#").
+_CHARSET = re.compile(rb"""<meta[^>]*charset\s*=\s*["']?([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
+# A heading's permalink sign, cut from its text where the link around it has no class that
+# says navigation (Node.js's "## File system#").
 _PERMALINK = re.compile(r"\s*[#¶§🔗]+$")
 # What stands between a page's heading and its site's name in its <title>.
 _TITLE_SEPARATOR = re.compile(r"\s+[|\-–—·:»]\s+")
@@ -70,8 +71,22 @@ def html_document(text: str) -> tuple[dict[str, Any], str]:
     page = _Page(only_main=_MAIN.search(text) is not None)
     page.feed(text)
     page.close()
-    fields = {"title": page.title} if page.title else {}
-    return fields, page.markdown()
+    title = page.title
+    return ({"title": title} if title else {}), page.markdown()
+
+
+def declared_charset(data: bytes) -> str | None:
+    """The character set an HTML page's ``<meta>`` declares in its first 4 KB, where Python
+    knows it ("iso-8859-1", "windows-1252", "shift_jis"); else None."""
+    import codecs
+
+    found = _CHARSET.search(data[:4096])
+    if found is None:
+        return None
+    try:
+        return codecs.lookup(found.group(1).decode("ascii")).name
+    except LookupError:
+        return None
 
 
 def _language(attrs: dict[str, str | None]) -> str:
@@ -135,8 +150,8 @@ class _Page(HTMLParser):
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         found = {k.lower(): v for k, v in attrs}
-        if tag == "title" and not self.title_parts:
-            self.in_title = True
+        if tag == "title" and not self.title_parts and not self.open["svg"]:
+            self.in_title = True  # the page's; an inline SVG icon's <title> ("Copy") is not
         if tag in VOID:
             self._void(tag, found)
             return

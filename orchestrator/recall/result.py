@@ -26,6 +26,10 @@ class ScopeRef:
     description: str
 
 
+# How much of each heading of a section trail an item's header line prints.
+SECTION_HEADING_SHOWN = 80
+
+
 @dataclass(frozen=True)
 class SourceRef:
     collection: str
@@ -46,9 +50,6 @@ class SourceRef:
         return " › ".join(w if len(w) <= SECTION_HEADING_SHOWN else w[:SECTION_HEADING_SHOWN - 1] + "…"
                           for w in self.section_titles)
 
-
-# How much of each heading of a section trail an item's header line prints.
-SECTION_HEADING_SHOWN = 80
 
 
 def section_of(stored: Any) -> tuple[tuple[int, str], ...]:
