@@ -86,7 +86,7 @@ def tools_for(api_server: ApiServer, app_engine: Engine  # noqa: F811
 @pytest.mark.slow
 def test_every_tool_allows_and_denies(api_server: ApiServer, tenant_factory: Tenants,  # noqa: F811
                                       admin_engine: Engine, tools_for: Any) -> None:
-    t, other = tenant_factory("team"), tenant_factory("team")
+    t, other = tenant_factory("team", "board"), tenant_factory("team", "lab")
     define_shape(admin_engine, t.id, "lives_in", max_count=1)
     define_shape(admin_engine, t.id, "level", allowed_values=["junior", "senior"])
     strict_shapes(admin_engine, t.id)
@@ -98,7 +98,17 @@ def test_every_tool_allows_and_denies(api_server: ApiServer, tenant_factory: Ten
     their_auditor = tools_for(api_server.token(other.org_id, "otto",
                                                ("read:team", "engram:auditor")))
 
-    # -- documents: written with a time, read, hidden, restored ----------------------
+    # -- who is asking: the token's identity and its tenant's scopes, none of another's ----
+    me = writer.ok("whoami")
+    assert (me["org_id"], me["user_id"], me["write_scopes"]) == (t.org_id, "alice", ["team"])
+    assert {s["name"]: (s["can_read"], s["can_write"]) for s in me["scopes"]} \
+        == {"team": (True, True), "board": (False, False)}
+    assert {s["name"]: (s["can_read"], s["can_write"])
+            for s in reader.ok("whoami")["scopes"]}["team"] == (True, False)
+    theirs = stranger.ok("whoami")
+    assert theirs["org_id"] == other.org_id and theirs["user_id"] == "sam"
+    assert {s["name"] for s in theirs["scopes"]} == {"team", "lab"}, "another tenant's scopes"
+
     days = {1: "Planted tomatoes along the fence.", 2: "The heron came back to the pond.",
             3: "Harvested the first courgettes."}
     docs = {}
@@ -238,3 +248,29 @@ def test_every_tool_allows_and_denies(api_server: ApiServer, tenant_factory: Ten
 
     untested = anyio.run(names) - Tools.tested
     assert not untested, f"MCP tools without an allow/deny test: {sorted(untested)}"
+
+
+def test_every_tool_parameter_says_what_it_takes() -> None:
+    """An agent picks a tool and fills its arguments from the input schema alone: every tool
+    has a description, and so has every parameter; closed sets of values are named."""
+
+    def unused() -> Engram:
+        raise AssertionError("listing tools calls no tool")
+
+    async def listed() -> list[Any]:
+        async with Client(build_server(unused)) as client:
+            return list((await client.list_tools()).tools)
+
+    tools = {tool.name: tool for tool in anyio.run(listed)}
+    missing = [f"{name}.{param}" for name, tool in tools.items()
+               for param, schema in tool.input_schema.get("properties", {}).items()
+               if not str(schema.get("description", "")).strip()]
+    assert not missing, f"parameters without a description: {missing}"
+    assert not [n for n, tool in tools.items() if not (tool.description or "").strip()]
+    props = {n: tool.input_schema.get("properties", {}) for n, tool in tools.items()}
+    assert "causal, timeline" in props["recall"]["mode"]["description"]
+    assert "newest_wins, highest_authority_wins, keep_both, manual" \
+        in props["resolve_conflict"]["strategy"]["description"]
+    assert "held, released, discarded" in props["quarantine"]["status"]["description"]
+    assert "whoami" in props["remember"]["scopes"]["description"]
+

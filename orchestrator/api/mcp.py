@@ -17,7 +17,8 @@ the same service functions as GraphQL), so the scope lattice and row level
 security apply as they do over GraphQL. Any refusal, a database error at commit
 included, comes back as a tool error whose text starts with Engram's error code.
 
-The tools cover what an agent or an operator does: recall, memory_prepare and
+The tools cover what an agent or an operator does: who is asking (whoami: the
+identity and the tenant's scopes, the names every write takes); recall, memory_prepare and
 trace; notes (remember, session_notes), decisions and episodes; documents
 (search, get, upsert with occurred_at, delete, pin, snooze, archive); entities,
 claims and keyed facts; conflicts and quarantine (list, resolve, release);
@@ -32,7 +33,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import fields, is_dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import anyio
 from mcp.server.auth.middleware.auth_context import get_access_token
@@ -40,7 +41,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError as SdkToolError
-from pydantic import AnyHttpUrl, ValidationError
+from pydantic import AnyHttpUrl, Field, ValidationError
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
@@ -51,13 +52,70 @@ from orchestrator.client import Engram
 from orchestrator.config import Settings
 from orchestrator.db.session import translate
 from orchestrator.errors import BadInput, EngramError, Unauthenticated, internal_message, is_public
-from orchestrator.ingest.knowledge import AssertResult
+from orchestrator.ingest.documents import KNOWN_STATES
+from orchestrator.ingest.knowledge import (
+    CONFLICT_STATUSES,
+    DATATYPES,
+    EPISTEMIC_KINDS,
+    QUARANTINE_STATUSES,
+    STRATEGIES,
+    AssertResult,
+)
 from orchestrator.ingest.values import timestamp
 from orchestrator.inputs import check_arguments
 from orchestrator.recall import Evidence, Recaller
+from orchestrator.recall.statement import MODES
 from orchestrator.recall.trace import report
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _said(text: str) -> Any:
+    """A parameter's description, which MCP clients (and the model behind an agent) read in the
+    tool's input schema: what the value is, its form, and where to find a valid one."""
+    return Field(description=text)
+
+
+def _one_of(values: tuple[str, ...]) -> str:
+    return ", ".join(values)
+
+
+# Parameters that several tools share, described once.
+Question = Annotated[str, _said("The question, in plain words, that the evidence should answer.")]
+Asker = Annotated[str | None, _said(
+    "Who is asking, as the memory names them (e.g. a person's name); embedded with the question, "
+    "and what the asker wrote ranks higher. Omitted: the question alone.")]
+Budget = Annotated[int | None, _said(
+    "The most tokens the evidence may take; omitted: the server's default (ENGRAM_RECALL_"
+    "BUDGET_TOKENS, 2000 unless configured).")]
+Mode = Annotated[str | None, _said(
+    f"Extra weight for one kind of evidence: {_one_of(MODES)} (never removes any); omitted: none.")]
+RecallSession = Annotated[str | None, _said(
+    "The asker's current session id (as given to remember): its session notes are the ones "
+    "recall reads; omitted: all of the caller's unexpired notes.")]
+SessionId = Annotated[str, _said(
+    "An id the agent chooses for its current conversation (any text up to 200 characters, e.g. a "
+    "UUID); notes and episodes of one conversation share it.")]
+WriteScopes = Annotated[list[str], _said(
+    "Names of the scopes to share the new row into (at least one); the caller must be allowed to "
+    "write each. `whoami` lists them.")]
+Moment = Annotated[str, _said("An ISO 8601 date and time with a time zone, e.g. "
+                              "2026-05-02T08:00:00+00:00.")]
+OptionalMoment = Annotated[str | None, _said(
+    "An ISO 8601 date and time with a time zone, e.g. 2026-05-02T08:00:00+00:00; omitted: none.")]
+Collection = Annotated[str, _said("The document's collection (a folder-like name, e.g. 'notes').")]
+DocPath = Annotated[str, _said("The document's path within its collection, e.g. 'deploy.md'.")]
+DocumentId = Annotated[str, _said("A document id, as search_documents or get_document return it.")]
+EntityType = Annotated[str, _said(
+    "The entity's type, e.g. person, organization, place, group, product, event, work, law.")]
+EntityName = Annotated[str, _said("The entity's name (or one of its aliases; case and spacing "
+                                  "do not matter).")]
+EntityId = Annotated[str, _said("An entity id, as entity, resolve_entity or search_entities "
+                                "return it.")]
+First = Annotated[int, _said("How many to return at most (up to ENGRAM_API_MAX_PAGE_SIZE, 100 "
+                             "unless configured).")]
+After = Annotated[str | None, _said("The next cursor of the previous page; omitted: the first "
+                                    "page.")]
 
 
 class ToolError(SdkToolError):
@@ -219,12 +277,27 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
         "and decisions, write documents, record and resolve facts, give feedback, audit.",
         auth=auth, token_verifier=token_verifier)
 
+    # -- who is asking ------------------------------------------------------------------
+
+    @server.tool()
+    @coded
+    def whoami() -> dict[str, Any]:
+        """Who this token says is asking, and the scopes of its tenant: the names to pass as
+        scopes when writing (can_write) and what recall reads (can_read)."""
+        engram = engram_for()
+        ident = engram.identity
+        return {"org_id": ident.org_id, "user_id": ident.user_id,
+                "read_scopes": sorted(ident.readable), "write_scopes": sorted(ident.write_scopes),
+                "roles": sorted(ident.roles),
+                "scopes": [{"name": v.name, "description": v.description, "can_read": v.can_read,
+                            "can_write": v.can_write} for v in engram.scopes()]}
+
     # -- recall ----------------------------------------------------------------------
 
     @server.tool()
     @coded
-    def recall(question: str, asker: str | None = None, budget_tokens: int | None = None,
-               mode: str | None = None, session_id: str | None = None) -> dict[str, Any]:
+    def recall(question: Question, asker: Asker = None, budget_tokens: Budget = None,
+               mode: Mode = None, session_id: RecallSession = None) -> dict[str, Any]:
         """Evidence for a question from everything this identity may read, within a token budget.
         mode (causal, timeline) adds weight to those lanes; session_id limits the session notes
         to the asker's current session."""
@@ -235,8 +308,8 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
 
     @server.tool()
     @coded
-    def memory_prepare(question: str, asker: str | None = None, budget_tokens: int | None = None,
-                       session_id: str | None = None, mode: str | None = None) -> str:
+    def memory_prepare(question: Question, asker: Asker = None, budget_tokens: Budget = None,
+                       session_id: RecallSession = None, mode: Mode = None) -> str:
         """One prompt-ready bundle under one budget: current keyed facts about the entities in
         play, relevant evidence, lessons, recent episodes and top documents."""
         return str(engram_for().memory_prepare(question, asker=asker, budget_tokens=budget_tokens,
@@ -244,8 +317,8 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
 
     @server.tool()
     @coded
-    def trace(question: str, asker: str | None = None, budget_tokens: int | None = None,
-              mode: str | None = None, session_id: str | None = None) -> str:
+    def trace(question: Question, asker: Asker = None, budget_tokens: Budget = None,
+              mode: Mode = None, session_id: RecallSession = None) -> str:
         """What `engram trace` prints: every stage of a recall (pools per lane, fusion, rerank,
         order, budget cut, side effects, timings), then the rendered string."""
         result, found = engram_for().trace(question, asker=asker, budget_tokens=budget_tokens,
@@ -256,28 +329,50 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
 
     @server.tool()
     @coded
-    def remember(session_id: str, text: str, scopes: list[str], ttl_seconds: int = 86400) -> str:
+    def remember(session_id: SessionId,
+                 text: Annotated[str, _said("The note, in plain words (at most 20,000 "
+                                            "characters).")],
+                 scopes: WriteScopes,
+                 ttl_seconds: Annotated[int, _said(
+                     "How long recall may serve the note, in seconds (at most a year).")] = 86400
+                 ) -> str:
         """Keep a recent session note; returns its id."""
         return str(engram_for().remember(session_id, text, scopes, ttl_seconds=ttl_seconds))
 
     @server.tool()
     @coded
-    def session_notes(session_id: str | None = None, first: int = 100) -> list[str]:
+    def session_notes(session_id: Annotated[str | None, _said(
+                          "One session's notes (the id given to remember); omitted: every "
+                          "session's.")] = None,
+                      first: First = 100) -> list[str]:
         """The caller's unexpired session notes (of one session, or all), oldest first."""
         return engram_for().working_memory(session_id, first=first)
 
     @server.tool()
     @coded
-    def record_decision(category: str, scenario: str, reasoning: str, confidence: float,
-                        scopes: list[str], outcome: str | None = None) -> str:
+    def record_decision(
+            category: Annotated[str, _said("A short label grouping related decisions, e.g. "
+                                           "'infra' or 'hiring' (at most 100 characters).")],
+            scenario: Annotated[str, _said("The situation the decision was made in, or the "
+                                           "question it answers.")],
+            reasoning: Annotated[str, _said("Why this choice was made.")],
+            confidence: Annotated[float, _said("How sure the decision was, from 0 to 1.")],
+            scopes: WriteScopes,
+            outcome: Annotated[str | None, _said(
+                "What came of it, once known (a decision with an outcome is a lesson "
+                "memory_prepare serves); omitted: not yet known.")] = None) -> str:
         """Record a decision with its reasoning; returns its id."""
         return str(engram_for().record_decision(category, scenario, reasoning, confidence, scopes,
                                                 outcome=outcome))
 
     @server.tool()
     @coded
-    def record_episode(session_id: str, summary: str, started_at: str, ended_at: str,
-                       scopes: list[str], turn_count: int = 0) -> str:
+    def record_episode(session_id: SessionId,
+                       summary: Annotated[str, _said("What happened in the session, in plain "
+                                                     "words.")],
+                       started_at: Moment, ended_at: Moment, scopes: WriteScopes,
+                       turn_count: Annotated[int, _said("How many turns the session had "
+                                                        "(0: not counted).")] = 0) -> str:
         """Record what happened in a session (ISO 8601 times with a time zone); returns its id."""
         start, end = timestamp("started_at", started_at), timestamp("ended_at", ended_at)
         assert start is not None and end is not None
@@ -288,9 +383,15 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
 
     @server.tool()
     @coded
-    def search_documents(collection: str | None = None, kind: str | None = None,
-                         state: str | None = None, first: int = 20, after: str | None = None,
-                         include_hidden: bool = False) -> dict[str, Any]:
+    def search_documents(
+            collection: Annotated[str | None, _said("Only this collection; omitted: all.")] = None,
+            kind: Annotated[str | None, _said("Only documents of this kind (e.g. note); "
+                                              "omitted: all.")] = None,
+            state: Annotated[str | None, _said(f"Only documents in this state: "
+                                               f"{_one_of(KNOWN_STATES)}; omitted: all.")] = None,
+            first: First = 20, after: After = None,
+            include_hidden: Annotated[bool, _said("Also archived and snoozed documents.")] = False
+    ) -> dict[str, Any]:
         """Readable documents (no bodies), ordered by collection and path, with a next cursor;
         include_hidden adds archived and snoozed ones."""
         page = engram_for().documents(first=first, after=after, collection=collection, kind=kind,
@@ -300,17 +401,29 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
 
     @server.tool()
     @coded
-    def get_document(collection: str, path: str) -> dict[str, Any] | None:
+    def get_document(collection: Collection, path: DocPath) -> dict[str, Any] | None:
         """One readable document with its body and embedding progress, or null."""
         view = engram_for().document(collection, path)
         return None if view is None else _document(view, body=True)
 
     @server.tool()
     @coded
-    def upsert_document(collection: str, path: str, title: str, body: str, scopes: list[str],
-                        kind: str = "note", state: str | None = None, area: str | None = None,
-                        metadata: dict[str, Any] | None = None,
-                        occurred_at: str | None = None) -> dict[str, Any]:
+    def upsert_document(
+            collection: Collection, path: DocPath,
+            title: Annotated[str, _said("The document's title (recall ranks a question that "
+                                        "names it first).")],
+            body: Annotated[str, _said("The whole text, Markdown or plain.")],
+            scopes: WriteScopes,
+            kind: Annotated[str, _said("What the document is, e.g. note, project, area, "
+                                       "meeting.")] = "note",
+            state: Annotated[str | None, _said(f"Its state: {_one_of(KNOWN_STATES)}; omitted: "
+                                               f"none.")] = None,
+            area: Annotated[str | None, _said("The area (a standing responsibility) it belongs "
+                                              "to; omitted: none.")] = None,
+            metadata: Annotated[dict[str, Any] | None, _said(
+                'Any JSON object kept with the document; {"extract": false} keeps it out of '
+                'extraction.')] = None,
+            occurred_at: OptionalMoment = None) -> dict[str, Any]:
         """Write the document at (collection, path), as `engram ingest` does: occurred_at (ISO
         8601 with a time zone) is when what it describes happened (the timeline lane);
         metadata {"extract": false} keeps it out of extraction. Unchanged content writes
@@ -323,26 +436,32 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
 
     @server.tool()
     @coded
-    def delete_document(collection: str, path: str) -> str:
+    def delete_document(collection: Collection, path: DocPath) -> str:
         """Delete the document at (collection, path); returns its id."""
         return str(engram_for().delete_document(collection, path))
 
     @server.tool()
     @coded
-    def pin(document_id: str, pinned: bool = True) -> dict[str, Any]:
+    def pin(document_id: DocumentId,
+            pinned: Annotated[bool, _said("true pins, false unpins.")] = True) -> dict[str, Any]:
         """Pin (or unpin) a document: recall boosts pinned items."""
         return _document(engram_for().pin(document_id, pinned))
 
     @server.tool()
     @coded
-    def snooze(document_id: str, until: str | None = None) -> dict[str, Any]:
+    def snooze(document_id: DocumentId,
+               until: Annotated[str | None, _said(
+                   "An ISO 8601 date and time with a time zone until which recall hides the "
+                   "document; omitted: wake it now.")] = None) -> dict[str, Any]:
         """Hide a document from recall until a moment (ISO 8601 with a time zone); no until
         wakes it now."""
         return _document(engram_for().snooze(document_id, timestamp("until", until)))
 
     @server.tool()
     @coded
-    def archive(document_id: str, archived: bool = True) -> dict[str, Any]:
+    def archive(document_id: DocumentId,
+                archived: Annotated[bool, _said("true archives, false restores.")] = True
+                ) -> dict[str, Any]:
         """Archive (or restore) a document: archived documents are hidden from recall."""
         return _document(engram_for().archive(document_id, archived))
 
@@ -350,21 +469,25 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
 
     @server.tool()
     @coded
-    def entity(entity_type: str, name: str) -> str | None:
+    def entity(entity_type: EntityType, name: EntityName) -> str | None:
         """The id of the entity of this type named (or aliased) name, or null; never creates."""
         found = engram_for().entity(entity_type, name)
         return str(found) if found else None
 
     @server.tool()
     @coded
-    def resolve_entity(entity_type: str, name: str, scopes: list[str]) -> str:
+    def resolve_entity(entity_type: EntityType, name: EntityName, scopes: WriteScopes) -> str:
         """The id of the entity of this type named name, created (shared into scopes) if missing."""
         return str(engram_for().resolve_entity(entity_type, name, scopes))
 
     @server.tool()
     @coded
-    def search_entities(query: str | None = None, entity_type: str | None = None,
-                        first: int = 20, after: str | None = None) -> dict[str, Any]:
+    def search_entities(
+            query: Annotated[str | None, _said("Text found inside the name or an alias; "
+                                               "omitted: every entity.")] = None,
+            entity_type: Annotated[str | None, _said("Only entities of this type (e.g. "
+                                                     "person); omitted: all.")] = None,
+            first: First = 20, after: After = None) -> dict[str, Any]:
         """Readable canonical entities whose name or alias contains query, with a next cursor."""
         page = engram_for().entities(query=query, entity_type=entity_type, first=first, after=after)
         return {"entities": [plain(v) for _, v in page.items],
@@ -372,19 +495,39 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
 
     @server.tool()
     @coded
-    def facts(entity_id: str, include_beaten: bool = False, first: int = 100) -> list[Any]:
+    def facts(entity_id: EntityId,
+              include_beaten: Annotated[bool, _said(
+                  "Also claims a newer keyed fact or a resolved conflict beat.")] = False,
+              first: First = 100) -> list[Any]:
         """Current claims about an entity (keyed facts applied; beaten ones with include_beaten)."""
         return list(plain(engram_for().facts(entity_id, include_beaten=include_beaten,
                                              first=first)))
 
     @server.tool()
     @coded
-    def assert_fact(subject_id: str, predicate: str, text: str, scopes: list[str],
-                    value: str | float | bool | None = None, object_id: str | None = None,
-                    datatype: str | None = None, kind: str = "world_fact",
-                    confidence: float = 1.0, authority: int = 0, valid_from: str | None = None,
-                    valid_to: str | None = None, fact_key: str | None = None,
-                    as_of: str | None = None) -> dict[str, Any]:
+    def assert_fact(
+            subject_id: Annotated[str, _said("The entity the claim is about (an entity id).")],
+            predicate: Annotated[str, _said("What is said of it, snake_case, e.g. lives_in, "
+                                            "works_at, level.")],
+            text: Annotated[str, _said("The claim as a sentence, e.g. 'Ann lives in Porto'.")],
+            scopes: WriteScopes,
+            value: Annotated[str | float | bool | None, _said(
+                "The claim's literal value (text, number or boolean); or give object_id.")] = None,
+            object_id: Annotated[str | None, _said(
+                "The entity the claim points to (an entity id), instead of a value.")] = None,
+            datatype: Annotated[str | None, _said(
+                f"The value's type: {_one_of(DATATYPES)}; omitted: from the value.")] = None,
+            kind: Annotated[str, _said(f"What sort of claim: {_one_of(EPISTEMIC_KINDS)}.")
+                            ] = "world_fact",
+            confidence: Annotated[float, _said("How sure, from 0 to 1.")] = 1.0,
+            authority: Annotated[int, _said(
+                "Rank of the claim's source when conflicts are resolved by authority (higher "
+                "wins).")] = 0,
+            valid_from: OptionalMoment = None, valid_to: OptionalMoment = None,
+            fact_key: Annotated[str | None, _said(
+                "A keyed fact's key (with as_of): the newest as_of per key is current, e.g. "
+                "'ann.city'.")] = None,
+            as_of: OptionalMoment = None) -> dict[str, Any]:
         """Assert a claim about an entity; it lands or is quarantined with the reasons. A keyed
         fact gives fact_key and as_of (ISO 8601 with a time zone): the newest as_of per key is
         current and outranks prose that contradicts it."""
@@ -396,13 +539,20 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
 
     @server.tool()
     @coded
-    def conflicts(status: str | None = None, first: int = 100) -> list[Any]:
+    def conflicts(status: Annotated[str | None, _said(
+                      f"Only conflicts in this status: {_one_of(CONFLICT_STATUSES)}; omitted: "
+                      f"all.")] = None,
+                  first: First = 100) -> list[Any]:
         """Detected fact conflicts the caller can read (status open or resolved), oldest first."""
         return list(plain(engram_for().conflicts(status=status, first=first)))
 
     @server.tool()
     @coded
-    def resolve_conflict(conflict_id: str, strategy: str, winner: str | None = None) -> str | None:
+    def resolve_conflict(
+            conflict_id: Annotated[str, _said("A conflict id, as conflicts returns it.")],
+            strategy: Annotated[str, _said(f"How to resolve it: {_one_of(STRATEGIES)}.")],
+            winner: Annotated[str | None, _said(
+                "With strategy manual: the claim id that wins.")] = None) -> str | None:
         """Resolve a conflict: newest_wins, highest_authority_wins, keep_both, or manual with
         winner (a claim id); returns the winning claim (null for keep_both)."""
         won = engram_for().resolve_conflict(conflict_id, strategy, winner)  # type: ignore[arg-type]
@@ -410,14 +560,21 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
 
     @server.tool()
     @coded
-    def quarantine(status: str | None = "held", first: int = 100) -> list[Any]:
+    def quarantine(status: Annotated[str | None, _said(
+                       f"Only held claims in this status: {_one_of(QUARANTINE_STATUSES)}; null: "
+                       f"all.")] = "held",
+                   first: First = 100) -> list[Any]:
         """Claims held back by a shape check, with the reasons, oldest first."""
         return list(plain(engram_for().quarantine(status=status, first=first)))
 
     @server.tool()
     @coded
-    def release_quarantine(quarantine_id: str,
-                           corrections: dict[str, Any] | None = None) -> dict[str, Any]:
+    def release_quarantine(
+            quarantine_id: Annotated[str, _said("A held claim's id, as quarantine returns it.")],
+            corrections: Annotated[dict[str, Any] | None, _said(
+                "Claim fields to change before the retry: object_value, object_id, "
+                "object_datatype, predicate, subject_id, valid_from, valid_to, confidence, "
+                "authority, epistemic_kind.")] = None) -> dict[str, Any]:
         """Retry a held claim with corrections (claim fields such as object_value, predicate,
         valid_from); it lands, or stays held with the new reasons."""
         return _assert_result(engram_for().release_quarantine(quarantine_id, corrections))
@@ -426,7 +583,12 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
 
     @server.tool()
     @coded
-    def mark_used(items: list[dict[str, str]] | None = None, claim_ids: list[str] | None = None) -> int:
+    def mark_used(
+            items: Annotated[list[dict[str, str]] | None, _said(
+                'Evidence that helped, as recall returned it: [{"table": item_table, "id": '
+                'item_id}].')] = None,
+            claim_ids: Annotated[list[str] | None, _said(
+                "Facts that helped, by claim id (the short form).")] = None) -> int:
         """Feedback: these served items helped. items: [{"table": item_table, "id": item_id}] from
         recall's evidence; claim_ids: the short form for facts. Returns how many were recorded."""
         if items is not None and not all(isinstance(i, dict) for i in items):
@@ -438,15 +600,25 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
 
     @server.tool()
     @coded
-    def verify_receipt(receipt_id: str, rendered: str | None = None) -> dict[str, Any]:
+    def verify_receipt(
+            receipt_id: Annotated[str, _said("The receipt id a recall's trace names.")],
+            rendered: Annotated[str | None, _said(
+                "The text the recall returned, to check it too; omitted: the evidence "
+                "only.")] = None) -> dict[str, Any]:
         """Auditors only: re-derive a recall receipt of this tenant (a trace names it): proven
         (genuine) and ok (its evidence is still as served); rendered checks the text too."""
         return dict(plain(engram_for().verify_receipt(receipt_id, rendered=rendered)))
 
     @server.tool()
     @coded
-    def lineage(table: str, row_id: dict[str, Any], direction: str = "back",
-                max_depth: int = 10) -> dict[str, Any]:
+    def lineage(
+            table: Annotated[str, _said("The row's table, schema-qualified, e.g. "
+                                        "sources.documents.")],
+            row_id: Annotated[dict[str, Any], _said('The row\'s key, e.g. {"id": "..."}.')],
+            direction: Annotated[str, _said("back (to its origins) or forward (to what was "
+                                            "derived from it).")] = "back",
+            max_depth: Annotated[int, _said("How many derivation steps to follow.")] = 10
+    ) -> dict[str, Any]:
         """Auditors only: the derivation lineage of a row (table such as "sources.documents",
         row_id its key, e.g. {"id": "..."}), back to its origins or forward."""
         return dict(plain(engram_for().provenance(table, row_id, direction=direction,  # type: ignore[arg-type]
@@ -454,7 +626,9 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
 
     @server.tool()
     @coded
-    def verify_chain(rows: bool = True) -> dict[str, Any]:
+    def verify_chain(rows: Annotated[bool, _said(
+                         "Also check each chained row against its latest chain event.")] = True
+                     ) -> dict[str, Any]:
         """Auditors only: recompute this tenant's provenance hash chain (and each row's)."""
         return dict(plain(engram_for().verify_chain(rows=rows)))
 
