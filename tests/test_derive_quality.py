@@ -908,3 +908,35 @@ def test_a_chunk_without_words_is_not_parsed():
         assert blank_without_words(junk) == " " * len(junk)
     for prose in ("Alice met Bob.", "Ok", "東京", "<code>" * 3, "x1 y2 zz"):
         assert blank_without_words(prose) == prose
+
+
+def test_a_word_joined_by_escaped_underscores_is_code_whole(
+        tenant_factory, app_engine, settings, tmp_path):
+    """Markdown writes an identifier outside a code span with its underscores escaped
+    ("NGHTTP2\\_ERR\\_FLOW\\_CONTROL", 642 of them in Node's changelogs): with only the
+    backslashes blanked the parser read "NGHTTP2 _ERR _FLOW _CONTROL" and took "NGHTTP2",
+    "ERR" and "NULL" for organisations. The word is code, whole; a claim's sentence reads it
+    as it renders."""
+    from orchestrator.derive.quality import escaped_identifiers
+
+    line = ("* \\[[`b8d145db2c`](https://github.com/nodejs/node/commit/b8d145db2c)] - **src**: "
+            "fix order of CHECK\\_NOT\\_NULL/dereference (Tobias Nießen) [#59487](https://x.org/1)")
+    masked = mask_markup(line)
+    assert len(masked) == len(line) and "NULL" not in masked and "CHECK" not in masked
+    assert " ".join(sentence_as_written(line, masked, 0, len(line)).split()) == (
+        "`b8d145db2c` - src: fix order of CHECK_NOT_NULL/dereference (Tobias Nießen) #59487")
+    assert escaped_identifiers("in async\\_hooks, \\_\\_proto\\_\\_ and a lone \\_ mark") == [
+        (3, 15), (17, 30)]
+    # Linear: a long run of word characters around one escape is one scan.
+    assert escaped_identifiers("a" * 200_000 + "\\_" + "b" * 200_000) == [(0, 400_002)]
+    (tmp_path / "CHANGELOG.md").write_text(
+        "# Changelog\n\n"
+        "* handle NGHTTP2\\_ERR\\_FLOW\\_CONTROL error code (Rafael Gonzaga)\n"
+        "* fix order of CHECK\\_NOT\\_NULL/dereference (Tobias Nießen)\n"
+        "* rethrow stack overflow exceptions in async\\_hooks (Matteo Collina)\n")
+    names, texts = _extracted(tmp_path, settings, tenant_factory, app_engine)
+    assert {"Rafael Gonzaga", "Tobias Nießen"} <= names, names
+    parts = {"NGHTTP2", "ERR", "FLOW", "CONTROL", "CHECK", "NOT", "NULL", "hooks"}
+    assert not names & parts, names
+    assert any("CHECK_NOT_NULL/dereference" in t for t in texts), texts
+    assert not any("\\" in t for t in texts), texts

@@ -63,7 +63,7 @@ ENTITY_TYPES = {
 }
 # Bumped whenever the rules below change what a chunk yields, so every chunk read under
 # older rules is read again (its stale claims retracted, the new ones written).
-RULES_VERSION = "rules-20"  # 4: markup masked over the whole document (stop 25); 5: a claim's
+RULES_VERSION = "rules-21"  # 4: markup masked over the whole document (stop 25); 5: a claim's
 # sentence keeps its inline code, and a blank line ends a sentence (stop 26); 6: inline code
 # that wraps over a line break is code, MyST roles and targets are markup, no name or sentence
 # runs over two Markdown blocks, names lose trailing punctuation and a leading "E.g." (stop 27);
@@ -103,7 +103,10 @@ RULES_VERSION = "rules-20"  # 4: markup masked over the whole document (stop 25)
 # Support", "Style Guide"; one word alone where it is a verb, an adjective or a plural, or
 # its document writes it in lower case too, or it ends as an abstraction does: "Tips",
 # "Maintenance"; ``_english_only``), and a person an older rule made is retyped where a
-# mention is such a product (``Entity.unpersoned``, stop 45)
+# mention is such a product (``Entity.unpersoned``, stop 45); 21: a word joined by escaped
+# underscores ("CHECK\\_NOT\\_NULL", "async\\_hooks") is code, whole: no "NULL" or "ERR" of its
+# parts is a name, and a claim's sentence reads it as it renders ("CHECK_NOT_NULL";
+# ``quality.escaped_identifiers``, stop 48)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 

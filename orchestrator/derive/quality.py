@@ -144,6 +144,54 @@ def mask_html_comments(text: str) -> str:
     return "".join(parts) + text[at:] if parts else text
 
 
+def _word_char(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
+
+
+def escaped_identifiers(text: str, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
+    """Spans of words joined by escaped underscores: Markdown writes an identifier outside a
+    code span as "CHECK\\_NOT\\_NULL" or "async\\_hooks" (Node's changelogs: 642 of them), and
+    with only its backslashes blanked the parser read "CHECK _NOT _NULL" and took "NULL",
+    "ERR" and "NGHTTP2" for organisations. Such a word is code, whole. One pass: each
+    ``\\_`` is widened over the word characters and escaped underscores beside it."""
+    end = len(text) if end is None else end
+    spans: list[tuple[int, int]] = []
+    at = start
+    while (i := text.find("\\_", at, end)) >= 0:
+        left = i
+        while left > start:
+            if left >= start + 2 and text[left - 2:left] == "\\_":
+                left -= 2
+            elif _word_char(text[left - 1]):
+                left -= 1
+            else:
+                break
+        right = i + 2
+        while right < end:
+            if text.startswith("\\_", right) and right + 2 <= end:
+                right += 2
+            elif _word_char(text[right]):
+                right += 1
+            else:
+                break
+        if any(ch.isalnum() for ch in text[left:right]):
+            spans.append((left, right))
+        at = right
+    return spans
+
+
+def _mask_escaped_identifiers(text: str) -> str:
+    spans = escaped_identifiers(text)
+    if not spans:
+        return text
+    parts: list[str] = []
+    at = 0
+    for a, b in spans:
+        parts += [text[at:a], " " * (b - a)]
+        at = b
+    return "".join(parts) + text[at:]
+
+
 def reader_text(text: str) -> str:
     """``text`` without what a rendered page never shows (same length, spaces, newlines
     kept): HTML comments and link reference definitions ("[`fs.stat()`]: #fsstatpath")."""
@@ -182,7 +230,7 @@ def blank_without_words(text: str) -> str:
 def mask_markup(text: str) -> str:
     """``text`` with code, URLs, markup and log lines overwritten by spaces (same length)."""
     out = _INDENTED.sub(_blank, mask_fences(text))
-    out = _mask_html_code(mask_html_comments(out))
+    out = _mask_escaped_identifiers(_mask_html_code(mask_html_comments(out)))
     for pattern in (_MYST, _TEMPLATE, _INLINE_CODE, _ESCAPE, _IMAGE, _LINK_TARGET, _REF_DEF,
                     _URL, _HTML, _TABLE, _LOG, _SHELL, _RULE_LINE):
         out = pattern.sub(_blank, out)
@@ -296,17 +344,23 @@ def sentence_as_written(original: str, masked: str, start: int, end: int) -> str
             end += 1
     out: list[str] = []
     last = start
-    for m in _INLINE_CODE.finditer(original, start, end):
-        a, b = m.span()
+    # Code spans and identifiers written with escaped underscores, in order.
+    written = sorted([m.span() for m in _INLINE_CODE.finditer(original, start, end)]
+                     + escaped_identifiers(original, start, end))
+    for a, b in written:
+        if a < last:
+            continue  # inside the one before it
         line_start = masked.rfind("\n", 0, a) + 1
         line_end = masked.find("\n", b)
         line_end = len(masked) if line_end < 0 else line_end
         if masked[a:b].strip() or not (masked[line_start:a] + masked[b:line_end]).strip():
             continue  # not masked as inline code, or on a line that is no prose at all
-        out += [masked[last:a], m.group(0)]
+        out += [masked[last:a], original[a:b]]
         last = b
     out.append(masked[last:end])
-    return _close_up("".join(out), original[start:end])
+    # An identifier put back reads as it renders: "CHECK_NOT_NULL", not "CHECK\\_NOT\\_NULL"
+    # (every other backslash of the sentence was masked).
+    return _close_up("".join(out), original[start:end]).replace("\\_", "_")
 
 
 # Punctuation that closes up to the word before it.
