@@ -43,6 +43,20 @@ def server_env(server: ApiServer, token: str) -> dict[str, str]:
 ENGRAM = str(Path(sys.executable).with_name("engram"))
 
 
+def wait_until_warm(log_path: Path, proc: Any = None, timeout_s: float = 180.0) -> str:
+    """The server's stderr once it says its models are loaded and every recall stage warmed,
+    which it does on its own before any tool call (``mcp.warm_in_background``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        said = log_path.read_text(errors="replace")
+        if "MCP ready:" in said:
+            return said
+        assert "did not load" not in said, said
+        assert proc is None or proc.poll() is None, said
+        assert time.monotonic() < deadline, f"no warm-up line after {timeout_s:.0f} s: {said}"
+        time.sleep(0.2)
+
+
 def payload(result: Any) -> Any:
     assert not result.is_error, result.content
     if result.structured_content is not None:
@@ -52,7 +66,7 @@ def payload(result: Any) -> Any:
 
 
 def test_tools_over_stdio(api_server: ApiServer, tenant_factory: Tenants,  # noqa: F811
-                          admin_engine: Engine) -> None:
+                          admin_engine: Engine, tmp_path: Path) -> None:
     t = tenant_factory("team")
     writer = api_server.token(t.org_id, "agent", ("write:team",))
     api_server.gql(writer, """mutation { upsertDocument(input: {collection: "notes", path: "a.md",
@@ -61,46 +75,55 @@ def test_tools_over_stdio(api_server: ApiServer, tenant_factory: Tenants,  # noq
                                   'scopes: ["team"]) }')["resolveEntity"]
     params = StdioServerParameters(command=ENGRAM, args=["mcp"], env=server_env(api_server, writer))
 
+    errlog = tmp_path / "mcp-stderr.txt"
+
     async def session() -> dict[str, Any]:
         seen: dict[str, Any] = {}
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
-            await client.initialize()
-            tools = {tool.name for tool in (await client.list_tools()).tools}
-            seen["tools"] = tools
-            seen["doc"] = payload(await client.call_tool("get_document",
-                                                         {"collection": "notes", "path": "a.md"}))
-            seen["search"] = payload(await client.call_tool("search_documents", {"collection": "notes"}))
-            seen["remember"] = payload(await client.call_tool(
-                "remember", {"session_id": "s1", "text": "Prefers tea.", "scopes": ["team"]}))
-            seen["decision"] = payload(await client.call_tool("record_decision", {
-                "category": "infra", "scenario": "Pick a queue", "reasoning": "rows are the queue",
-                "confidence": 0.9, "scopes": ["team"]}))
-            seen["bad"] = await client.call_tool("record_decision", {
-                "category": "infra", "scenario": "s", "reasoning": "r", "confidence": 2.0,
-                "scopes": ["team"]})
-            seen["foreign"] = await client.call_tool("remember", {
-                "session_id": "s1", "text": "x", "scopes": ["nosuch"]})
-            seen["fact"] = payload(await client.call_tool("assert_fact", {
-                "subject_id": acme, "predicate": "headcount", "text": "Acme has 40 people",
-                "scopes": ["team"], "value": "40"}))
-            for as_of, value in (("2025-01-01T00:00:00+00:00", "50"), ("2026-01-01T00:00:00+00:00", "55")):
-                seen[f"keyed {value}"] = payload(await client.call_tool("assert_fact", {
-                    "subject_id": acme, "predicate": "headcount", "text": f"Acme has {value} people",
-                    "scopes": ["team"], "value": value, "fact_key": "acme.headcount", "as_of": as_of,
-                    "authority": 10}))
-            seen["half keyed"] = await client.call_tool("assert_fact", {
-                "subject_id": acme, "predicate": "headcount", "text": "x", "scopes": ["team"],
-                "value": "1", "fact_key": "acme.headcount"})
-            seen["recall"] = payload(await client.call_tool("recall", {"question": "alpha body"}))
-            seen["used"] = payload(await client.call_tool("mark_used", {
-                "items": [{"table": e["item_table"], "id": e["item_id"]}
-                          for e in seen["recall"]["evidence"][:1]],
-                "claim_ids": [seen["keyed 55"]["claim_id"]]}))
-            seen["unused"] = await client.call_tool("mark_used", {
-                "claim_ids": ["00000000-0000-4000-8000-000000000000"]})
-            seen["prepare"] = await client.call_tool("memory_prepare", {"question": "alpha body",
-                                                                        "budget_tokens": 400})
+        with errlog.open("w") as err:
+            async with stdio_client(params, errlog=err) as (read, write), \
+                    ClientSession(read, write) as client:
+                await client.initialize()
+                # The models load and every recall stage warms before the agent asks anything.
+                await anyio.to_thread.run_sync(wait_until_warm, errlog)
+                await calls(client, seen)
         return seen
+
+    async def calls(client: Any, seen: dict[str, Any]) -> None:
+        tools = {tool.name for tool in (await client.list_tools()).tools}
+        seen["tools"] = tools
+        seen["doc"] = payload(await client.call_tool("get_document",
+                                                     {"collection": "notes", "path": "a.md"}))
+        seen["search"] = payload(await client.call_tool("search_documents", {"collection": "notes"}))
+        seen["remember"] = payload(await client.call_tool(
+            "remember", {"session_id": "s1", "text": "Prefers tea.", "scopes": ["team"]}))
+        seen["decision"] = payload(await client.call_tool("record_decision", {
+            "category": "infra", "scenario": "Pick a queue", "reasoning": "rows are the queue",
+            "confidence": 0.9, "scopes": ["team"]}))
+        seen["bad"] = await client.call_tool("record_decision", {
+            "category": "infra", "scenario": "s", "reasoning": "r", "confidence": 2.0,
+            "scopes": ["team"]})
+        seen["foreign"] = await client.call_tool("remember", {
+            "session_id": "s1", "text": "x", "scopes": ["nosuch"]})
+        seen["fact"] = payload(await client.call_tool("assert_fact", {
+            "subject_id": acme, "predicate": "headcount", "text": "Acme has 40 people",
+            "scopes": ["team"], "value": "40"}))
+        for as_of, value in (("2025-01-01T00:00:00+00:00", "50"), ("2026-01-01T00:00:00+00:00", "55")):
+            seen[f"keyed {value}"] = payload(await client.call_tool("assert_fact", {
+                "subject_id": acme, "predicate": "headcount", "text": f"Acme has {value} people",
+                "scopes": ["team"], "value": value, "fact_key": "acme.headcount", "as_of": as_of,
+                "authority": 10}))
+        seen["half keyed"] = await client.call_tool("assert_fact", {
+            "subject_id": acme, "predicate": "headcount", "text": "x", "scopes": ["team"],
+            "value": "1", "fact_key": "acme.headcount"})
+        seen["recall"] = payload(await client.call_tool("recall", {"question": "alpha body"}))
+        seen["used"] = payload(await client.call_tool("mark_used", {
+            "items": [{"table": e["item_table"], "id": e["item_id"]}
+                      for e in seen["recall"]["evidence"][:1]],
+            "claim_ids": [seen["keyed 55"]["claim_id"]]}))
+        seen["unused"] = await client.call_tool("mark_used", {
+            "claim_ids": ["00000000-0000-4000-8000-000000000000"]})
+        seen["prepare"] = await client.call_tool("memory_prepare", {"question": "alpha body",
+                                                                    "budget_tokens": 400})
 
     seen = anyio.run(session)
     assert {"recall", "memory_prepare", "remember", "assert_fact", "record_decision",
@@ -213,7 +236,8 @@ def test_a_bad_token_stops_the_server_before_it_answers(api_server: ApiServer) -
 
 def test_streamable_http_needs_a_bearer_token_per_request(api_server: ApiServer,  # noqa: F811
                                                           tenant_factory: Tenants,
-                                                          admin_engine: Engine) -> None:
+                                                          admin_engine: Engine,
+                                                          tmp_path: Path) -> None:
     t, other = tenant_factory("team"), tenant_factory("team")
     writer = api_server.token(t.org_id, "agent", ("write:team",))
     api_server.gql(writer, """mutation { upsertDocument(input: {collection: "notes", path: "h.md",
@@ -221,10 +245,13 @@ def test_streamable_http_needs_a_bearer_token_per_request(api_server: ApiServer,
     port = free_port()
     env = server_env(api_server, "")
     env.pop("ENGRAM_TOKEN")
-    proc = subprocess.Popen([ENGRAM, "mcp", "--http", "--port", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    errlog = tmp_path / "mcp-http-stderr.txt"
+    with errlog.open("w") as err:
+        proc = subprocess.Popen([ENGRAM, "mcp", "--http", "--port", str(port)], env=env,
+                                stdout=subprocess.DEVNULL, stderr=err, text=True)
     url = f"http://127.0.0.1:{port}/mcp"
     try:
+        wait_until_warm(errlog, proc)
         deadline = time.monotonic() + 60
         while True:
             try:

@@ -29,6 +29,7 @@ lineage and the chain.
 from __future__ import annotations
 
 import functools
+import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import fields, is_dataclass
@@ -47,6 +48,7 @@ from sqlalchemy.exc import DBAPIError
 
 from orchestrator.api.audit import AuditorEngine
 from orchestrator.api.documents import DocumentView
+from orchestrator.api.health import Warmup
 from orchestrator.auth.tokens import TokenVerifier, identity_from_claims
 from orchestrator.client import Engram
 from orchestrator.config import Settings
@@ -68,6 +70,7 @@ from orchestrator.recall.statement import MODES
 from orchestrator.recall.trace import report
 
 F = TypeVar("F", bound=Callable[..., Any])
+log = logging.getLogger("engram.mcp")
 
 
 def _said(text: str) -> Any:
@@ -150,7 +153,10 @@ class EngramServer(MCPServer[Any]):
     """The SDK's server, with one change: arguments that do not match a tool's input schema
     (a string where a number belongs, a required argument missing) are refused like every
     other bad input, ``BAD_USER_INPUT`` naming each argument and what it must be, instead of
-    the SDK's pydantic report (its error type, the rejected value, a documentation link)."""
+    the SDK's pydantic report (its error type, the rejected value, a documentation link).
+    ``warmup``: the models' load and warm-up the transport started (``warm_in_background``)."""
+
+    warmup: Warmup | None = None
 
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Context[Any, Any] | None = None) -> Any:
@@ -184,6 +190,26 @@ class BearerVerifier:
                            expires_at=int(claims["exp"]), resource=None)
 
 
+def warm_in_background(recaller: Recaller, verifier: TokenVerifier) -> Warmup:
+    """Load the models and warm every stage of a recall in a thread, as ``engram serve`` does,
+    while the agent's client connects: the first recall of a session cost 4.3 s (the model
+    loaded in it) against 45 ms for the next ones. A tool call that comes first waits for the
+    model's load (the embedder's cache is locked), not for a second one. Said in the log
+    (stderr: stdout is the stdio transport's)."""
+
+    def said(w: Warmup) -> None:
+        if w.state == "loaded":
+            log.info("MCP ready: models loaded and every recall stage warmed in %.1f s (%s)",
+                     w.seconds or 0.0, w.detail)
+        else:
+            log.warning("MCP: the models did not load (%s); recalls load them on first use",
+                        w.detail)
+
+    warmup = Warmup()
+    warmup.start(recaller, verifier, on_done=said)
+    return warmup
+
+
 def stdio_server(settings: Settings, engine: Engine, token: str) -> MCPServer[Any]:
     """stdio: every tool call verifies ``token`` again (expiry included) before it acts.
 
@@ -201,7 +227,9 @@ def stdio_server(settings: Settings, engine: Engine, token: str) -> MCPServer[An
             raise Unauthenticated(f"ENGRAM_TOKEN no longer verifies ({exc.message}); restart "
                                   "`engram mcp` with a fresh token") from exc
 
-    return build_server(engram_for)
+    server = build_server(engram_for)
+    server.warmup = warm_in_background(recaller, verifier)
+    return server
 
 
 def http_server(settings: Settings, engine: Engine, host: str, port: int) -> MCPServer[Any]:
@@ -220,7 +248,9 @@ def http_server(settings: Settings, engine: Engine, host: str, port: int) -> MCP
     issuer = settings.auth_issuer or f"http://{host}:{port}/{settings.auth_dev_issuer}"
     auth = AuthSettings(issuer_url=AnyHttpUrl(issuer),
                         resource_server_url=AnyHttpUrl(f"http://{host}:{port}/mcp"))
-    return build_server(engram_for, auth=auth, token_verifier=BearerVerifier(verifier))
+    server = build_server(engram_for, auth=auth, token_verifier=BearerVerifier(verifier))
+    server.warmup = warm_in_background(recaller, verifier)
+    return server
 
 
 def _evidence(e: Evidence) -> dict[str, Any]:
@@ -269,10 +299,10 @@ def _assert_result(result: AssertResult) -> dict[str, Any]:
 
 
 def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None = None,
-                 token_verifier: BearerVerifier | None = None) -> MCPServer[Any]:
+                 token_verifier: BearerVerifier | None = None) -> EngramServer:
     """Every operation an agent or operator needs, each one call of the Python client (the
     service functions GraphQL calls) under the caller's identity."""
-    server: MCPServer[Any] = EngramServer(
+    server = EngramServer(
         name="engram", instructions="Engram memory: recall and prepare evidence, remember notes "
         "and decisions, write documents, record and resolve facts, give feedback, audit.",
         auth=auth, token_verifier=token_verifier)
