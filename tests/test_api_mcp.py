@@ -135,8 +135,11 @@ def test_tools_over_stdio(api_server: ApiServer, tenant_factory: Tenants,  # noq
     assert seen["foreign"].is_error and "unknown scope" in seen["foreign"].content[0].text
     assert seen["recall"]["evidence"][0]["text"] == "Alpha body."
     assert seen["recall"]["evidence"][0]["kind"] == "excerpt"
-    prepared = seen["prepare"].content[0].text
-    assert not seen["prepare"].is_error and "## Relevant evidence" in prepared and "Alpha body." in prepared
+    prepared = payload(seen["prepare"])
+    assert "## Relevant evidence" in prepared["rendered"] and "Alpha body." in prepared["rendered"]
+    assert prepared["evidence"][0]["text"] == "Alpha body."
+    assert [d["path"] for d in prepared["documents"]] == ["a.md"]
+    assert prepared["used_tokens"] <= 400
     assert seen["fact"]["claim_id"] and not seen["fact"]["quarantined"]
     assert seen["keyed 50"]["claim_id"] and seen["keyed 55"]["claim_id"]
     half = seen["half keyed"]

@@ -147,8 +147,11 @@ def test_every_tool_allows_and_denies(api_server: ApiServer, tenant_factory: Ten
     found = reader.ok("recall", question="Did the heron come back?")
     assert found["evidence"][0]["text"] == days[2]
     assert "heron" not in json.dumps(stranger.ok("recall", question="Did the heron come back?"))
-    assert "heron" in reader.ok("memory_prepare", question="Did the heron come back?")
-    assert "heron" not in stranger.ok("memory_prepare", question="Did the heron come back?")
+    bundle = reader.ok("memory_prepare", question="Did the heron come back?")
+    assert "heron" in bundle["rendered"] and bundle["evidence"][0]["text"] == days[2]
+    assert {d["item_id"] for d in bundle["documents"]} <= set(docs.values())
+    assert "heron" not in json.dumps(stranger.ok("memory_prepare",
+                                                 question="Did the heron come back?"))
     traced = reader.ok("trace", question="Did the heron come back?")
     assert "1. candidate pools" in traced and "7. rendered" in traced and days[2] in traced
     timeline = re.split(r"\n   (?=\S)", traced.split("\n   timeline:")[1])[0]
@@ -221,6 +224,11 @@ def test_every_tool_allows_and_denies(api_server: ApiServer, tenant_factory: Ten
     item = {"table": found["evidence"][0]["item_table"], "id": found["evidence"][0]["item_id"]}
     assert reader.ok("mark_used", items=[item], claim_ids=[braga["claim_id"]]) == 2
     stranger.refused("mark_used", "NOT_FOUND", items=[item])
+    # What memory_prepare served carries the same handles (a top document its document's).
+    prepared = [{"table": x["item_table"], "id": x["item_id"]}
+                for x in (bundle["evidence"][0], bundle["documents"][0])]
+    assert reader.ok("mark_used", items=prepared) == 2
+    stranger.refused("mark_used", "NOT_FOUND", items=prepared[1:])
 
     # -- provenance, auditors only ------------------------------------------------------
     checked = auditor.ok("verify_receipt", receipt_id=receipt.group(1))

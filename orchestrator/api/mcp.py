@@ -339,11 +339,19 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
     @server.tool()
     @coded
     def memory_prepare(question: Question, asker: Asker = None, budget_tokens: Budget = None,
-                       session_id: RecallSession = None, mode: Mode = None) -> str:
+                       session_id: RecallSession = None, mode: Mode = None) -> dict[str, Any]:
         """One prompt-ready bundle under one budget: current keyed facts about the entities in
-        play, relevant evidence, lessons, recent episodes and top documents."""
-        return str(engram_for().memory_prepare(question, asker=asker, budget_tokens=budget_tokens,
-                                               mode=mode, session=session_id).rendered)
+        play, relevant evidence, lessons, recent episodes and top documents. rendered is the
+        string to put before the question; each item carries item_table and item_id (a top
+        document its document_id, table sources.documents) for mark_used."""
+        bundle = engram_for().memory_prepare(question, asker=asker, budget_tokens=budget_tokens,
+                                             mode=mode, session=session_id)
+        return {"rendered": bundle.rendered, "used_tokens": bundle.used_tokens,
+                **{part: [_evidence(e) for e in getattr(bundle, part)]
+                   for part in ("keyed_facts", "evidence", "lessons", "episodes")},
+                "documents": [{"title": d.title, "collection": d.collection, "path": d.path,
+                               "item_table": "sources.documents", "item_id": str(d.document_id),
+                               "scopes": [x.name for x in d.scopes]} for d in bundle.documents]}
 
     @server.tool()
     @coded
