@@ -940,3 +940,32 @@ def test_a_word_joined_by_escaped_underscores_is_code_whole(
     assert not names & parts, names
     assert any("CHECK_NOT_NULL/dereference" in t for t in texts), texts
     assert not any("\\" in t for t in texts), texts
+
+
+def test_a_wikilink_reads_as_the_page_it_names(tenant_factory, app_engine, settings, tmp_path):
+    """Obsidian writes "[[Priya Raman|Priya]]", "[[Billing#Phase 2|the phase]]" and embeds
+    "![[diagram.png]]": masked as brackets only, the parser read "Priya Raman|Priya" (no name:
+    Priya Raman was never found) and a claim showed the bar and the anchor. A link reads as
+    the page it names; its anchor and alias are masked, an embed whole."""
+    x = ("Yesterday I met [[Priya Raman|Priya]] and [[Tomás Ortega]] in [[Oslo]] to plan the "
+         "[[Billing migration#Phase 2|billing migration]]. See ![[diagram.png]] too.")
+    masked = mask_markup(x)
+    assert len(masked) == len(x) and "|" not in masked and "diagram" not in masked
+    assert " ".join(sentence_as_written(x, masked, 0, len(x)).split()) == (
+        "Yesterday I met Priya Raman and Tomás Ortega in Oslo to plan the Billing migration. "
+        "See too.")
+    # A title or heading as Obsidian shows it: the alias, else the page; no embed.
+    from orchestrator.derive.quality import inline_text
+
+    assert inline_text("Kickoff with [[Priya Raman|Priya]] in [[Oslo#Harbour]] ![[logo.png]]") \
+        == "Kickoff with Priya in Oslo"
+    # Linear on what never closes or nests.
+    for bad in ("[[" * 100_000, "[[a|" * 100_000, "![[" + "a#" * 100_000 + "]]"):
+        assert len(mask_markup(bad)) == len(bad)
+    (tmp_path / "2026-03-02.md").write_text(
+        "# Planning\n\nYesterday I met [[Priya Raman|Priya]] and [[Tomás Ortega]] in [[Oslo]] "
+        "to plan the [[Billing migration#Phase 2|billing migration]].\n")
+    names, texts = _extracted(tmp_path, settings, tenant_factory, app_engine)
+    assert {"Priya Raman", "Tomás Ortega", "Oslo"} <= names, names
+    assert not any("|" in n or "[" in n for n in names), names
+    assert not any("|" in t or "[[" in t or "Phase 2" in t for t in texts), texts

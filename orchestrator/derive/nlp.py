@@ -106,7 +106,9 @@ RULES_VERSION = "rules-21"  # 4: markup masked over the whole document (stop 25)
 # mention is such a product (``Entity.unpersoned``, stop 45); 21: a word joined by escaped
 # underscores ("CHECK\\_NOT\\_NULL", "async\\_hooks") is code, whole: no "NULL" or "ERR" of its
 # parts is a name, and a claim's sentence reads it as it renders ("CHECK_NOT_NULL";
-# ``quality.escaped_identifiers``, stop 48)
+# ``quality.escaped_identifiers``), and an Obsidian wikilink reads as the page it names
+# ("[[Priya Raman|Priya]]" is "Priya Raman"; its anchor and alias masked, an embed whole;
+# ``quality._WIKILINK``, stop 48)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 

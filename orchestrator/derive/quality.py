@@ -192,6 +192,28 @@ def _mask_escaped_identifiers(text: str) -> str:
     return "".join(parts) + text[at:]
 
 
+# An Obsidian wikilink, "[[Priya Raman]]", "[[Priya Raman|Priya]]" or "[[Billing#Phase 2|the
+# phase]]", and an embed, "![[diagram.png]]". Bounded parts: linear on any input.
+_WIKILINK = re.compile(r"(!?)\[\[([^\[\]\n|#]{1,500})((?:#[^\[\]\n|]{0,500})?(?:\|[^\[\]\n]{0,500})?)\]\]")
+
+
+def _wikilink_target(match: re.Match[str]) -> str:
+    """A wikilink as the page it names: "[[Priya Raman|Priya]]" reads "Priya Raman" (the
+    parser took "Priya Raman|Priya" for no name at all, and a claim's sentence showed the
+    bar), a heading anchor and an alias are masked; an embed is masked whole."""
+    if match.group(1):
+        return _spaces(match.group(0))
+    return "  " + match.group(2) + _spaces(match.group(3)) + "  "
+
+
+def _wikilink_shown(match: re.Match[str]) -> str:
+    """A wikilink as Obsidian shows it: its alias, else the page it names; an embed, nothing."""
+    if match.group(1):
+        return " "
+    alias = match.group(3).partition("|")[2]
+    return alias if alias.strip() else match.group(2)
+
+
 def reader_text(text: str) -> str:
     """``text`` without what a rendered page never shows (same length, spaces, newlines
     kept): HTML comments and link reference definitions ("[`fs.stat()`]: #fsstatpath")."""
@@ -231,6 +253,7 @@ def mask_markup(text: str) -> str:
     """``text`` with code, URLs, markup and log lines overwritten by spaces (same length)."""
     out = _INDENTED.sub(_blank, mask_fences(text))
     out = _mask_escaped_identifiers(_mask_html_code(mask_html_comments(out)))
+    out = _WIKILINK.sub(_wikilink_target, out)
     for pattern in (_MYST, _TEMPLATE, _INLINE_CODE, _ESCAPE, _IMAGE, _LINK_TARGET, _REF_DEF,
                     _URL, _HTML, _TABLE, _LOG, _SHELL, _RULE_LINE):
         out = pattern.sub(_blank, out)
@@ -246,10 +269,11 @@ _EMPHASIS = re.compile(r"(?<![\w*_~])[*_~]{1,3}(?=\S)|(?<=\S)[*_~]{1,3}(?![\w*_~
 
 
 def inline_text(line: str) -> str:
-    """One line of Markdown as a reader sees it: images (badges) and HTML tags gone, a link's
-    text without its target, a code span's content without its backticks, no emphasis
+    """One line of Markdown as a reader sees it: images (badges), embeds and HTML tags gone, a
+    link's text without its target, a wikilink as it is shown ("[[Priya Raman|Priya]]" reads
+    "Priya"), a code span's content without its backticks, no emphasis
     markers, whitespace runs as one space ("rustfmt [![linux](...)](...)" reads "rustfmt")."""
-    out = _IMAGE.sub(" ", line)
+    out = _WIKILINK.sub(_wikilink_shown, _IMAGE.sub(" ", line))
     out = _LINK_TARGET.sub("", out)
     out = _HTML.sub(" ", out).replace("[", "").replace("]", "")
     out = re.sub(r"`+([^`]*)`+", r"\1", out)
@@ -368,24 +392,27 @@ _CLOSING = frozenset(":;,.!?)")
 
 
 def _close_up(text: str, original: str) -> str:
-    """``text`` (``original`` with its markup blanked, same length) without a blanked run that
-    sits between a word and its punctuation: "**fs**: add" reads "fs: add", not "fs : add";
-    "the [guide](x)." reads "the guide.". Other blanks stay (they part words)."""
+    """``text`` (``original`` with its markup blanked, same length) without a run of spaces
+    that holds blanked markup and sits between a word and its punctuation: "**fs**: add"
+    reads "fs: add", not "fs : add"; "the [guide](x)." reads "the guide."; "[[Billing#Phase
+    2|the phase]]." reads "Billing." (the run holds the anchor's own spaces). Other runs stay
+    (they part words); so does a space the author wrote before punctuation. One pass: each
+    run of spaces is read once."""
     out: list[str] = []
     n, at = len(text), 0
     while at < n:
-        if text[at] == " " and original[at] != " " and at and text[at - 1] != " ":
-            stop = at
-            while stop < n and text[stop] == " " and original[stop] != " ":
-                stop += 1
-            if stop < n and text[stop] in _CLOSING:
-                at = stop
-                continue
-            out.append(text[at:stop])
-            at = stop
+        if text[at] != " ":
+            out.append(text[at])
+            at += 1
             continue
-        out.append(text[at])
-        at += 1
+        stop = at
+        blanked = False
+        while stop < n and text[stop] == " ":
+            blanked = blanked or original[stop] != " "
+            stop += 1
+        if not (blanked and at and stop < n and text[stop] in _CLOSING):
+            out.append(text[at:stop])
+        at = stop
     return "".join(out)
 
 
