@@ -383,6 +383,20 @@ def test_a_yaml_front_matter_becomes_the_documents_fields(tmp_path: Path) -> Non
     assert doc.metadata == {"tags": ["a", "b"], "extract": False} and doc.body == "Body text.\n"
 
 
+def test_a_front_matter_wikilink_is_the_page_it_names(tmp_path: Path) -> None:
+    """Obsidian writes a link property quoted: `area: "[[Payments]]"`; the Area catalog listed
+    "[[Payments]]" beside the area note "Payments". One wikilink is the page it names (its
+    folder, anchor, alias and ".md" left out); a daily note's link is its date."""
+    f = tmp_path / "billing.md"
+    f.write_text('---\nkind: project\nstate: Active\narea: "[[Areas/Payments.md|Pay]]"\n'
+                 'date: "[[2026-03-03]]"\nscopes: [team]\n---\nBody.\n')
+    doc = to_document(SourceFile(f, "vault", "billing.md"), [])
+    assert (doc.kind, doc.state, doc.area) == ("project", "Active", "Payments")
+    assert doc.occurred_at == datetime(2026, 3, 3, tzinfo=UTC)
+    f.write_text('---\narea: "see [[Payments]] and [[Ops]]"\nscopes: [team]\n---\nBody.\n')
+    assert to_document(SourceFile(f, "vault", "billing.md"), []).area == "see [[Payments]] and [[Ops]]"
+
+
 def test_a_front_matter_description_opens_the_body() -> None:
     # npm's, Docusaurus's and Hugo's pages summarise themselves in the front matter.
     assert with_summary("### Synopsis\n\nnpm uninstall\n", {"description": "Remove a package"}) == \

@@ -369,6 +369,32 @@ def test_project_catalog_lists_only_active_and_waiting_with_state_beside_area(
     assert not no_catalogs.pools.get("project_catalog")
 
 
+def test_a_question_that_asks_for_the_projects_or_areas_gets_that_catalog_first(
+        tenant_factory, app_engine, embedder, settings, recaller):
+    """A catalog has one fixed fused score and no ranker was trained on catalogs: "which
+    projects are active?" put the Project catalog twelfth of eighteen on a vault's notes,
+    past a 600-token budget. The plural that asks for the list names the catalog; "the
+    project" names one project, whose note the other lanes find."""
+    t = tenant_factory("team")
+    ident = t.identity(write=("team",))
+    write_documents(app_engine, ident, embedder, [
+        doc("p1.md", "Roof repair", "Get three quotes for the roof; the project is active.",
+            kind="project", state="Active", area="Home"),
+        doc("p2.md", "Visa renewal", "Waiting on the embassy.", kind="project", state="Waiting",
+            area="Admin"),
+        *[doc(f"n{i}.md", f"Project notes {i}", f"Active projects need weekly reviews, note {i}.")
+          for i in range(6)],
+    ], settings)
+    result, trace = recaller.trace(ident, "which projects are active?")
+    assert result.evidence[0].text.startswith("Current projects (Active or Waiting):")
+    assert "catalogs the question asks for by name (direct subjects): project catalog" \
+        in trace.format()
+    areas, _ = recaller.trace(ident, "What areas do I have?")
+    assert areas.evidence[0].text.startswith("Areas:")
+    _, one = recaller.trace(ident, "is the roof repair project active?")
+    assert not one.catalogs and not any(it.direct for it in one.ordered if it.kind == "project_catalog")
+
+
 def test_snoozed_and_archived_hidden_pinned_boosted(
         tenant_factory, app_engine, embedder, settings, recaller):
     t = tenant_factory("team")

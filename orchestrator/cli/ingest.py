@@ -518,9 +518,20 @@ def to_document(src: SourceFile, default_scopes: list[str], *, extract: bool | N
                          metadata=extra or None, occurred_at=occurred)
 
 
+# A front matter value that is one wikilink: Obsidian writes a link property quoted, `area:
+# "[[Payments]]"` (or `"[[Areas/Payments|Pay]]"`).
+_WIKILINK_VALUE = re.compile(r"\[\[([^\[\]|#\n]+)(?:#[^\[\]|\n]*)?(?:\|[^\[\]\n]*)?\]\]")
+
+
 def _text(value: Any) -> str:
-    """A front matter value used as text (a YAML number or date included); None is ""."""
-    return "" if value is None else str(value).strip()
+    """A front matter value used as text (a YAML number or date included); None is "". One
+    wikilink is the page it names ("[[Areas/Payments|Pay]]" is "Payments"): the Area catalog
+    listed "[[Payments]]" beside the area note "Payments"."""
+    text = "" if value is None else str(value).strip()
+    if (link := _WIKILINK_VALUE.fullmatch(text)) is not None:
+        page = link.group(1).strip().rsplit("/", 1)[-1]
+        text = page[:-3] if page.lower().endswith(".md") else page
+    return text.strip()
 
 
 def _moment(value: Any) -> datetime | None:

@@ -83,6 +83,7 @@ from orchestrator.recall.tail import (
     discount_deprecated,
     discount_navigation,
     keep_direct_best,
+    named_catalogs,
     narrower_subjects,
     order,
     served_once,
@@ -679,6 +680,8 @@ class Recaller:
             candidates, trace.precedence = apply_precedence(candidates)
             trace.direct_lost = len(keep_direct_best(candidates, s.recall_title_chunks,
                                                         s.recall_navigation_discount < 1.0))
+            # After the ranker: its features know no catalog, and the bit is the question's.
+            trace.catalogs = named_catalogs(req.question, candidates)
             ordered, trace.redundant, dropped = served_once(order(candidates),
                                                             s.recall_duplicate_similarity)
             if s.recall_diverse:

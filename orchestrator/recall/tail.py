@@ -398,6 +398,24 @@ def narrower_subjects(question: str, candidates: list[Candidate]) -> list[tuple[
     return sorted(narrower.values())
 
 
+# The words by which a question names a catalog ("which projects are active?", "what areas
+# do I have?"): the plural, as one asks for the list; "the project" names one project, whose
+# own note the title lane finds.
+CATALOG_WORDS = {"project_catalog": frozenset({"projects"}), "area_catalog": frozenset({"areas"})}
+
+
+def named_catalogs(question: str, candidates: list[Candidate]) -> list[str]:
+    """Set the direct-subject bit of a catalog the question asks for by its name: "which
+    projects are active?" is the Project catalog's question, which ranked twelfth of eighteen
+    on a vault's notes (a catalog has one fixed fused score, and no ranker was trained on
+    catalogs) and the budget cut it. Returns the kinds, for the trace."""
+    words = set(title_words(question))
+    named = [c for c in candidates if words & CATALOG_WORDS.get(c.kind, frozenset())]
+    for c in named:
+        c.direct = True
+    return sorted(c.kind for c in named)
+
+
 def unfound_subjects(question: str, candidates: list[Candidate]) -> list[str]:
     """Clear the direct-subject bit of a document named by a one-word title that neither the
     dense nor the lexical lane found, when the question asks about more than the title.

@@ -67,6 +67,7 @@ class Trace:
     # Titles the question names inside a longer phrase another title holds: (title, phrase,
     # the other title); their documents are no direct subjects (``tail.narrower_subjects``).
     narrower: list[tuple[str, str, str]] = field(default_factory=list)
+    catalogs: list[str] = field(default_factory=list)  # catalogs the question asks for
     # One-word titles the question names whose pages neither content lane found: no direct
     # subjects (``tail.unfound_subjects``).
     unfound: list[str] = field(default_factory=list)
@@ -123,6 +124,9 @@ class Trace:
                          "holds (no direct subjects): " + ", ".join(
                              f"{title!r} ({phrase!r}, of {other!r})"
                              for title, phrase, other in self.narrower))
+        if self.catalogs:
+            lines.append("catalogs the question asks for by name (direct subjects): "
+                         + ", ".join(k.replace("_", " ") for k in self.catalogs))
         if self.unfound:
             lines.append("one-word titles the question names whose pages neither the dense nor "
                          "the lexical lane found (no direct subjects): "
