@@ -925,6 +925,10 @@ def test_a_word_joined_by_escaped_underscores_is_code_whole(
     assert len(masked) == len(line) and "NULL" not in masked and "CHECK" not in masked
     assert " ".join(sentence_as_written(line, masked, 0, len(line)).split()) == (
         "`b8d145db2c` - src: fix order of CHECK_NOT_NULL/dereference (Tobias Nießen) #59487")
+    # A code span's backslashes are its own; only the identifier reads as it renders.
+    x = "run `a\\_b` then async\\_hooks now."
+    assert " ".join(sentence_as_written(x, mask_markup(x), 0, len(x)).split()) == \
+        "run `a\\_b` then async_hooks now."
     assert escaped_identifiers("in async\\_hooks, \\_\\_proto\\_\\_ and a lone \\_ mark") == [
         (3, 15), (17, 30)]
     # Linear: a long run of word characters around one escape is one scan.

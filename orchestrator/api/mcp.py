@@ -86,11 +86,11 @@ def _one_of(values: tuple[str, ...]) -> str:
 # Parameters that several tools share, described once.
 Question = Annotated[str, _said("The question, in plain words, that the evidence should answer.")]
 Asker = Annotated[str | None, _said(
-    "Who is asking, as the memory names them (e.g. a person's name); embedded with the question, "
-    "and what the asker wrote ranks higher. Omitted: the question alone.")]
+    "Who is asking, as the memory names its authors (e.g. 'alice'); embedded with the question, "
+    "and the ranker sees which items the asker wrote. Omitted: the question alone.")]
 Budget = Annotated[int | None, _said(
-    "The most tokens the evidence may take; omitted: the server's default (ENGRAM_RECALL_"
-    "BUDGET_TOKENS, 2000 unless configured).")]
+    "The most tokens the evidence may take, up to ENGRAM_RECALL_MAX_BUDGET_TOKENS (64,000 "
+    "unless configured); omitted: ENGRAM_RECALL_BUDGET_TOKENS (2,000 unless configured).")]
 Mode = Annotated[str | None, _said(
     f"Extra weight for one kind of evidence: {_one_of(MODES)} (never removes any); omitted: none.")]
 RecallSession = Annotated[str | None, _said(
@@ -115,7 +115,7 @@ EntityName = Annotated[str, _said("The entity's name (or one of its aliases; cas
                                   "do not matter).")]
 EntityId = Annotated[str, _said("An entity id, as entity, resolve_entity or search_entities "
                                 "return it.")]
-First = Annotated[int, _said("How many to return at most (up to ENGRAM_API_MAX_PAGE_SIZE, 100 "
+First = Annotated[int, _said("How many to return at most: 1 to ENGRAM_API_MAX_PAGE_SIZE (100 "
                              "unless configured).")]
 After = Annotated[str | None, _said("The next cursor of the previous page; omitted: the first "
                                     "page.")]
@@ -655,7 +655,8 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
             row_id: Annotated[dict[str, Any], _said('The row\'s key, e.g. {"id": "..."}.')],
             direction: Annotated[str, _said("back (to its origins) or forward (to what was "
                                             "derived from it).")] = "back",
-            max_depth: Annotated[int, _said("How many derivation steps to follow.")] = 10
+            max_depth: Annotated[int, _said("How many derivation steps to follow (1 to "
+                                            "100).")] = 10
     ) -> dict[str, Any]:
         """Auditors only: the derivation lineage of a row (table such as "sources.documents",
         row_id its key, e.g. {"id": "..."}), back to its origins or forward."""

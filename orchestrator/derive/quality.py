@@ -368,10 +368,12 @@ def sentence_as_written(original: str, masked: str, start: int, end: int) -> str
             end += 1
     out: list[str] = []
     last = start
-    # Code spans and identifiers written with escaped underscores, in order.
-    written = sorted([m.span() for m in _INLINE_CODE.finditer(original, start, end)]
-                     + escaped_identifiers(original, start, end))
-    for a, b in written:
+    # Code spans and identifiers written with escaped underscores, in order (an identifier's
+    # escapes marked by a NUL, which no stored text holds, to drop once the sentence is closed
+    # up: "CHECK_NOT_NULL" as it renders; a code span's backslashes are its own).
+    written = sorted([(*m.span(), False) for m in _INLINE_CODE.finditer(original, start, end)]
+                     + [(a, b, True) for a, b in escaped_identifiers(original, start, end)])
+    for a, b, identifier in written:
         if a < last:
             continue  # inside the one before it
         line_start = masked.rfind("\n", 0, a) + 1
@@ -379,12 +381,11 @@ def sentence_as_written(original: str, masked: str, start: int, end: int) -> str
         line_end = len(masked) if line_end < 0 else line_end
         if masked[a:b].strip() or not (masked[line_start:a] + masked[b:line_end]).strip():
             continue  # not masked as inline code, or on a line that is no prose at all
-        out += [masked[last:a], original[a:b]]
+        out += [masked[last:a],
+                original[a:b].replace("\\_", "\0_") if identifier else original[a:b]]
         last = b
     out.append(masked[last:end])
-    # An identifier put back reads as it renders: "CHECK_NOT_NULL", not "CHECK\\_NOT\\_NULL"
-    # (every other backslash of the sentence was masked).
-    return _close_up("".join(out), original[start:end]).replace("\\_", "_")
+    return _close_up("".join(out), original[start:end]).replace("\0", "")
 
 
 # Punctuation that closes up to the word before it.
