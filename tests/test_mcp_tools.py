@@ -30,6 +30,7 @@ from orchestrator.recall import Recaller
 from tests.conftest import TenantFixture
 from tests.support.api import ApiServer, api_home, api_server  # noqa: F401
 from tests.support.knowledge import define_shape, strict_shapes
+from tests.support.recall import embed_pending, embedder  # noqa: F401
 
 Tenants = Callable[..., TenantFixture]
 
@@ -85,7 +86,8 @@ def tools_for(api_server: ApiServer, app_engine: Engine  # noqa: F811
 
 @pytest.mark.slow
 def test_every_tool_allows_and_denies(api_server: ApiServer, tenant_factory: Tenants,  # noqa: F811
-                                      admin_engine: Engine, tools_for: Any) -> None:
+                                      admin_engine: Engine, tools_for: Any, test_db: Any,
+                                      embedder: Any) -> None:  # noqa: F811
     t, other = tenant_factory("team", "board"), tenant_factory("team", "lab")
     define_shape(admin_engine, t.id, "lives_in", max_count=1)
     define_shape(admin_engine, t.id, "level", allowed_values=["junior", "senior"])
@@ -146,6 +148,9 @@ def test_every_tool_allows_and_denies(api_server: ApiServer, tenant_factory: Ten
     # -- recall, prepare, trace: the timeline lane sees the dated neighbours -----------
     found = reader.ok("recall", question="Did the heron come back?")
     assert found["evidence"][0]["text"] == days[2]
+    first = found["evidence"][0]
+    assert (first["occurred_at"], first["author"], first["fact"], first["clipped"]) == (
+        "2026-05-02T08:00:00+00:00", "alice", None, False)
     assert "heron" not in json.dumps(stranger.ok("recall", question="Did the heron come back?"))
     bundle = reader.ok("memory_prepare", question="Did the heron come back?")
     assert "heron" in bundle["rendered"] and bundle["evidence"][0]["text"] == days[2]
@@ -198,6 +203,12 @@ def test_every_tool_allows_and_denies(api_server: ApiServer, tenant_factory: Ten
     reader.refused("assert_fact", "FORBIDDEN", subject_id=ann, predicate="lives_in", text="x",
                    scopes=["team"], value="Lisbon")
     assert {f["object_value"] for f in reader.ok("facts", entity_id=ann)} == {"Porto", "Braga"}
+    embed_pending(test_db, embedder, api_server.settings, t.id)  # the facts lane reads meaning
+    claimed = [e["fact"] for e in reader.ok("recall", question="Where does Ann live?")["evidence"]
+               if e["fact"] is not None]
+    assert {(f["subject"], f["predicate"]) for f in claimed} == {("Ann", "lives_in")}, claimed
+    assert not any(e["fact"] for e in stranger.ok("recall", question="Where does Ann live?")[
+        "evidence"])
     stranger.refused("facts", "NOT_FOUND", entity_id=ann)
     [conflict] = writer.ok("conflicts", status="open")
     assert {conflict["claim_a"], conflict["claim_b"]} == {porto["claim_id"], braga["claim_id"]}

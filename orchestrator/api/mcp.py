@@ -254,11 +254,16 @@ def http_server(settings: Settings, engine: Engine, host: str, port: int) -> MCP
 
 
 def _evidence(e: Evidence) -> dict[str, Any]:
+    """An evidence item for a tool: its text and handles, and what GraphQL's ``Evidence`` says
+    of it that an agent reasons with (who wrote it, when it happened, what a fact claims)."""
     return {"text": e.text, "provenance": str(e.provenance), "kind": e.kind,
             "item_table": e.item_table, "item_id": str(e.item_id) if e.item_id else None,
             "scopes": [s.name for s in e.scopes],
             "source": f"{e.source.collection}/{e.source.path}" if e.source else None,
-            "section": e.source.section_titles if e.source else []}
+            "section": e.source.section_titles if e.source else [],
+            "author": e.author, "occurred_at": plain(e.occurred_at),
+            "ended_at": plain(e.ended_at), "updated_at": plain(e.updated_at),
+            "fact": plain(e.fact), "clipped": e.clipped}
 
 
 def plain(value: Any) -> Any:
