@@ -262,8 +262,9 @@ def _trace(p: Probe) -> Iterable[str]:
     yield p.cli("trace", p.question)
 
 
-@surface("mcp recall, memory_prepare, search_documents, get_document")
+@surface("mcp whoami, recall, memory_prepare, search_documents, get_document")
 def _mcp(p: Probe) -> Iterable[str]:
+    yield p.mcp("whoami", {})
     yield p.mcp("recall", {"question": p.question})
     yield p.mcp("memory_prepare", {"question": p.question})
     after: str | None = None
