@@ -25,6 +25,10 @@ _NOT_PARAGRAPH = re.compile(r"[ \t]{4}|[ \t]{0,3}(?:[-*+>|]|\d{1,9}[.)])(?:[ \t]
 # above each release's heading) or a one-line HTML comment.
 MARKER_LINE = re.compile(
     r"[ \t]*(?:<a\s+(?:id|name)=[^<>]*>\s*</a>|<a\s+(?:id|name)=[^<>]*/>|<!--.*?-->)[ \t]*")
+# An Obsidian wikilink, "[[Priya Raman]]", "[[Priya Raman|Priya]]" or "[[Billing#Phase 2|the
+# phase]]", and an embed, "![[diagram.png]]": (the embed's "!", the page it names, its
+# "#anchor" and "|alias"). Bounded parts: linear on any input.
+WIKILINK = re.compile(r"(!?)\[\[([^\[\]\n|#]{1,500})((?:#[^\[\]\n|]{0,500})?(?:\|[^\[\]\n]{0,500})?)\]\]")
 # Paragraph lines kept for a setext heading's text (a title is cut to a few hundred
 # characters anyway).
 _TITLE_LINES = 40

@@ -85,7 +85,7 @@ from orchestrator.errors import BadInput, EngramError
 from orchestrator.ingest.documents import DocumentInput, delete_document, put_document
 from orchestrator.ingest.html import declared_charset, html_document
 from orchestrator.ingest.rst import Includes, rst_document
-from orchestrator.markdown import ATX_LINE, SETEXT_UNDERLINE, headings
+from orchestrator.markdown import ATX_LINE, SETEXT_UNDERLINE, WIKILINK, headings
 
 # reStructuredText and HTML are stored as Markdown (``ingest.rst``, ``ingest.html``); the rest
 # as written. Any of them may be gzip-compressed (``README.md.gz``: Debian ships its packages' docs so).
@@ -518,18 +518,14 @@ def to_document(src: SourceFile, default_scopes: list[str], *, extract: bool | N
                          metadata=extra or None, occurred_at=occurred)
 
 
-# A front matter value that is one wikilink: Obsidian writes a link property quoted, `area:
-# "[[Payments]]"` (or `"[[Areas/Payments|Pay]]"`).
-_WIKILINK_VALUE = re.compile(r"\[\[([^\[\]|#\n]+)(?:#[^\[\]|\n]*)?(?:\|[^\[\]\n]*)?\]\]")
-
-
 def _text(value: Any) -> str:
     """A front matter value used as text (a YAML number or date included); None is "". One
-    wikilink is the page it names ("[[Areas/Payments|Pay]]" is "Payments"): the Area catalog
-    listed "[[Payments]]" beside the area note "Payments"."""
+    wikilink is the page it names (``markdown.WIKILINK``; Obsidian writes a link property quoted,
+    `area: "[[Areas/Payments|Pay]]"`, which is "Payments"): the Area catalog listed
+    "[[Payments]]" beside the area note "Payments"."""
     text = "" if value is None else str(value).strip()
-    if (link := _WIKILINK_VALUE.fullmatch(text)) is not None:
-        page = link.group(1).strip().rsplit("/", 1)[-1]
+    if (link := WIKILINK.fullmatch(text)) is not None and not link.group(1):
+        page = link.group(2).strip().rsplit("/", 1)[-1]
         text = page[:-3] if page.lower().endswith(".md") else page
     return text.strip()
 

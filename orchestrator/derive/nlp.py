@@ -108,7 +108,7 @@ RULES_VERSION = "rules-21"  # 4: markup masked over the whole document (stop 25)
 # parts is a name, and a claim's sentence reads it as it renders ("CHECK_NOT_NULL";
 # ``quality.escaped_identifiers``), and an Obsidian wikilink reads as the page it names
 # ("[[Priya Raman|Priya]]" is "Priya Raman"; its anchor and alias masked, an embed whole;
-# ``quality._WIKILINK``, stop 48)
+# ``markdown.WIKILINK``, stop 48)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 
 from orchestrator.inputs import CONTROL_CHARACTERS
-from orchestrator.markdown import code_fences
+from orchestrator.markdown import WIKILINK, code_fences
 
 # Fenced blocks (``` or ~~~, to the closing fence or the end of the text).
 _FENCE = re.compile(r"(^|\n)[ \t]*(```|~~~)[^\n]*\n.*?(\n[ \t]*\2[^\n]*(?=\n|$)|$)", re.S)
@@ -192,11 +192,6 @@ def _mask_escaped_identifiers(text: str) -> str:
     return "".join(parts) + text[at:]
 
 
-# An Obsidian wikilink, "[[Priya Raman]]", "[[Priya Raman|Priya]]" or "[[Billing#Phase 2|the
-# phase]]", and an embed, "![[diagram.png]]". Bounded parts: linear on any input.
-_WIKILINK = re.compile(r"(!?)\[\[([^\[\]\n|#]{1,500})((?:#[^\[\]\n|]{0,500})?(?:\|[^\[\]\n]{0,500})?)\]\]")
-
-
 def _wikilink_target(match: re.Match[str]) -> str:
     """A wikilink as the page it names: "[[Priya Raman|Priya]]" reads "Priya Raman" (the
     parser took "Priya Raman|Priya" for no name at all, and a claim's sentence showed the
@@ -253,7 +248,7 @@ def mask_markup(text: str) -> str:
     """``text`` with code, URLs, markup and log lines overwritten by spaces (same length)."""
     out = _INDENTED.sub(_blank, mask_fences(text))
     out = _mask_escaped_identifiers(_mask_html_code(mask_html_comments(out)))
-    out = _WIKILINK.sub(_wikilink_target, out)
+    out = WIKILINK.sub(_wikilink_target, out)
     for pattern in (_MYST, _TEMPLATE, _INLINE_CODE, _ESCAPE, _IMAGE, _LINK_TARGET, _REF_DEF,
                     _URL, _HTML, _TABLE, _LOG, _SHELL, _RULE_LINE):
         out = pattern.sub(_blank, out)
@@ -273,7 +268,7 @@ def inline_text(line: str) -> str:
     link's text without its target, a wikilink as it is shown ("[[Priya Raman|Priya]]" reads
     "Priya"), a code span's content without its backticks, no emphasis
     markers, whitespace runs as one space ("rustfmt [![linux](...)](...)" reads "rustfmt")."""
-    out = _WIKILINK.sub(_wikilink_shown, _IMAGE.sub(" ", line))
+    out = WIKILINK.sub(_wikilink_shown, _IMAGE.sub(" ", line))
     out = _LINK_TARGET.sub("", out)
     out = _HTML.sub(" ", out).replace("[", "").replace("]", "")
     out = re.sub(r"`+([^`]*)`+", r"\1", out)

@@ -51,7 +51,6 @@ class SourceRef:
                           for w in self.section_titles)
 
 
-
 def section_of(stored: Any) -> tuple[tuple[int, str], ...]:
     """``sources.chunks.section`` as stored (a JSON array of {"level", "text"}, or null) as a
     ``SourceRef.section``; anything else is no trail."""
