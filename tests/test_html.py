@@ -81,6 +81,19 @@ def test_without_a_marked_main_the_body_is_read_and_broken_markup_reads_as_text(
         "title": "File systems everywhere"}
 
 
+def test_a_content_element_named_only_in_a_script_or_comment_leaves_the_body_read() -> None:
+    """The look for ``<main>``/``<article>`` reads the raw text, where a template string in a
+    script or a comment can hold one: the page then read as nothing (ingest refused it as a
+    page its scripts fill in). Where the parse opened no content element, the body is read."""
+    assert html_document("<title>Guide</title><script>var t = '<article class=x>';</script>"
+                         "<p>Install it with the tool.</p>") == (
+        {"title": "Guide"}, "Install it with the tool.\n")
+    assert html_document("<body><!-- <main> was here --><p>Body text.</p></body>")[1] == \
+        "Body text.\n"
+    # A real one still keeps the furniture around it out.
+    assert html_document("<p>Skip me.</p><main><p>Kept.</p></main>")[1] == "Kept.\n"
+
+
 def test_ingest_reads_html_and_leaves_out_a_rendering_beside_its_source(
         tmp_path: Path, tenant_factory, cli_env: dict[str, str], admin_engine: Engine) -> None:
     t = tenant_factory("team")

@@ -67,10 +67,17 @@ _TITLE_SEPARATOR = re.compile(r"\s+[|\-–—·:»]\s+")
 
 def html_document(text: str) -> tuple[dict[str, Any], str]:
     """(fields, body): the page's ``<title>`` as the ``title`` field (when it has one) and its
-    content as Markdown."""
+    content as Markdown. ``_MAIN`` is a cheap look for a content element in the raw text; where
+    it matched only inside a script or a comment ("'<article>'" in a template string), the
+    parse opened none, and the page is read again whole (it read as nothing, and ingest refused
+    it as a page its scripts fill in)."""
     page = _Page(only_main=_MAIN.search(text) is not None)
     page.feed(text)
     page.close()
+    if page.only_main and not page.found_main:
+        page = _Page(only_main=False)
+        page.feed(text)
+        page.close()
     title = page.title
     return ({"title": title} if title else {}), page.markdown()
 
@@ -112,6 +119,7 @@ class _Page(HTMLParser):
         self.open = Counter[str]()  # the stack's tags, counted: a stray end tag costs no scan
         self.dropped_at: int | None = None  # stack depth of the dropped element we are in
         self.main_at: int | None = None  # stack depth of the content element we are in
+        self.found_main = False  # whether a content element opened at all
         self.in_title = False
         self.title_parts: list[str] = []
         self.out: list[str] = []  # Markdown, block by block
@@ -163,6 +171,7 @@ class _Page(HTMLParser):
         if self.only_main and self.main_at is None and (
                 tag in ("main", "article") or (found.get("role") or "").lower() == "main"):
             self.main_at = depth
+            self.found_main = True
         if not self.reading:
             return
         if tag in HEADINGS:
