@@ -291,7 +291,7 @@ def test_printed_schema_is_committed() -> None:
 
 
 RECALL = """query($q: String!, $b: Int) { recall(question: $q, budgetTokens: $b) {
-  question budgetTokens usedTokens rendered
+  question budgetTokens usedTokens rendered neededTokens
   evidence { text provenance scopes { name description } source { collection path title } documentId } } }"""
 
 
@@ -314,6 +314,14 @@ def test_recall_sees_only_what_the_token_may_read(api_server: ApiServer,  # noqa
     assert first["scopes"] == [{"name": "team", "description": "The team scope"}]
     assert "March" in result["rendered"] and "secret" not in result["rendered"]
     assert "Tenant B" not in str(result) and 0 < result["usedTokens"] <= 500
+    assert result["neededTokens"] is None
+    # Too small a budget: nothing served, and the budget that serves the first item.
+    tight = api_server.gql(team_reader, RECALL, {"q": "When does the zebra migration happen?",
+                                                 "b": 10})["recall"]
+    assert tight["evidence"] == [] and tight["rendered"] == "" and tight["neededTokens"] > 10
+    roomy = api_server.gql(team_reader, RECALL, {"q": "When does the zebra migration happen?",
+                                                 "b": tight["neededTokens"]})["recall"]
+    assert roomy["evidence"] and roomy["neededTokens"] is None
     prepared = api_server.gql(
         team_reader, 'query($q: String!) { memoryPrepare(question: $q, budgetTokens: 500) { '
         "rendered usedTokens keyedFacts { text } evidence { text kind itemTable itemId } "

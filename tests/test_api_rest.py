@@ -74,7 +74,7 @@ def test_prepare_answers_the_memory_prepare_bundle(api_server: ApiServer,  # noq
     assert "serviced in March" in bundle["rendered"]
     assert bundle["evidence"][0]["text"] == "The boiler was serviced in March by Hydro Ltd."
     # The same bundle GraphQL's memoryPrepare answers (one function builds both).
-    fields = ("question asker budgetTokens usedTokens rendered embeddingModel "
+    fields = ("question asker budgetTokens usedTokens rendered neededTokens embeddingModel "
               "evidence { text kind itemTable itemId scopes { name } } documents { id title }")
     graphql = api_server.gql(token, f"query($q: String!) {{ memoryPrepare(question: $q, "
                                     f"budgetTokens: 400) {{ {fields} }} }}",

@@ -152,6 +152,11 @@ def test_every_tool_allows_and_denies(api_server: ApiServer, tenant_factory: Ten
     assert (first["occurred_at"], first["author"], first["fact"], first["clipped"]) == (
         "2026-05-02T08:00:00+00:00", "alice", None, False)
     assert "heron" not in json.dumps(stranger.ok("recall", question="Did the heron come back?"))
+    assert found["needed_tokens"] is None
+    tight = reader.ok("recall", question="Did the heron come back?", budget_tokens=8)
+    assert tight["evidence"] == [] and tight["needed_tokens"] > 8
+    assert reader.ok("memory_prepare", question="Did the heron come back?",
+                     budget_tokens=8)["needed_tokens"] > 8
     bundle = reader.ok("memory_prepare", question="Did the heron come back?")
     assert "heron" in bundle["rendered"] and bundle["evidence"][0]["text"] == days[2]
     assert {d["item_id"] for d in bundle["documents"]} <= set(docs.values())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -75,6 +76,15 @@ def test_the_cli_asks_a_running_api_server_and_says_so(cli_env, tenant_factory, 
         assert "7. rendered" in traced.output and "board.md" not in traced.output
         prepared = runner.invoke(app, ["prepare", question, *who], env=env)
         assert prepared.exit_code == 0 and "## Relevant evidence" in prepared.output
+        # Too small a budget says what budget would serve something, either path.
+        for extra in ([], ["--local"]):
+            for what in ("recall", "prepare"):
+                tight = runner.invoke(app, [what, question, *who, "--budget", "10", *extra],
+                                      env=env)
+                assert tight.exit_code == 0, tight.output
+                assert re.search(r"\(no evidence fits within 10 tokens: evidence matched, and "
+                                 r"the first item needs a budget of at least \d+ tokens\)",
+                                 tight.output), tight.output
         # The server's refusals reach the user as errors; --local skips the server.
         bad = runner.invoke(app, ["recall", "   ", *who], env=env)
         assert bad.exit_code == 2 and "the question is empty" in bad.output

@@ -19,6 +19,7 @@ from orchestrator.recall.render import render
 from orchestrator.recall.service import count_statements
 from orchestrator.recall.statement import StatementLimits, build_recall_statement
 from orchestrator.recall.tail import token_cost
+from orchestrator.recall.trace import report
 from tests.support.recall import doc, embedder, recaller, write_documents
 from tests.support.tiers import tier_facts
 
@@ -99,8 +100,25 @@ def test_the_item_the_budget_stops_at_is_cut_to_the_part_that_fits(
     whole = recaller.recall(ident, question, budget_tokens=2000)
     assert whole.evidence[0].text == LONG_NOTE and not whole.evidence[0].clipped
     assert "cut to fit" not in whole.rendered
-    # Too little room for a part of any use: nothing, as before.
-    assert recaller.recall(ident, question, budget_tokens=20).evidence == ()
+    # Too little room for a part of any use: nothing, as before, and the smallest budget
+    # that serves the first item, verified both ways (the message said only "the budget
+    # may be too small" before: a caller could not tell it from nothing matching).
+    tight, tight_trace = recaller.trace(ident, question, budget_tokens=20)
+    assert tight.evidence == () and tight.rendered == ""
+    need = tight.needed_tokens
+    assert need is not None and 20 < need <= budget, need
+    assert tight_trace.needed_tokens == need
+    assert f"nothing fits: the first needs a budget of at least {need} tokens" in tight_trace.format()
+    assert (f"(no evidence fits within 20 tokens: evidence matched, and the first item needs a "
+            f"budget of at least {need} tokens)") in report(tight_trace, tight.rendered)
+    assert len(recaller.recall(ident, question, budget_tokens=need).evidence) == 1
+    assert recaller.recall(ident, question, budget_tokens=need - 1).evidence == ()
+    assert recaller.recall(ident, question, budget_tokens=budget).needed_tokens is None
+    held, _ = recaller.prepare(ident, question, budget_tokens=20)
+    pneed = held.needed_tokens
+    assert held.evidence == () and pneed is not None and pneed > 20
+    assert len(recaller.prepare(ident, question, budget_tokens=pneed)[0].evidence) == 1
+    assert recaller.prepare(ident, question, budget_tokens=pneed - 1)[0].evidence == ()
     # memory_prepare cuts its bundle the same way: the budget that served this part through
     # recall served nothing through prepare (stop 44).
     bundle, ptrace = recaller.prepare(ident, question, budget_tokens=budget + 40)
@@ -113,6 +131,18 @@ def test_the_item_the_budget_stops_at_is_cut_to_the_part_that_fits(
     assert "the last is a part of its chunk" in ptrace.format()
     roomy, _ = recaller.prepare(ident, question, budget_tokens=2000)
     assert roomy.evidence[0].text == LONG_NOTE and not roomy.evidence[0].clipped
+
+
+def test_a_recall_that_matched_nothing_says_so(tenant_factory, recaller):
+    """No needed budget when nothing visible matched: the caller learns that a bigger budget
+    would not help."""
+    empty = tenant_factory("team").identity()
+    result, trace = recaller.trace(empty, "where is the offsite venue?", budget_tokens=20)
+    assert result.evidence == () and result.needed_tokens is None
+    assert report(trace, result.rendered).endswith(
+        "(no evidence: nothing this identity may read matched the question)")
+    bundle, _ = recaller.prepare(empty, "where is the offsite venue?", budget_tokens=20)
+    assert bundle.needed_tokens is None
 
 
 def test_budget_prefix_is_longest(notes, recaller, settings):

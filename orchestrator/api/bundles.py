@@ -38,13 +38,14 @@ def evidence_view(ev: Evidence) -> dict[str, Any]:
 def recall_view(result: RecallResult, embedding_model: str) -> dict[str, Any]:
     return {"question": result.question, "asker": result.asker,
             "budgetTokens": result.budget_tokens, "usedTokens": result.used_tokens,
-            "rendered": result.rendered, "evidence": [evidence_view(e) for e in result.evidence],
+            "rendered": result.rendered, "neededTokens": result.needed_tokens,
+            "evidence": [evidence_view(e) for e in result.evidence],
             "embeddingModel": embedding_model}
 
 
 def bundle_view(b: PreparedMemory, embedding_model: str) -> dict[str, Any]:
     return {"question": b.question, "asker": b.asker, "budgetTokens": b.budget_tokens,
-            "usedTokens": b.used_tokens, "rendered": b.rendered,
+            "usedTokens": b.used_tokens, "rendered": b.rendered, "neededTokens": b.needed_tokens,
             "embeddingModel": embedding_model,
             "keyedFacts": [evidence_view(e) for e in b.keyed_facts],
             "evidence": [evidence_view(e) for e in b.evidence],

@@ -339,6 +339,7 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
         result = engram_for().recall(question, asker=asker, budget_tokens=budget_tokens, mode=mode,
                                      session=session_id)
         return {"rendered": result.rendered, "used_tokens": result.used_tokens,
+                "needed_tokens": result.needed_tokens,
                 "evidence": [_evidence(e) for e in result.evidence]}
 
     @server.tool()
@@ -352,6 +353,7 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
         bundle = engram_for().memory_prepare(question, asker=asker, budget_tokens=budget_tokens,
                                              mode=mode, session=session_id)
         return {"rendered": bundle.rendered, "used_tokens": bundle.used_tokens,
+                "needed_tokens": bundle.needed_tokens,
                 **{part: [_evidence(e) for e in getattr(bundle, part)]
                    for part in ("keyed_facts", "evidence", "lessons", "episodes")},
                 "documents": [{"title": d.title, "collection": d.collection, "path": d.path,

@@ -193,13 +193,18 @@ _SCHEMAS: dict[str, Any] = {
     "MemoryBundle": {
         "type": "object",
         "required": ["question", "asker", "budgetTokens", "usedTokens", "rendered",
-                     "embeddingModel", "keyedFacts", "evidence", "lessons", "episodes",
+                     "neededTokens", "embeddingModel", "keyedFacts", "evidence", "lessons", "episodes",
                      "documents"],
         "properties": {
             "question": {"type": "string"}, "asker": _nullable("string"),
             "budgetTokens": {"type": "integer"}, "usedTokens": {"type": "integer"},
             "rendered": {"type": "string",
                          "description": "The bundle as one string to put before the question."},
+            "neededTokens": {**_nullable("integer"),
+                             "description": "Set only when evidence matched and none of it fit "
+                                            "budgetTokens: the smallest budget that serves the "
+                                            "first item. Null when something was served, or "
+                                            "when nothing the token may read matched."},
             "embeddingModel": {"type": "string",
                                "description": "The model and activation (name@generation) the "
                                               "question was embedded with."},

@@ -110,6 +110,7 @@ def recall_trace(result: Any, trace: Trace, evidence: list[dict[str, Any]]) -> d
         "shape": trace.plan, "question": trace.question, "asker": trace.asker, "mode": trace.mode,
         "sessionId": trace.session, "budgetTokens": trace.budget_tokens,
         "usedTokens": result.used_tokens, "kept": trace.kept, "rendered": result.rendered,
+        "neededTokens": trace.needed_tokens,
         "text": trace.format(),
         "evidence": evidence, "statements": trace.statements,
         "timings": [{"stage": k, "ms": v} for k, v in trace.timings_ms.items()],

@@ -25,7 +25,7 @@ import typer
 from orchestrator.cli.output import console, exit_status, styled
 from orchestrator.config import Settings
 from orchestrator.errors import EngramError, Unauthenticated
-from orchestrator.messages import shown
+from orchestrator.messages import NOTHING_FITS, nothing_served, shown
 
 out = console()
 err = console(stderr=True)
@@ -46,10 +46,11 @@ Local = Annotated[bool, typer.Option("--local", help="recall in this process eve
 
 _ARGS = ("$q: String!, $asker: String, $budget: Int, $mode: String, $session: String")
 _CALL = "(question: $q, asker: $asker, budgetTokens: $budget, mode: $mode, sessionId: $session)"
+_FIELDS = "rendered budgetTokens neededTokens"
 QUERIES = {
-    "recall": f"query({_ARGS}) {{ answer: recall{_CALL} {{ rendered }} }}",
-    "prepare": f"query({_ARGS}) {{ answer: memoryPrepare{_CALL} {{ rendered }} }}",
-    "trace": f"query({_ARGS}) {{ answer: recallTrace{_CALL} {{ rendered text }} }}",
+    "recall": f"query({_ARGS}) {{ answer: recall{_CALL} {{ {_FIELDS} }} }}",
+    "prepare": f"query({_ARGS}) {{ answer: memoryPrepare{_CALL} {{ {_FIELDS} }} }}",
+    "trace": f"query({_ARGS}) {{ answer: recallTrace{_CALL} {{ {_FIELDS} text }} }}",
 }
 
 
@@ -134,7 +135,8 @@ def _run(question: str, token: str | None, org: str | None, user: str, read: str
                                               "mode": mode, "session": session})
         if answer is not None:
             err.print(f"answered by the API at {url} (its models and plans; nothing loaded here)")
-            _show(what, answer.get("text"), answer["rendered"])
+            _show(what, answer.get("text"), answer["rendered"],
+                  nothing_served(answer.get("neededTokens"), answer.get("budgetTokens")))
             return
         err.print(f"the API at {url} stopped answering; recalling in this process", style="yellow")
     _in_process(settings, question, token, org, user, " ".join(scopes), asker, budget, mode, what,
@@ -164,16 +166,17 @@ def _in_process(settings: Settings, question: str, token: str | None, org: str |
             else:
                 result, trace = recaller.trace(identity, question, asker, budget, mode, session, "cli")
                 rendered = result.rendered
+            why = nothing_served(trace.needed_tokens, trace.budget_tokens)
             recaller.settle()  # the receipt's chain event, before this process ends
         finally:
             engine.dispose()
     except EngramError as exc:
         _fail(str(exc), exit_status(exc))
-    _show(what, trace.format(), rendered)
+    _show(what, trace.format(), rendered, why)
 
 
-def _show(what: str, trace: str | None, rendered: str) -> None:
-    out.print(shown(trace if what == "trace" else None, rendered))
+def _show(what: str, trace: str | None, rendered: str, why: str = NOTHING_FITS) -> None:
+    out.print(shown(trace if what == "trace" else None, rendered, why))
 
 
 def recall_command(question: Annotated[str, typer.Argument(help="the question")],

@@ -7,7 +7,8 @@ ME = "{ me { orgId userId readScopes writeScopes roles } }"
 EVIDENCE = """text provenance kind author scopes { name } source { collection path title }
   documentId itemTable itemId"""
 ITEM = "key kind label direct pinned lanes rrf rerank merit"
-TRACE = f"""shape question asker mode sessionId budgetTokens usedTokens kept rendered statements
+TRACE = f"""shape question asker mode sessionId budgetTokens usedTokens kept rendered neededTokens
+  statements
   evidence {{ {EVIDENCE} }}
   timings {{ stage ms }} corpusChunks corpusAvgLength seeds
   pools {{ lane items {{ {ITEM} }} }}

@@ -25,7 +25,7 @@ from orchestrator.config import Settings
 from orchestrator.console import layout
 from orchestrator.console import queries as q
 from orchestrator.errors import STATUS_BY_CODE, BadInput, EngramError, Unauthenticated
-from orchestrator.messages import NOTHING_FITS
+from orchestrator.messages import nothing_served
 
 HERE = Path(__file__).resolve().parent
 STATIC = HERE / "static"
@@ -92,7 +92,7 @@ class Console:
         self.env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=2, sort_keys=True,
                                                                  default=str)
         self.env.filters["short"] = layout.short
-        self.env.globals["nothing_fits"] = NOTHING_FITS
+        self.env.globals["nothing_served"] = nothing_served
         self._discovery: dict[str, Any] | None = None
 
     # --- identity ------------------------------------------------------------------

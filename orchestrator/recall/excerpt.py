@@ -142,6 +142,21 @@ def fit(question: str, e: Evidence, budget_tokens: int, chars_per_token: float, 
     return None
 
 
+def least_budget(serves: Callable[[int], bool], budget_tokens: int, whole_tokens: int) -> int:
+    """The smallest budget above ``budget_tokens`` (which served nothing) that serves the first
+    item, ``whole_tokens`` being one that does (the item whole): what a recall that served
+    nothing tells its caller. ``serves(b)``: a budget of ``b`` serves the item, whole or cut
+    (``fit``). A bisection: a few renderings, and only when nothing was served."""
+    lo, hi = budget_tokens, max(whole_tokens, budget_tokens + 1)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if serves(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
 def fit_next(question: str, evidence: Sequence[Evidence], kept: int, budget_tokens: int,
              chars_per_token: float, used_tokens: int, prefixes: Prefixes
              ) -> tuple[Evidence, str, int] | None:

@@ -29,7 +29,7 @@ from typing import Any
 
 from jinja2 import Template
 
-from orchestrator.recall.excerpt import fit
+from orchestrator.recall.excerpt import fit, least_budget
 from orchestrator.recall.render import environment
 from orchestrator.recall.result import Evidence, ScopeRef, served_rows
 from orchestrator.recall.tail import Candidate, token_cost, trim_overlaps
@@ -68,6 +68,8 @@ class PreparedMemory:
     episodes: tuple[Evidence, ...] = field(default_factory=tuple)
     documents: tuple[DocumentRef, ...] = field(default_factory=tuple)
     rendered: str = ""
+    # As ``RecallResult.needed_tokens``: nothing fit, the budget that serves the first item.
+    needed_tokens: int | None = None
 
     def served_rows(self) -> list[tuple[str, uuid.UUID]]:
         rows = served_rows(self.keyed_facts + self.evidence + self.lessons + self.episodes)
@@ -149,22 +151,32 @@ def build_bundle(question: str, asker: str | None, budget_tokens: int,
     # recall cuts its list (``excerpt.fit``): 300 tokens served an excerpt through recall
     # and nothing through memory_prepare (stop 44).
     nxt = admitted[lo][1] if lo < len(admitted) and admitted[lo][0] == EVIDENCE else None
-    if isinstance(nxt, Candidate):
-        whole = nxt.evidence()
+    whole = nxt.evidence() if isinstance(nxt, Candidate) else None
 
-        def with_part(part: Evidence) -> list[list[Any]]:
-            out = [list(items) for items in sections]
-            out[EVIDENCE] = trim_overlaps([*sections[EVIDENCE], part])
-            return out
+    def with_part(part: Evidence) -> list[list[Any]]:
+        out = [list(items) for items in sections]
+        out[EVIDENCE] = trim_overlaps([*sections[EVIDENCE], part])
+        return out
 
-        fitted = fit(question, whole, budget_tokens, chars_per_token, lo_cost,
-                     lambda part: render_bundle(question, with_part(part)))
-        if fitted is not None:
-            part, lo_text, lo_cost = fitted
-            trace.clipped = (len(part.text), len(whole.text))
-            sections = with_part(part)
-            lo += 1
+    def fitted_at(budget: int) -> tuple[Evidence, str, int] | None:
+        if whole is None:
+            return None
+        return fit(question, whole, budget, chars_per_token, lo_cost,
+                   lambda part: render_bundle(question, with_part(part)))
+
+    fitted = fitted_at(budget_tokens)
+    if fitted is not None and whole is not None:
+        part, lo_text, lo_cost = fitted
+        trace.clipped = (len(part.text), len(whole.text))
+        sections = with_part(part)
+        lo += 1
+    elif not lo and admitted:
+        # Something matched and nothing fits: the budget that serves the first item.
+        first = cost(1)[0]
+        trace.needed_tokens = least_budget(
+            lambda budget: first <= budget or fitted_at(budget) is not None, budget_tokens, first)
     trace.kept, trace.used_tokens = lo, lo_cost
     keyed, evidence, lessons, episodes, documents = sections
     return PreparedMemory(question, asker, budget_tokens, lo_cost, tuple(keyed), tuple(evidence),
-                          tuple(lessons), tuple(episodes), tuple(documents), lo_text)
+                          tuple(lessons), tuple(episodes), tuple(documents), lo_text,
+                          trace.needed_tokens)

@@ -131,6 +131,9 @@ class RecallResult:
     used_tokens: int
     evidence: tuple[Evidence, ...] = field(default_factory=tuple)
     rendered: str = ""
+    # Evidence matched but none fit the budget: the smallest budget that serves the first
+    # item (``excerpt.least_budget``); None when something was served or nothing matched.
+    needed_tokens: int | None = None
 
     def served_rows(self) -> list[tuple[str, uuid.UUID]]:
         return served_rows(self.evidence)

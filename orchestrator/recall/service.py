@@ -46,7 +46,7 @@ from orchestrator.errors import BadInput, EngramError
 from orchestrator.inputs import text_problem
 from orchestrator.recall.access import AccessCounts, UsageRows
 from orchestrator.recall.dates import day_bounds, named_days
-from orchestrator.recall.excerpt import fit_next
+from orchestrator.recall.excerpt import fit_next, least_budget
 from orchestrator.recall.features import RankContext
 from orchestrator.recall.mmr import diversify
 from orchestrator.recall.plan import FULL_PLAN, PlanShape
@@ -88,6 +88,7 @@ from orchestrator.recall.tail import (
     order,
     served_once,
     stable_key,
+    token_cost,
     trim_overlaps,
     unfound_subjects,
 )
@@ -508,8 +509,17 @@ class Recaller:
             evidence[kept] = part
             kept += 1
         trace.kept, trace.used_tokens = kept, used
+        if not kept and evidence:
+            # Evidence matched and none of it fits: say what budget would serve the first.
+            whole = token_cost(prefixes(1), cpt)
+
+            def serves(budget: int) -> bool:
+                return whole <= budget or fit_next(req.question, evidence, 0, budget, cpt, used,
+                                                   prefixes) is not None
+
+            trace.needed_tokens = least_budget(serves, req.budget_tokens, whole)
         return RecallResult(req.question, req.asker, req.budget_tokens, used,
-                            tuple(evidence[:kept]), rendered)
+                            tuple(evidence[:kept]), rendered, trace.needed_tokens)
 
     def _run(self, identity: Identity, question: str, asker: str | None,
              budget_tokens: int | None, mode: str | None, shape: PlanShape,

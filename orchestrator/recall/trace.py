@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.messages import shown
+from orchestrator.messages import nothing_served, shown
 from orchestrator.recall.ranker import RankReport
 from orchestrator.recall.render import one_line
 from orchestrator.recall.tail import Candidate, Dropped, Precedence
@@ -79,6 +79,7 @@ class Trace:
     suppressed: list[tuple[str, str, float]] = field(default_factory=list)
     kept: int = 0
     used_tokens: int = 0
+    needed_tokens: int | None = None  # nothing fit: the budget that serves the first item
     clipped: tuple[int, int] | None = None  # the last item's part: (its chars, the item's)
     statements: int = 0
     precedence: Precedence = field(default_factory=Precedence)
@@ -193,7 +194,9 @@ class Trace:
                      f"{self.used_tokens} of {self.budget_tokens} tokens"
                      + (f"; the last is a part of its chunk, {self.clipped[0]} of "
                         f"{self.clipped[1]} characters, cut to fit the room left"
-                        if self.clipped else ""))
+                        if self.clipped else "")
+                     + (f"; nothing fits: the first needs a budget of at least "
+                        f"{self.needed_tokens} tokens" if self.needed_tokens else ""))
         lines.append(f"6. side effects: {self.touched_claims} fact access counter(s) to bump "
                      "(in the background); "
                      + (f"receipt {self.receipt_id}" if self.receipt_id else "no receipt")
@@ -210,4 +213,4 @@ class Trace:
 
 def report(trace: Trace, rendered: str) -> str:
     """Every stage of ``trace``, then the rendered string (``messages.shown``)."""
-    return shown(trace.format(), rendered)
+    return shown(trace.format(), rendered, nothing_served(trace.needed_tokens, trace.budget_tokens))
