@@ -94,8 +94,20 @@ def test_unknown_trace_steps_come_through_generically() -> None:
     trace = Newer("q", None, "full", None, 100, mmr={"lambda": 0.5, "dropped": ["x"]})
     out = tracing.recall_trace(RecallResult("q", None, 100, 0), trace, [])
     assert [s for s in out["steps"] if s["name"] == "mmr"] == [
-        {"name": "mmr", "data": {"lambda": 0.5, "dropped": ["x"]}}]
+        {"name": "mmr", "data": {"lambda": 0.5, "dropped": ["x"]}, "text": None, "idle": False}]
     assert "replay" not in {s["name"] for s in out["steps"]}, "evaluation state is never shown"
+    # A step the trace has words for says them; one that had nothing to do is idle.
+    trace.deprecated = "2 chunk(s) with a deprecation notice, at 0.5 of their merit"
+    trace.clipped = (80, 1100)
+    steps = {s["name"]: s for s in tracing.recall_trace(RecallResult("q", None, 100, 0), trace,
+                                                        [])["steps"]}
+    assert steps["deprecated"]["text"] == trace.deprecated and not steps["deprecated"]["idle"]
+    assert steps["clipped"]["text"] == ("the last is a part of its chunk, 80 of 1100 characters, "
+                                        "cut to fit the room left")
+    assert steps["navigation"] == {"name": "navigation", "data": "", "text": None, "idle": True}
+    assert steps["unfound"]["idle"] and steps["redundant"]["idle"]
+    # The same words as the trace's text (what `engram trace` prints).
+    assert steps["clipped"]["text"] in trace.format()
 
 
 def test_memory_fields_deny_other_scopes(api_server: ApiServer, corpus: Corpus) -> None:  # noqa: F811

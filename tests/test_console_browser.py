@@ -12,6 +12,7 @@ injected from node_modules) and by keyboard; screenshots go to .cache/console-sc
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -160,6 +161,23 @@ def test_recall_workbench_shows_the_trace_lanes(browser: WebDriver, server: ApiS
     assert browser.find_elements(By.CSS_SELECTOR, "g.lines line"), "no lines from lanes to fusion"
     assert browser.find_elements(By.CSS_SELECTOR, ".bar span"), "no timing bar"
     assert "bm25-only" in browser.find_element(By.ID, "study-h").find_element(By.XPATH, "..").text
+    # The steps without a typed field say what they did in words (the JSON behind a
+    # disclosure); those with nothing to do are one line, not empty cards of "" and [].
+    cards = {e.get_attribute("data-step"): e for e in
+             browser.find_elements(By.CSS_SELECTOR, ".card.step")}
+    assert "learned ranker" not in cards and "ranker" in cards, sorted(cards)
+    assert cards["ranker"].find_element(By.TAG_NAME, "h3").text == "Learned ranker"
+    assert "candidate" in cards["ranker"].find_element(By.CSS_SELECTOR, "p.said").text
+    assert cards["ranker"].find_elements(By.CSS_SELECTOR, "details pre")
+    idle = browser.find_element(By.ID, "idle-steps").text
+    assert idle.startswith("Nothing to do this time:") and "Deprecated pages" in idle
+    assert not {"deprecated", "navigation"} & set(cards)
+    trace_text = browser.find_element(By.ID, "trace-text")
+    trace_text.find_element(By.TAG_NAME, "summary").click()
+    assert "1. candidate pools" in trace_text.text and "5. budget:" in trace_text.text
+    # Boxes name a chunk by its title (and section), its id left to the tooltip.
+    boxes = [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".picture g.box text")]
+    assert boxes and not any(re.search(r"#[0-9a-f]{8}-", b) for b in boxes), boxes
     axe(browser, "recall")
     shot(browser, "02-recall-workbench")
 

@@ -108,7 +108,7 @@ def test_recall_and_trace_never_serve_a_profile_of_an_entity_the_reader_cannot_r
     result, trace = recaller.trace(board_only, question)
     prepared, prepared_trace = recaller.prepare(board_only, question)
     for shown in (result.rendered, trace.format(), prepared.rendered, prepared_trace.format()):
-        assert HIDDEN_NAME not in shown and WORD not in shown and str(pid)[:8] not in shown
+        assert HIDDEN_NAME not in shown and WORD not in shown and str(pid)[-8:] not in shown
     # The control: a reader of both scopes is served the profile.
     result, trace = recaller.trace(t.identity("both", read=("board", "hr")), question)
     assert HIDDEN_NAME in result.rendered and HIDDEN_NAME in trace.format()

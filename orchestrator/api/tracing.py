@@ -64,7 +64,7 @@ def plan_shapes() -> list[dict[str, Any]]:
 def trace_item(it: TraceItem) -> dict[str, Any]:
     return {"key": it.key, "kind": it.kind, "label": it.label, "direct": it.direct,
             "pinned": it.pinned, "lanes": json_value(it.lanes), "rrf": it.rrf,
-            "rerank": it.rerank, "merit": it.merit}
+            "rerank": it.rerank, "merit": it.merit, "section": it.section}
 
 
 def json_value(value: Any) -> Any:
@@ -130,7 +130,15 @@ def recall_trace(result: Any, trace: Trace, evidence: list[dict[str, Any]]) -> d
         "touchedClaims": trace.touched_claims,
         "receiptId": str(trace.receipt_id) if trace.receipt_id else None,
         "embeddingModel": trace.embedding_model or None,
-        "steps": [{"name": f.name, "data": _step(f.name, getattr(trace, f.name))}
-                  for f in dataclasses.fields(trace)
-                  if f.name not in NAMED | UNSHOWN and getattr(trace, f.name) is not None],
+        "steps": _steps(trace),
     }
+
+
+def _steps(trace: Trace) -> list[dict[str, Any]]:
+    """Every trace field without a typed place, with its words (``Trace.said``): a step the
+    trace has words for and that said nothing is idle."""
+    said = trace.said()
+    return [{"name": f.name, "data": _step(f.name, getattr(trace, f.name)),
+             "text": said.get(f.name), "idle": f.name in said and said[f.name] is None}
+            for f in dataclasses.fields(trace)
+            if f.name not in NAMED | UNSHOWN and getattr(trace, f.name) is not None]

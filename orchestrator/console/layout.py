@@ -8,15 +8,37 @@ place. ``lineage_picture`` lays a lineage out by depth, one column per step from
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-COL_W = 170
-BOX_W = 140
+COL_W = 220
+BOX_W = 190
 ROW_H = 26
 TOP = 44
 PER_COLUMN = 12
-LABEL_CHARS = 20
+LABEL_CHARS = 29
+# A chunk's trace label ends with its full id ("Title #<uuid>"): the box leaves it to the
+# tooltip and says the section instead, so a document's chunks do not all read alike.
+_CHUNK_ID = re.compile(r" #[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+# Card titles of the trace steps without a typed field (``TraceStep``); a step not named
+# here (a newer one) is titled by its name.
+STEP_TITLES = {
+    "plan_note": "Plan", "embedding_cached": "Query embedding", "narrower": "Narrower titles",
+    "catalogs": "Catalogs asked for", "unfound": "Titles no lane found",
+    "ranker": "Learned ranker", "ppr": "Personalized PageRank", "ranking": "Ranking model",
+    "model_id": "Tenant's model", "direct_lost": "Direct subjects' other chunks",
+    "diversity": "Diversity (MMR)", "named_day": "Days the question names",
+    "navigation": "Navigation pages", "deprecated": "Deprecated pages",
+    "redundant": "Redundant derived items", "clipped": "Part cut to fit",
+    "needed_tokens": "Budget too small", "usage_rows": "Usage ledger",
+}
+
+
+def step_title(name: str) -> str:
+    return STEP_TITLES.get(name, name.replace("_", " "))
+
+
 # Colour per lane: distinct, and dark enough for white-on-colour text (contrast >= 4.5).
 PALETTE = ("#1f5fa8", "#a3431b", "#2d6a2e", "#7b3fa0", "#8a5a00", "#0f6b6b", "#9c2f5f",
            "#4a5a14", "#5a4fb0", "#7a3b2e", "#2b5d7a", "#6b4c1e")
@@ -60,6 +82,17 @@ class Picture:
     cut_label: str = ""
 
 
+def box_text(item: dict[str, Any]) -> str:
+    """What a trace item's box says: its title and section, its id left to the tooltip."""
+    title = _CHUNK_ID.sub("", item["label"])
+    return short(f"{title} › {item['section']}" if item.get("section") else title)
+
+
+def box_title(item: dict[str, Any]) -> str:
+    """The box's tooltip: the whole label, and the section."""
+    return str(item["label"]) + (f" (section: {item['section']})" if item.get("section") else "")
+
+
 def _rank(item: dict[str, Any], lane: str) -> Any:
     lanes = item.get("lanes") or {}
     return lanes.get(f"{lane}_rank", lanes.get("title_rank") if lane == "title" else None)
@@ -85,15 +118,15 @@ def trace_picture(trace: dict[str, Any]) -> Picture:
         for r, it in enumerate(shown):
             y = TOP + r * ROW_H
             rank = _rank(it, pool["lane"])
-            pic.boxes.append(Box(x, y, f"{rank if rank is not None else r + 1}. {short(it['label'])}",
-                                 it["label"], color, it["key"]))
+            pic.boxes.append(Box(x, y, f"{rank if rank is not None else r + 1}. {box_text(it)}",
+                                 box_title(it), color, it["key"]))
             if it["key"] in fused_at:
                 pic.lines.append(Line(x + BOX_W, y + 10, fused_x, fused_at[it["key"]] + 10, color))
     pic.columns.append({"x": fused_x, "title": "fused (RRF)", "color": "#333333",
                         "note": f"{len(trace['fused'])} candidates"})
     for n, it in enumerate(fused):
-        pic.boxes.append(Box(fused_x, TOP + n * ROW_H, f"{n + 1}. {short(it['label'])}",
-                             f"{it['label']} (rrf {it['rrf']:.4f})", "#333333", it["key"]))
+        pic.boxes.append(Box(fused_x, TOP + n * ROW_H, f"{n + 1}. {box_text(it)}",
+                             f"{box_title(it)} (rrf {it['rrf']:.4f})", "#333333", it["key"]))
     final_at = {it["key"]: TOP + n * ROW_H for n, it in enumerate(ordered)}
     for key, y in fused_at.items():
         if key in final_at:
@@ -102,8 +135,8 @@ def trace_picture(trace: dict[str, Any]) -> Picture:
                         "note": f"kept {trace['kept']} of {len(trace['ordered'])}"})
     for n, it in enumerate(ordered):
         kept = n < trace["kept"]
-        pic.boxes.append(Box(final_x, TOP + n * ROW_H, f"{n + 1}. {short(it['label'])}",
-                             f"{it['label']} (merit {it['merit']:.3f})"
+        pic.boxes.append(Box(final_x, TOP + n * ROW_H, f"{n + 1}. {box_text(it)}",
+                             f"{box_title(it)} (merit {it['merit']:.3f})"
                              + (" direct subject" if it["direct"] else ""),
                              "#1d5e20" if kept else "#6b6b6b", it["key"],
                              note="kept" if kept else "cut"))

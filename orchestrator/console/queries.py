@@ -6,9 +6,9 @@ ME = "{ me { orgId userId readScopes writeScopes roles } }"
 
 EVIDENCE = """text provenance kind author scopes { name } source { collection path title }
   documentId itemTable itemId"""
-ITEM = "key kind label direct pinned lanes rrf rerank merit"
+ITEM = "key kind label direct pinned lanes rrf rerank merit section"
 TRACE = f"""shape question asker mode sessionId budgetTokens usedTokens kept rendered neededTokens
-  statements
+  statements text
   evidence {{ {EVIDENCE} }}
   timings {{ stage ms }} corpusChunks corpusAvgLength seeds
   pools {{ lane items {{ {ITEM} }} }}
@@ -18,7 +18,7 @@ TRACE = f"""shape question asker mode sessionId budgetTokens usedTokens kept ren
   precedence {{ action reason item {{ {ITEM} }} }}
   ordered {{ {ITEM} }}
   suppressed {{ label twin similarity }}
-  touchedClaims receiptId steps {{ name data }}"""
+  touchedClaims receiptId steps {{ name data text idle }}"""
 
 RECALL_FORM = "{ planShapes { name lanes rerank } }"
 

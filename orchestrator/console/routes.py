@@ -92,7 +92,9 @@ class Console:
         self.env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=2, sort_keys=True,
                                                                  default=str)
         self.env.filters["short"] = layout.short
+        self.env.filters["step_title"] = layout.step_title
         self.env.globals["nothing_served"] = nothing_served
+        self.env.globals["box_w"] = layout.BOX_W
         self._discovery: dict[str, Any] | None = None
 
     # --- identity ------------------------------------------------------------------
@@ -568,7 +570,7 @@ class Console:
             def key(t: str, r: Any) -> tuple[str, str]:
                 return (t, json.dumps(r, sort_keys=True))
             nodes = [{"table": n["table"], "id": json.dumps(n["rowId"], sort_keys=True),
-                      "label": f"{n['table']} {str(n['rowId'].get('id', n['rowId']))[:8]} · events "
+                      "label": f"{n['table']} {str(n['rowId'].get('id', n['rowId']))[-8:]} · events "
                                + ",".join(map(str, n["eventSeqs"][-3:]))} for n in found["nodes"]]
             edges = [{"derived": key(e["derivedTable"], e["derivedRowId"]),
                       "source": key(e["sourceTable"], e["sourceRowId"])}

@@ -692,8 +692,13 @@ class Recaller:
                                                         s.recall_navigation_discount < 1.0))
             # After the ranker: its features know no catalog, and the bit is the question's.
             trace.catalogs = named_catalogs(req.question, candidates)
-            ordered, trace.redundant, dropped = served_once(order(candidates),
-                                                            s.recall_duplicate_similarity)
+            ordered, redundant, dropped = served_once(order(candidates),
+                                                      s.recall_duplicate_similarity)
+            if redundant:  # the trace names them as its other lines do, by label
+                named = {k for key, holder, _ in redundant for k in (key, holder)}
+                labels = {c.key: item(c).label for c in candidates if c.key in named}
+                trace.redundant = [(labels.get(key, key), labels.get(holder, holder), raised)
+                                   for key, holder, raised in redundant]
             if s.recall_diverse:
                 started = time.perf_counter()
                 ordered, deferred = diversify(ordered, s.recall_mmr_lambda, s.recall_mmr_doc_cap,

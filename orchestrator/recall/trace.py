@@ -31,6 +31,7 @@ class TraceItem:
     rrf: float
     rerank: float | None
     merit: float
+    section: str = ""  # the innermost heading a chunk stands under ("" for none)
 
 
 def item(c: Candidate) -> TraceItem:
@@ -38,11 +39,15 @@ def item(c: Candidate) -> TraceItem:
         label = f"{one_line(c.source.title)} #{c.chunk_id}"  # a title cannot break a line
     elif c.item_id is not None:
         snippet = " ".join(c.text.split())
-        label = f"{c.kind} {str(c.item_id)[:8]}: {snippet[:48]}{'...' if len(snippet) > 48 else ''}"
+        # The id's last eight digits: its first eight are a UUIDv7's clock, the same for
+        # every row written in the same minute ("fact 01a24fbe", "profile 01a24fbe", ...).
+        label = (f"{c.kind} {str(c.item_id)[-8:]}: {snippet[:48]}"
+                 f"{'...' if len(snippet) > 48 else ''}")
     else:
         label = c.kind
+    section = c.source.section[-1][1] if c.source is not None and c.source.section else ""
     return TraceItem(c.key, c.kind, label, c.direct, c.pinned, dict(c.lanes), c.rrf, c.rerank,
-                     c.merit)
+                     c.merit, one_line(section))
 
 
 @dataclass
@@ -94,14 +99,60 @@ class Trace:
     # The registered model and activation the question was embedded with (name@generation).
     embedding_model: str = ""
 
+    def said(self) -> dict[str, str | None]:
+        """What each step beyond the pools, fusion, order and budget did, in the words
+        ``format`` prints: a step's field name to its sentence, None when it had nothing to
+        do this time. GraphQL's ``TraceStep.text`` (the console's cards) reads it too."""
+        report = self.ranking
+        timings = ", ".join(f"{k} {v:.1f} ms" for k, v in (report.timings_ms or {}).items())
+        return {
+            "plan_note": self.plan_note or None,
+            "embedding_cached": ("from the cache (this tenant, this model)"
+                                 if self.embedding_cached else "computed"),
+            "narrower": ("titles the question names inside a longer phrase another found title "
+                         "holds (no direct subjects): " + ", ".join(
+                             f"{title!r} ({phrase!r}, of {other!r})"
+                             for title, phrase, other in self.narrower)
+                         if self.narrower else None),
+            "catalogs": ("catalogs the question asks for by name (direct subjects): "
+                         + ", ".join(k.replace("_", " ") for k in self.catalogs)
+                         if self.catalogs else None),
+            "unfound": ("one-word titles the question names whose pages neither the dense nor "
+                        "the lexical lane found (no direct subjects): "
+                        + ", ".join(repr(title) for title in self.unfound)
+                        if self.unfound else None),
+            "ranker": self.ranker or None,
+            "ppr": self.ppr or None,
+            "ranking": (f"ordered by {report.model or 'the fused score (no learned model)'}"
+                        + (f"; {timings}" if timings else "")
+                        if report.model or timings else None),
+            "model_id": (f"the tenant's own ranking model {self.model_id}"
+                         if self.model_id else None),
+            "direct_lost": (f"{self.direct_lost} more chunk(s) of the direct subjects compete "
+                            "on merit (their best chunks come first)"
+                            if self.direct_lost else None),
+            "diversity": self.diversity or None,
+            "named_day": self.named_day or None,
+            "navigation": self.navigation or None,
+            "deprecated": self.deprecated or None,
+            "redundant": "\n".join(self._redundant()) or None,
+            "clipped": (f"the last is a part of its chunk, {self.clipped[0]} of "
+                        f"{self.clipped[1]} characters, cut to fit the room left"
+                        if self.clipped else None),
+            "needed_tokens": (f"nothing fits: the first needs a budget of at least "
+                              f"{self.needed_tokens} tokens" if self.needed_tokens else None),
+            "usage_rows": (f"{self.usage_rows} usage row(s) queued (written in the background)"
+                           if self.usage_rows else None),
+        }
+
     def format(self) -> str:
+        said = self.said()
         lines = [f"recall trace: {self.question!r}" + (f" asked by {self.asker}" if self.asker
                                                         else ""),
                  f"plan {self.plan}; mode {self.mode or 'none'}; budget {self.budget_tokens} "
                  f"tokens; {self.statements} statement(s) after binding the identity"
                  + (f"; working memory of session {self.session!r}" if self.session else "")]
-        lines.append("query embedding: " + ("from the cache (this tenant, this model)"
-                                            if self.embedding_cached else "computed")
+        lines.append(f"query embedding: {said['embedding_cached']}"
                      + (f"; {self.plan_note}" if self.plan_note else ""))
         if self.embedding_model:
             lines.append(f"question embedded by {self.embedding_model} (the active model, "
@@ -120,18 +171,8 @@ class Trace:
                              f"{title!r} (its rarest word in {df} of the {others} chunks "
                              "outside it)"
                              for title, df, others in sorted(self.corpus["common_titles"])))
-        if self.narrower:
-            lines.append("titles the question names inside a longer phrase another found title "
-                         "holds (no direct subjects): " + ", ".join(
-                             f"{title!r} ({phrase!r}, of {other!r})"
-                             for title, phrase, other in self.narrower))
-        if self.catalogs:
-            lines.append("catalogs the question asks for by name (direct subjects): "
-                         + ", ".join(k.replace("_", " ") for k in self.catalogs))
-        if self.unfound:
-            lines.append("one-word titles the question names whose pages neither the dense nor "
-                         "the lexical lane found (no direct subjects): "
-                         + ", ".join(repr(title) for title in self.unfound))
+        lines.extend(line for line in (said["narrower"], said["catalogs"], said["unfound"])
+                     if line)
         if self.corpus.get("seeds") is not None:
             # Two entities may share a name (spaCy typed "Installs" a place and an
             # organisation): one name, with how many entities carry it.
@@ -187,24 +228,22 @@ class Trace:
                          (" [direct]" if it.direct else ""))
         for dropped, twin, sim in self.suppressed:
             lines.append(f"     suppressed {dropped}: near-duplicate of {twin} ({sim:.3f})")
-        for key, holder, raised in self.redundant:
-            lines.append(f"     dropped {key}: its text is in {holder}, "
-                         + ("which takes its place" if raised else "ranked above it"))
+        lines.extend(f"     {dropped}" for dropped in self._redundant())
         lines.append(f"5. budget: kept the first {self.kept} of {len(self.ordered)}, "
                      f"{self.used_tokens} of {self.budget_tokens} tokens"
-                     + (f"; the last is a part of its chunk, {self.clipped[0]} of "
-                        f"{self.clipped[1]} characters, cut to fit the room left"
-                        if self.clipped else "")
-                     + (f"; nothing fits: the first needs a budget of at least "
-                        f"{self.needed_tokens} tokens" if self.needed_tokens else ""))
+                     + "".join(f"; {said[k]}" for k in ("clipped", "needed_tokens") if said[k]))
         lines.append(f"6. side effects: {self.touched_claims} fact access counter(s) to bump "
                      "(in the background); "
                      + (f"receipt {self.receipt_id}" if self.receipt_id else "no receipt")
-                     + (f"; {self.usage_rows} usage row(s) queued (written in the background)"
-                        if self.usage_rows else "")
+                     + (f"; {said['usage_rows']}" if said["usage_rows"] else "")
                      + f" ({self.side_effect_statements} statement(s))")
         lines.append("timings: " + ", ".join(f"{k} {v:.1f} ms" for k, v in self.timings_ms.items()))
         return "\n".join(lines)
+
+    def _redundant(self) -> list[str]:
+        return [f"dropped {key}: its text is in {holder}, "
+                + ("which takes its place" if raised else "ranked above it")
+                for key, holder, raised in self.redundant]
 
     @staticmethod
     def _num(v: Any) -> str:
