@@ -252,6 +252,8 @@ def test_operations_and_charts(browser: WebDriver, server: ApiServer, corpus: Co
     queue = wait(browser).until(ec.presence_of_element_located((By.ID, "queue")))
     assert "sources.chunks" in queue.text
     assert browser.find_element(By.ID, "runs")
+    # The device the models run on, as chosen ("auto" said nothing about it).
+    assert re.match(r"(cpu|cuda\S*) \(", browser.find_element(By.ID, "device").text)
     axe(browser, "operations")
     shot(browser, "11-operations")
     browser.find_element(By.LINK_TEXT, "Charts").click()

@@ -86,7 +86,9 @@ def bind(query: QueryType, mutation: MutationType) -> list[ObjectType]:
         ctx = _ctx(info)
         # The recaller's reranker, only if a recall already loaded it: asking never loads one.
         reranker = getattr(ctx.recaller, "_reranker", None) if ctx.recaller is not None else None
-        return as_graphql(operations.model_status(ctx.session, ctx.settings, reranker))
+        embedder = getattr(ctx.recaller, "_embedder", None) if ctx.recaller is not None else None
+        return as_graphql(operations.model_status(ctx.session, ctx.settings, reranker,
+                                                  getattr(embedder, "device", None)))
 
     @query.field("recallLatency")
     def resolve_recall_latency(_: None, info: Any) -> dict[str, Any]:

@@ -111,10 +111,11 @@ class ModelStatus:
     device: str | None
 
 
-def model_status(session: Session, settings: Settings, reranker: Any | None) -> ModelStatus:
+def model_status(session: Session, settings: Settings, reranker: Any | None,
+                 device: Any | None = None) -> ModelStatus:
     """The configured models, the database's registry, and what this process has loaded
     (``reranker`` is the recaller's cross-encoder once a recall has loaded it, else None:
-    asking never loads a model)."""
+    asking never loads a model; ``device`` the loaded embedder's ``DeviceChoice``)."""
     registry = [RegisteredModel(r.name, r.dimension, r.active, r.activated_at)
                 for r in session.execute(text(
                     "select name, dimension, active, activated_at from worker.embedding_models "
@@ -126,7 +127,8 @@ def model_status(session: Session, settings: Settings, reranker: Any | None) -> 
         loaded=reranker is not None,
         reranker_available=bool(reranker.available) if reranker is not None else None,
         reranker_note=getattr(reranker, "note", None) if reranker is not None else None,
-        device=settings.device)
+        device=(f"{device.device} ({device.reason})" if device is not None
+                else settings.device or "auto: chosen when the embedding model loads"))
 
 
 class LatencyLog:
