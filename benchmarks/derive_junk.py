@@ -12,7 +12,8 @@ is code, a URL, markup, numbers or a log line once its inline code and links are
 masked as extraction masks them (``orchestrator.derive.quality.statement_junk``),
 and observations whose text another observation already says (served twice); and the
 RAPTOR and community summaries with a sentence that is junk so, a list of links
-(``quality.link_list``) or part of an HTML comment. Up to
+(``quality.link_list``) or part of an HTML comment, and those with Markdown markup a
+reader never sees (a heading's hashes, a list marker, bold, a link's target). Up to
 ``--examples`` junk items per kind are printed.
 
     .venv/bin/python benchmarks/derive_junk.py [--folder PATH] [--examples 5]
@@ -21,6 +22,7 @@ RAPTOR and community summaries with a sentence that is junk so, a list of links
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import uuid
 from collections import Counter
@@ -36,6 +38,11 @@ from orchestrator.derive.quality import link_list, plausible_entity, statement_j
 from orchestrator.derive.summarize import split_sentences
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "markdown"
+
+
+# Markdown a reader never sees, in a summary: a heading's hashes, a list marker opening a
+# sentence, bold, a link's target.
+_MARKUP = re.compile(r"(?:^|\s)#{1,6}\s|(?:^|[.!?:]\s)[-*+]\s|\*\*|\]\(")
 
 
 def count(app: object, org: str, examples: int) -> tuple[dict[str, int], list[str]]:
@@ -80,6 +87,10 @@ def count(app: object, org: str, examples: int) -> tuple[dict[str, int], list[st
         tally("facts", "fact", f, statement_junk(f))
     figures["summaries (RAPTOR, communities)"] = len(summaries)
     for x in summaries:
+        if _MARKUP.search(x):
+            figures["summaries with markup"] += 1
+            if figures["summaries with markup"] <= examples:
+                shown.append(f"summary (markup) {x[:90]!r}")
         tally("summaries", "summary", x, next(
             (r for r in (statement_junk(s) or ("link list" if link_list(s) else None)
                          or ("html comment" if "<!--" in s or "-->" in s else None)
@@ -119,7 +130,7 @@ def main() -> None:
     keys = list(rows["before (gates off)"].keys() | rows["after (gates on)"].keys())
     order = ["entities", "junk entities", "profiles", "junk profiles", "recallable observations",
              "junk observations", "repeated observations", "facts (distinct sentences)", "junk facts",
-             "summaries (RAPTOR, communities)", "junk summaries"]
+             "summaries (RAPTOR, communities)", "junk summaries", "summaries with markup"]
     keys = [k for k in order if k in keys]
     print(f"\n{'':28s} {'before':>8s} {'after':>8s}")
     for k in keys:

@@ -375,6 +375,29 @@ def test_a_leaf_is_summarised_from_the_text_a_reader_sees(
     assert any(sentence in said for v in TOPICS.values() for sentence in v), said
 
 
+def test_a_summary_reads_as_prose_not_markdown(
+        app_engine: Engine, team: TenantFixture, embedder: Any, settings: Settings) -> None:
+    """undici's API reference: summaries read "#### Example - Client connect event. * **upstream**
+    `string` - It should only include the **protocol, hostname, and port**." A heading labels
+    a section and is no sentence; a list item's marker, emphasis and a link's target are
+    markup a reader never sees."""
+    ident = team.identity(write=("team",))
+
+    def marked(body: str) -> str:
+        first, rest = body.split(" ", 1)
+        return (f"#### Example - Harbour Lights Overview\n\n* **{first}** {rest}\n"
+                f"- [x] See [the notes](notes.md#harbour) for *more* on this.")
+
+    topics = {k: [marked(body) for body in v] for k, v in TOPICS.items()}
+    write_documents(app_engine, ident, embedder, _corpus(topics=topics), settings)
+    with bound_session(app_engine, ident) as s:
+        build(s, settings=_small(settings, raptor_summary_sentences=6))
+    said = " ".join(n.summary for n in _nodes(app_engine, ident).values())
+    assert said and not any(x in said for x in ("#", "**", "* ", "](", "[x]", "Harbour Lights")), said
+    # The items' prose, as a reader sees it.
+    assert any(sentence in said for v in TOPICS.values() for sentence in v), said
+
+
 def test_killed_run_rolls_back_and_the_restart_completes(app_engine: Engine, admin_engine: Engine,
                                                          team: TenantFixture, embedder: Any,
                                                          settings: Settings) -> None:

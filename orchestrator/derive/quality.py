@@ -215,6 +215,35 @@ def reader_text(text: str) -> str:
     return _REF_DEF.sub(_blank, mask_html_comments(text))
 
 
+# An ATX heading's line; a list item's or a quote's opening marker (with a task box); where
+# a list item opens a line (it starts a sentence of its own).
+_HEADING = re.compile(r"^[ \t]{0,3}#{1,6}(?:[ \t][^\n]*)?$", re.M)
+_OPENING_MARKER = re.compile(r"^[ \t]*(?:(?:[-*+]|\d{1,9}[.)])[ \t]+(?:\[[ xX]\][ \t]+)?|>[ \t]*)+",
+                             re.M)
+_ITEM_LINE = re.compile(r"\n(?=[ \t]*(?:[-*+]|\d{1,9}[.)])[ \t])")
+
+
+def prose_sentences(text: str) -> list[tuple[str, str]]:
+    """The sentences of a passage of Markdown as written and as a reader sees them:
+    ``(written, shown)`` pairs. A heading is no sentence (it labels a section, it states
+    nothing: "#### Example - Client connect event" was a summary's sentence); each list
+    item starts one of its own; ``shown`` is ``inline_text`` of it, without its list or
+    quote marker (no emphasis markers, a link's text without its target). Judge a sentence
+    on ``written`` (a code block is recognised by its fences), serve ``shown``."""
+    from orchestrator.derive.summarize import split_sentences
+
+    for pattern, by in ((_HEADING, ""), (_ITEM_LINE, "\n\n"), (_OPENING_MARKER, "")):
+        fences = code_fences(text)  # a code block's lines stay as written
+        text = pattern.sub(lambda m, f=fences, b=by: m.group() if any(  # type: ignore[misc]
+            a <= m.start() < e for a, e in f) else b, text)
+    out = []
+    for written in split_sentences(text):
+        shown = inline_text(written)
+        if shown:
+            out.append((written, shown))
+    return out
+
+
 # A word shaped like code: a capital after its first letter ("EventEmitter", "readFile",
 # "HMAC") or an underscore.
 _CODE_SHAPED = re.compile(r"\b(?:[A-Za-z][a-z0-9]*[A-Z]\w*|[A-Za-z]\w*_\w*)\b")

@@ -71,7 +71,7 @@ from orchestrator.config import Settings, get_settings
 from orchestrator.db.knowledge_models import FactContent, RaptorNode, current_claims
 from orchestrator.db.models import EMBEDDING_DIMENSION, Chunk, Document
 from orchestrator.derive import poison
-from orchestrator.derive.quality import plausible_statement, reader_text
+from orchestrator.derive.quality import plausible_statement, prose_sentences, reader_text
 from orchestrator.derive.summarize import Summarizer, get_summarizer, split_sentences
 from orchestrator.errors import BadInput
 
@@ -96,7 +96,10 @@ EMPTY_SUMMARY = "A group of related passages."
 # text is cut into sentences (Node.js's API reference keeps each method's change history in
 # a comment, and a sentence cut from its middle read "<!-- YAML added: v0.5.8 changes: -
 # version: v5.0.0 pr-url: ...").
-SENTENCES = "+prose2"
+# "+prose3" (stop 49): as a reader sees it: a heading is no sentence, a list item starts one,
+# and a sentence is served without Markdown markers, emphasis or link targets (a summary
+# read "#### Example - Client connect event. * **upstream** `string` - ...").
+SENTENCES = "+prose3"
 _BATCH = 5000
 _UUIDS = ARRAY(UUID(as_uuid=True))
 
@@ -545,13 +548,17 @@ def _sentences(tree: _Tree, node: _Node, texts: dict[uuid.UUID, str], cfg: Rapto
     """What a node is summarised from: a leaf's members' prose sentences
     (``quality.plausible_statement``: no code block, table row, log line, list of links or
     number soup; a leaf with none keeps them all), cut from the text a reader sees
-    (``quality.reader_text``: no HTML comment or link reference definition); every sentence
+    (``quality.reader_text``: no HTML comment or link reference definition) and served as
+    a reader sees them (``quality.prose_sentences``: no heading, no Markdown markers, emphasis
+    or link targets; judged as written); every sentence
     of the text as stored with ``prose_only`` off; a higher node's children's summaries."""
     if node.level == 0:
-        read = reader_text if cfg.prose_only else str
-        said = [s for i in sorted(node.chunks) + sorted(node.facts)
-                for s in split_sentences(read(texts[i]))]
-        return ([s for s in said if plausible_statement(s)] or said) if cfg.prose_only else said
+        members = sorted(node.chunks) + sorted(node.facts)
+        if not cfg.prose_only:
+            return [s for i in members for s in split_sentences(texts[i])]
+        said = [pair for i in members for pair in prose_sentences(reader_text(texts[i]))]
+        return [shown for written, shown in said if plausible_statement(written)] or [
+            shown for _, shown in said]
     return [s for k in tree.children(node) for s in split_sentences(k.summary)]
 
 
