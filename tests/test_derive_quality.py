@@ -615,6 +615,24 @@ def test_a_heading_of_ordinary_words_or_an_adjective_by_its_place_names_only_a_k
     assert "String" not in said, said
 
 
+def test_a_headings_label_before_a_dash_names_only_a_known_entity():
+    """undici's API reference (rules 22): "#### Example - Basic MockAgent instantiation" and
+    "#### Example 2 - Dispatch Upgrade Request" made an organisation "Example" (19 claims)
+    and "Example 2". A title-case word (or word and number) that opens a heading before a
+    dash or colon labels what follows; a name there is still one where its document writes
+    it inside a sentence too."""
+    from orchestrator.derive import nlp
+
+    body = ("### Example - Basic MockAgent instantiation\n\nThe agent is created once.\n\n"
+            "#### Example 2 - Dispatch Upgrade Request\n\nThe request is upgraded.\n\n"
+            "## Lena - onboarding notes\n\nOn Monday Lena books the venue.\n")
+    text, doc, _ = _parsed(body)
+    for word, weak in [("Example", True), ("Example 2", True), ("Lena", False)]:
+        at = body.index(word)
+        span = doc.char_span(at, at + len(word))
+        assert nlp._list_opener(span, body, text) is weak, word
+
+
 def test_a_list_items_label_or_short_value_names_only_a_known_entity():
     """npm's docs (rules 16): every setting is listed as "* Default: false", "* Type:
     Boolean", "* Type: null or String", and the small model read the type names as a group

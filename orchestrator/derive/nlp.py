@@ -256,8 +256,9 @@ def crosses_block(written: str, start: int, end: int) -> bool:
 _WORD = re.compile(r"[^\W\d_]+")
 # A capitalised word inside a sentence: after a letter or digit (and a comma, semicolon
 # or closing parenthesis), never after a full stop or a colon (a label's value: "Type:
-# Boolean", "Default: Public" capitalise by their place).
-_INSIDE = re.compile(r"[^\W_][,;)]? +([A-Z][^\W\d_A-Z]+)(?![^\W\d_])")
+# Boolean", "Default: Public" capitalise by their place). A lookahead, so that each of a run
+# of capitalised words counts ("met Ann Walker": Walker too; "On Monday Lena").
+_INSIDE = re.compile(r"(?=[^\W_][,;)]? +([A-Z][^\W\d_A-Z]+)(?![^\W\d_]))")
 
 
 @lru_cache(maxsize=16)
@@ -482,20 +483,27 @@ _OPENER_PREFIX = re.compile(rf"[ \t]*(?:#{{1,6}}|{_LIST_MARKER}){_BOX_AND_EMPHAS
 def _list_opener(span: Any, written: str, context: str | None) -> bool:
     """Whether a one-word mention is the capitalised first word of a list item or a heading
     with a lower-case word after it ("- Budget owner for the contract", "3. Flip reads per
-    cohort", "### Cutover plan", "- [x] Schema registry: yes"): its place capitalises it,
+    cohort", "### Cutover plan", "- [x] Schema registry: yes"), or a dash or colon ("####
+    Example - Basic MockAgent instantiation"): its place capitalises it,
     so it is no evidence of a name, and the small model types such words as people and
     organisations. Unless ``context`` capitalises it inside a sentence too (a name is
     capitalised wherever it stands), the mention names an entity only where one of that
     name is known already (``Entity.weak``: extraction resolves it, never makes it), so
     "- Lena books the venue" still names a known Lena."""
-    if not _title_word(span):
+    numbered = len(span) == 2 and span[1].like_num  # "#### Example 2 - Dispatch Upgrade"
+    if not (_title_word(span) or (numbered and _title_case(span[0].text))):
         return False
     word = span[0].text
     line_start = written.rfind("\n", 0, span.start_char) + 1
     if not _OPENER_PREFIX.fullmatch(written, line_start, span.start_char):
         return False
     after = next((t for t in span.doc[span.end:span.end + 3] if not t.is_space), None)
-    if after is None or not (after.text.isalpha() and after.text.islower()):
+    # A lower-case word follows ("### Cutover plan"), or a dash or colon that makes the word
+    # a label of what follows ("#### Example - Request resolves before Client closes",
+    # "### Note: ..."; undici's reference had an organisation "Example" of 19 claims).
+    label = after is not None and (after.text in _DASHES or after.text == ":")
+    if after is None or not (label or (not numbered and after.text.isalpha()
+                                       and after.text.islower())):
         return False
     return word not in _vocabulary(context if context is not None else span.doc.text)[1]
 
