@@ -63,7 +63,7 @@ ENTITY_TYPES = {
 }
 # Bumped whenever the rules below change what a chunk yields, so every chunk read under
 # older rules is read again (its stale claims retracted, the new ones written).
-RULES_VERSION = "rules-21"  # 4: markup masked over the whole document (stop 25); 5: a claim's
+RULES_VERSION = "rules-22"  # 4: markup masked over the whole document (stop 25); 5: a claim's
 # sentence keeps its inline code, and a blank line ends a sentence (stop 26); 6: inline code
 # that wraps over a line break is code, MyST roles and targets are markup, no name or sentence
 # runs over two Markdown blocks, names lose trailing punctuation and a leading "E.g." (stop 27);
@@ -108,7 +108,10 @@ RULES_VERSION = "rules-21"  # 4: markup masked over the whole document (stop 25)
 # parts is a name, and a claim's sentence reads it as it renders ("CHECK_NOT_NULL";
 # ``quality.escaped_identifiers``), and an Obsidian wikilink reads as the page it names
 # ("[[Priya Raman|Priya]]" is "Priya Raman"; its anchor and alias masked, an embed whole;
-# ``markdown.WIKILINK``, stop 48)
+# ``markdown.WIKILINK``, stop 48); 22: a heading's opening word, or word and number, before a
+# dash or colon labels what follows ("#### Example 2 - Dispatch Upgrade Request"), and each
+# word of a run of capitals counts as capitalised inside a sentence ("met Ann Walker")
+# (``_list_opener``, ``_INSIDE``, stop 49)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
