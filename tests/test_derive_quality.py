@@ -615,6 +615,28 @@ def test_a_heading_of_ordinary_words_or_an_adjective_by_its_place_names_only_a_k
     assert "String" not in said, said
 
 
+def test_prose_sentences_read_as_a_reader_sees_them():
+    """A summary's sentences (RAPTOR, stop 49): no heading, no list or quote marker, task
+    box, emphasis or link target; code spans as written, so code still reads as code; a
+    code block's lines stay as written (judged as code by their fences)."""
+    from orchestrator.derive.quality import prose_sentences
+
+    text = ("#### Example - Client connect event\n\n"
+            "This will allow **some** checks on the [socket](Socket.md#x).\n\n"
+            "* **`upstream`** `string` - It should only include the **protocol**.\n"
+            "- [x] Ship the *parser* today\n"
+            "> Quoted wisdom here.\n\n"
+            "```sh\n# not a heading\n- not an item\n```\n")
+    pairs = prose_sentences(text)
+    assert [shown for _, shown in pairs] == [
+        "This will allow some checks on the socket.",
+        "`upstream` `string` - It should only include the protocol.",
+        "Ship the parser today",
+        "Quoted wisdom here.",
+        "```sh\n# not a heading\n- not an item\n```"]
+    assert pairs[-1][0] == "```sh\n# not a heading\n- not an item\n```"
+
+
 def test_a_headings_label_before_a_dash_names_only_a_known_entity():
     """undici's API reference (rules 22): "#### Example - Basic MockAgent instantiation" and
     "#### Example 2 - Dispatch Upgrade Request" made an organisation "Example" (19 claims)

@@ -216,11 +216,11 @@ def reader_text(text: str) -> str:
 
 
 # An ATX heading's line; a list item's or a quote's opening marker (with a task box); where
-# a list item opens a line (it starts a sentence of its own).
+# a list item or a quote opens a line (it starts a sentence of its own).
 _HEADING = re.compile(r"^[ \t]{0,3}#{1,6}(?:[ \t][^\n]*)?$", re.M)
 _OPENING_MARKER = re.compile(r"^[ \t]*(?:(?:[-*+]|\d{1,9}[.)])[ \t]+(?:\[[ xX]\][ \t]+)?|>[ \t]*)+",
                              re.M)
-_ITEM_LINE = re.compile(r"\n(?=[ \t]*(?:[-*+]|\d{1,9}[.)])[ \t])")
+_ITEM_LINE = re.compile(r"\n(?=[ \t]*(?:(?:[-*+]|\d{1,9}[.)])[ \t]|>))")
 
 
 def prose_sentences(text: str) -> list[tuple[str, str]]:
@@ -228,7 +228,8 @@ def prose_sentences(text: str) -> list[tuple[str, str]]:
     ``(written, shown)`` pairs. A heading is no sentence (it labels a section, it states
     nothing: "#### Example - Client connect event" was a summary's sentence); each list
     item starts one of its own; ``shown`` is ``inline_text`` of it, without its list or
-    quote marker (no emphasis markers, a link's text without its target). Judge a sentence
+    quote marker (no emphasis markers, a link's text without its target; code spans as
+    written). Judge a sentence
     on ``written`` (a code block is recognised by its fences), serve ``shown``."""
     from orchestrator.derive.summarize import split_sentences
 
@@ -238,7 +239,7 @@ def prose_sentences(text: str) -> list[tuple[str, str]]:
             a <= m.start() < e for a, e in f) else b, text)
     out = []
     for written in split_sentences(text):
-        shown = inline_text(written)
+        shown = inline_text(written, code=True)
         if shown:
             out.append((written, shown))
     return out
@@ -292,16 +293,31 @@ def mask_markup(text: str) -> str:
 _EMPHASIS = re.compile(r"(?<![\w*_~])[*_~]{1,3}(?=\S)|(?<=\S)[*_~]{1,3}(?![\w*_~])")
 
 
-def inline_text(line: str) -> str:
+_KEPT_CODE = re.compile("\x00([0-9]+)\x00")
+
+
+def inline_text(line: str, *, code: bool = False) -> str:
     """One line of Markdown as a reader sees it: images (badges), embeds and HTML tags gone, a
     link's text without its target, a wikilink as it is shown ("[[Priya Raman|Priya]]" reads
     "Priya"), a code span's content without its backticks, no emphasis
-    markers, whitespace runs as one space ("rustfmt [![linux](...)](...)" reads "rustfmt")."""
+    markers, whitespace runs as one space ("rustfmt [![linux](...)](...)" reads "rustfmt").
+    ``code``: code spans stay as written, backticks and all (a summary's sentence: "the
+    `Dispatcher.dispatch` function" says it is code; a title shows its words)."""
+    spans: list[str] = []
+
+    def kept(match: re.Match[str]) -> str:
+        spans.append(match.group())
+        return f"\x00{len(spans) - 1}\x00"
+
+    if code:  # each span a placeholder the other patterns leave alone, put back at the end
+        line = _INLINE_CODE.sub(kept, line)
     out = WIKILINK.sub(_wikilink_shown, _IMAGE.sub(" ", line))
     out = _LINK_TARGET.sub("", out)
     out = _HTML.sub(" ", out).replace("[", "").replace("]", "")
-    out = re.sub(r"`+([^`]*)`+", r"\1", out)
-    return " ".join(_EMPHASIS.sub("", out).split())
+    if not code:
+        out = re.sub(r"`+([^`]*)`+", r"\1", out)
+    out = " ".join(_EMPHASIS.sub("", out).split())
+    return _KEPT_CODE.sub(lambda m: spans[int(m.group(1))], out) if spans else out
 
 
 # Shorthand of chat and code review, written in capitals like an acronym but naming nothing.
