@@ -27,6 +27,7 @@ from orchestrator.auth import Identity
 from orchestrator.auth.tokens import TokenVerifier
 from orchestrator.client import Engram
 from orchestrator.config import Settings
+from orchestrator.db.server import free_port
 from orchestrator.recall import Recaller
 from tests.adversarial.build import SCOPES, build_world
 from tests.adversarial.figures import record
@@ -80,8 +81,12 @@ def token_for(server: ApiServer, ident: Identity) -> str:
 
 def cli_env(server: ApiServer) -> dict[str, str]:
     s = server.settings
+    # ENGRAM_API_URL: a port nothing listens on, so `engram recall` answers in the process, from
+    # this world's database; without it, an `engram up` on the default port (a developer's)
+    # answered the probe's commands with 401s and the CLI surface probed nothing of the world.
     env = {"ENGRAM_HOME": str(s.home), "ENGRAM_DB_PORT": str(s.db_port), "ENGRAM_DB_NAME": s.db_name,
-           "ENGRAM_AUTH_DEV_KEY_PATH": str(s.auth_dev_key_path), "ENGRAM_AUTH_TRUST_DEV_KEY": "true"}
+           "ENGRAM_AUTH_DEV_KEY_PATH": str(s.auth_dev_key_path), "ENGRAM_AUTH_TRUST_DEV_KEY": "true",
+           "ENGRAM_API_URL": f"http://127.0.0.1:{free_port()}"}
     for name in ("database_url", "app_password"):
         if getattr(s, name):
             env[f"ENGRAM_{name.upper()}"] = getattr(s, name)
