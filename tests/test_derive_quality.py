@@ -642,8 +642,9 @@ def test_a_headings_label_before_a_dash_names_only_a_known_entity():
     "#### Example 2 - Dispatch Upgrade Request" made an organisation "Example" (19 claims)
     and "Example 2". A title-case word (or word and number) that opens a heading before a
     dash or colon labels what follows; a name there is still one where its document writes
-    it inside a sentence too."""
+    it inside a sentence too, other than in a link to a heading."""
     from orchestrator.derive import nlp
+    from orchestrator.derive.quality import vocabulary_text
 
     body = ("### Example - Basic MockAgent instantiation\n\nThe agent is created once.\n\n"
             "#### Example 2 - Dispatch Upgrade Request\n\nThe request is upgraded.\n\n"
@@ -653,6 +654,17 @@ def test_a_headings_label_before_a_dash_names_only_a_known_entity():
         at = body.index(word)
         span = doc.char_span(at, at + len(word))
         assert nlp._list_opener(span, body, text) is weak, word
+    # A link to a heading repeats its words as the heading capitalises them: no evidence of
+    # a name (undici's Dispatcher.md: "As demonstrated in [Example 1 - Basic GET stream
+    # request](#example-1---basic-get-stream-request)" kept "Example" an organisation).
+    linked = body + ("\nAs demonstrated in [Example 2 - Dispatch Upgrade Request]"
+                     "(#example-2---dispatch-upgrade-request), the request is upgraded.\n")
+    text, doc, _ = _parsed(linked)
+    at = linked.index("Example")
+    span = doc.char_span(at, at + len("Example"))
+    assert not nlp._list_opener(span, linked, text), "the link's words count as prose"
+    assert nlp._list_opener(span, linked, vocabulary_text(linked, text))
+    assert len(vocabulary_text(linked, text)) == len(text)
 
 
 def test_a_list_items_label_or_short_value_names_only_a_known_entity():

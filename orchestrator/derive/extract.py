@@ -87,7 +87,12 @@ from orchestrator.derive.nlp import (
     title_entity,
     typed_by_rules,
 )
-from orchestrator.derive.quality import blank_without_words, code_names, mask_markup
+from orchestrator.derive.quality import (
+    blank_without_words,
+    code_names,
+    mask_markup,
+    vocabulary_text,
+)
 from orchestrator.derive.service import ServiceTenant, job_lock, service_session, service_tenants
 from orchestrator.errors import BadInput, EngramError, Unavailable, is_unavailable
 from orchestrator.health import Component, supervise
@@ -376,7 +381,7 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
     # Code, URLs, markup and log lines become spaces of the same length (offsets hold), masked
     # over the whole document and cut out per chunk: a chunk that starts inside a fenced code
     # block does not know it is code (its first fence would open a block over the prose).
-    documents: dict[uuid.UUID, tuple[str, str, frozenset[str]]] = {}
+    documents: dict[uuid.UUID, tuple[str, str, frozenset[str], str]] = {}
 
     def texts_of(batch: list[_Chunk]
                  ) -> tuple[list[_Chunk], list[str], list[str | None], list[frozenset[str]]]:
@@ -386,7 +391,9 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
         if not gates:
             return batch, [c.text for c in batch], [None] * len(batch), [frozenset()] * len(batch)
         texts = [blank_without_words(t) for t in masked_texts(session, batch, documents)]
-        return batch, texts, [documents[c.document_id][1] if c.document_id in documents else None
+        # The words of links to headings are no evidence of a name (``vocabulary_text``).
+        return batch, texts, [documents[c.document_id][3]
+                              if c.document_id in documents else None
                               for c in batch], [documents[c.document_id][2]
                                                 if c.document_id in documents
                                                 else code_names(c.text) for c in batch]
@@ -437,12 +444,13 @@ def _subject(subjects: dict[uuid.UUID, Entity | str], chunk: _Chunk) -> Entity |
 
 
 def masked_texts(session: Session, batch: Sequence[_Chunk],
-                 cache: dict[uuid.UUID, tuple[str, str, frozenset[str]]] | None = None
+                 cache: dict[uuid.UUID, tuple[str, str, frozenset[str], str]] | None = None
                  ) -> list[str]:
     """Each chunk's text with its document's code and markup masked (``mask_markup`` over the
     whole body, then the chunk's span of it). A chunk whose document is not readable or whose
     span no longer matches the body is masked on its own, as before. ``cache`` (document id ->
-    body, masked body, the code-shaped words it writes as code: ``quality.code_names``)
+    body, masked body, the code-shaped words it writes as code: ``quality.code_names``, and
+    the masked body its vocabulary is read from: ``quality.vocabulary_text``)
     carries a document whose chunks run on into the next batch (chunks come in id order, so one
     document's are consecutive): it is read and masked once, and the cache keeps only this
     batch's documents."""
@@ -451,11 +459,12 @@ def masked_texts(session: Session, batch: Sequence[_Chunk],
     missing = [i for i in ids if i not in cache]
     if missing:
         for r in session.execute(select(Document.id, Document.body).where(Document.id.in_(missing))):
-            cache[r.id] = (r.body, mask_markup(r.body), code_names(r.body))
+            masked = mask_markup(r.body)
+            cache[r.id] = (r.body, masked, code_names(r.body), vocabulary_text(r.body, masked))
     out = []
     for c in batch:
-        body, masked, _ = (cache.get(c.document_id, (None, "", frozenset()))
-                           if c.document_id is not None else (None, "", frozenset()))
+        body, masked, _, _ = (cache.get(c.document_id, (None, "", frozenset(), ""))
+                              if c.document_id is not None else (None, "", frozenset(), ""))
         end = c.start + len(c.text)
         out.append(masked[c.start:end] if body is not None and body[c.start:end] == c.text
                    else mask_markup(c.text))

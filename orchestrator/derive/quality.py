@@ -209,6 +209,24 @@ def _wikilink_shown(match: re.Match[str]) -> str:
     return alias if alias.strip() else match.group(2)
 
 
+# A link to a heading ("[Example 1 - Basic GET request](#example-1---basic-get-request)",
+# "[Client](Client.md#class-client)"): group 1 is its text.
+_SECTION_LINK = re.compile(r"(?<!!)\[([^\]\n]{1,500})\]\([^)\s]*#[^)\s]*\)")
+
+
+def vocabulary_text(body: str, masked: str) -> str:
+    """``masked`` (``mask_markup(body)``) without the text of links to headings: such a text
+    repeats a heading's words capitalised as the heading writes them ("As demonstrated in
+    [Example 1 - Basic GET stream request](#...)"), which is no evidence that a word is a name
+    (``nlp._vocabulary`` reads a word capitalised inside a sentence as one). Same length."""
+    pieces, at = [], 0
+    for m in _SECTION_LINK.finditer(body):
+        start, end = m.span(1)
+        pieces += [masked[at:start], " " * (end - start)]
+        at = end
+    return "".join(pieces) + masked[at:] if pieces else masked
+
+
 def reader_text(text: str) -> str:
     """``text`` without what a rendered page never shows (same length, spaces, newlines
     kept): HTML comments and link reference definitions ("[`fs.stat()`]: #fsstatpath")."""
