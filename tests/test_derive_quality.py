@@ -619,7 +619,7 @@ def test_prose_sentences_read_as_a_reader_sees_them():
     """A summary's sentences (RAPTOR, stop 49): no heading, no list or quote marker, task
     box, emphasis or link target; code spans as written, so code still reads as code; a
     code block's lines stay as written (judged as code by their fences)."""
-    from orchestrator.derive.quality import prose_sentences
+    from orchestrator.derive.quality import plausible_statement, prose_sentences
 
     text = ("#### Example - Client connect event\n\n"
             "This will allow **some** checks on the [socket](Socket.md#x).\n\n"
@@ -635,6 +635,15 @@ def test_prose_sentences_read_as_a_reader_sees_them():
         "Quoted wisdom here.",
         "```sh\n# not a heading\n- not an item\n```"]
     assert pairs[-1][0] == "```sh\n# not a heading\n- not an item\n```"
+    # A code block is one unit, whatever blank lines or full stops it holds (undici's state
+    # diagram: "pending --> idle : timeout" was a summary's sentence).
+    diagram = ("The client has states.\n\n```mermaid\nstateDiagram-v2\n  idle --> pending\n\n"
+               "  pending --> idle : timeout. Then\n```\n\nIt ends destroyed.")
+    assert [w for w, _ in prose_sentences(diagram)] == [
+        "The client has states.",
+        "```mermaid\nstateDiagram-v2\n  idle --> pending\n\n  pending --> idle : timeout. Then\n```",
+        "It ends destroyed."]
+    assert not plausible_statement(prose_sentences(diagram)[1][0])
 
 
 def test_a_headings_label_before_a_dash_names_only_a_known_entity():

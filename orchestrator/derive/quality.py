@@ -247,16 +247,26 @@ def prose_sentences(text: str) -> list[tuple[str, str]]:
     nothing: "#### Example - Client connect event" was a summary's sentence); each list
     item starts one of its own; ``shown`` is ``inline_text`` of it, without its list or
     quote marker (no emphasis markers, a link's text without its target; code spans as
-    written). Judge a sentence
-    on ``written`` (a code block is recognised by its fences), serve ``shown``."""
+    written). A fenced code block is one unit. Judge a sentence on ``written`` (a code block
+    is recognised by its fences), serve ``shown``."""
     from orchestrator.derive.summarize import split_sentences
 
     for pattern, by in ((_HEADING, ""), (_ITEM_LINE, "\n\n"), (_OPENING_MARKER, "")):
         fences = code_fences(text)  # a code block's lines stay as written
         text = pattern.sub(lambda m, f=fences, b=by: m.group() if any(  # type: ignore[misc]
             a <= m.start() < e for a, e in f) else b, text)
+    # A fenced code block is one unit, never cut at its blank lines or full stops: a piece of
+    # it without its fences read as prose (a mermaid diagram's "pending --> idle : timeout"
+    # became a summary's sentence).
+    units: list[str] = []
+    at = 0
+    for start, end in code_fences(text):
+        units += split_sentences(text[at:start])
+        units.append(text[start:end].strip())
+        at = end
+    units += split_sentences(text[at:])
     out = []
-    for written in split_sentences(text):
+    for written in units:
         shown = inline_text(written, code=True)
         if shown:
             out.append((written, shown))
