@@ -7,6 +7,7 @@ count. Auditor-only fields refuse other tokens; deriveRuns needs the dba role.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -400,6 +401,11 @@ def test_a_console_page_refusing_a_value_answers_400(api_server: ApiServer,  # n
             ("/console/recall", {"question": "roof", "mode": "psychic"}, "unknown mode")):
         page = get(path, **params)
         assert page.status_code == 400 and words in page.text, (path, page.status_code)
+    # A budget that serves nothing says the budget that would, not "nothing matched".
+    tight = get("/console/recall", question="Kestrel launch", budget="5")
+    assert tight.status_code == 200
+    assert re.search(r"no evidence fits within 5 tokens: evidence matched, and the first item "
+                     r"needs a budget of at least \d+ tokens", tight.text), tight.text[-2000:]
     missing = get("/console/memory/documents/00000000-0000-0000-0000-000000000000")
     assert missing.status_code == 404 and "NOT_FOUND" in missing.text
     assert get("/console/memory/conflicts").status_code == 200
