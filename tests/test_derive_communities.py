@@ -349,3 +349,23 @@ def test_summary_sentences_end_before_the_next_begins() -> None:
     # Markdown emphasis closing an ended sentence is not text after it.
     assert ended("*Really?*") == "*Really?*" and ended("**Done.**") == "**Done.**"
     assert ended("a **bold** claim") == "a **bold** claim."
+
+
+def test_a_community_is_summarised_from_its_claims_prose(app_engine: Engine,
+                                                          tenant: TenantFixture) -> None:
+    """undici's reference: a community's summary was a property list's line ("socketPath
+    `string | null` (optional) - Default: `null` - An IPC endpoint ..."). Its claims' prose
+    sentences come first (``quality.plausible_statement``), as RAPTOR's leaves do; a community
+    with no prose keeps what it has."""
+    t = tenant
+    ident = t.identity(write=("team",))
+    code = "socketPathOption `string | null` (optional) - Default: `null` - IPC endpointPath."
+    _relate(app_engine, t, [("Ada", "Babbage", code),
+                            ("Babbage", "Engine", "Babbage designed the engine in London."),
+                            ("Quill", "Stream", code.replace("IPC", "RPC"))])
+    with bound_session(app_engine, ident) as s:
+        rebuild(s)
+    summaries = sorted(c.summary for c in _communities(app_engine, t, ("team",)))
+    prose = next(x for x in summaries if "designed the engine" in x)
+    assert "socketPathOption" not in prose, summaries
+    assert any("RPC" in x for x in summaries), "a community of code only keeps its sentences"

@@ -56,6 +56,7 @@ from orchestrator.config import Settings, get_settings
 from orchestrator.db.knowledge_models import Community, current_claims
 from orchestrator.derive import louvain, poison
 from orchestrator.derive.digest import form_of, input_digest
+from orchestrator.derive.quality import plausible_statement
 from orchestrator.derive.service import job_lock
 from orchestrator.derive.summarize import Summarizer, get_summarizer, split_sentences
 from orchestrator.errors import BadInput
@@ -255,18 +256,27 @@ def _jaccard(a: Members, b: Members) -> float:
 
 
 def _summarise(nodes: list[_Node], summarizer: Summarizer, report: CommunityReport,
-               done: list[int], total: int, progress: Progress | None) -> None:
-    """Bottom-up: a node whose input digest and summary method match its stored row keeps its summary."""
+               done: list[int], total: int, progress: Progress | None,
+               prose_only: bool = True) -> None:
+    """Bottom-up: a node whose input digest and summary method match its stored row keeps its
+    summary. ``prose_only`` (``derive_quality_gates``): a node is summarised from its claims'
+    prose sentences (``quality.plausible_statement``; all of them when none is), as RAPTOR's
+    leaves are: a property list's line ("socketPath `string | null` (optional) - Default:
+    `null` - ...") was a community's summary."""
     wanted = (summarizer.method, summarizer.model)
     for node in sorted(nodes, key=lambda n: n.level):
         child_summaries = [k.summary for k in node.children]
-        made_of = ("community", node.level, node.claims, child_summaries)
+        # "prose": the rule that picks the sentences, so a community summarised before it is
+        # summarised again once.
+        made_of = ("community", node.level, node.claims, child_summaries,
+                   *(("prose",) if prose_only else ()))
         node.digest = input_digest(*made_of, *form_of(summarizer.method))
         s = node.stored
         if s is not None and s.digest == node.digest and (s.method, s.model) == wanted:
             node.summary, node.method, node.model = s.summary, s.method, s.model
         else:
-            sentences = [t for _, t in node.claims]
+            said = [t for _, t in node.claims]
+            sentences = ([t for t in said if plausible_statement(t)] or said) if prose_only else said
             sentences += [x for summary in child_summaries for x in split_sentences(summary)]
             made = summarizer.summarize(sentences)
             node.summary, node.method, node.model = made.text or EMPTY_SUMMARY, made.method, made.model
@@ -388,7 +398,8 @@ def rebuild(session: Session, *, full: bool = False, settings: Settings | None =
     done = [0]
     started = False
     for key, nodes, gone in plans:
-        _summarise(nodes, summarizer, report, done, total, on_progress)
+        _summarise(nodes, summarizer, report, done, total, on_progress,
+                   settings.derive_quality_gates)
         if not gone and not any(n.anew or n.stored is None or n.stored.parent_id != (
                 n.parent.id if n.parent is not None else None) for n in nodes):
             for n in nodes:
