@@ -694,7 +694,7 @@ class Recaller:
             trace.catalogs = named_catalogs(req.question, candidates)
             ordered, redundant, dropped = served_once(order(candidates),
                                                       s.recall_duplicate_similarity)
-            if redundant:  # the trace names them as its other lines do, by label
+            if redundant and detail:  # the trace names them as its other lines do, by label
                 named = {k for key, holder, _ in redundant for k in (key, holder)}
                 labels = {c.key: item(c).label for c in candidates if c.key in named}
                 trace.redundant = [(labels.get(key, key), labels.get(holder, holder), raised)
