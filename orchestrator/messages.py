@@ -1,11 +1,6 @@
 """Words every read surface says the same way, in a module that imports nothing: the CLI
 prints them without importing the recall package (about a second on a slow core)."""
 
-# What a recall, a trace or a prepared bundle shows when no evidence is served, and nothing
-# said why (an answer from an older server).
-NOTHING_FITS = "(no evidence fits; nothing visible matched or the budget is too small)"
-
-
 def nothing_served(needed_tokens: int | None, budget_tokens: int | None = None) -> str:
     """Why a recall served nothing: ``needed_tokens`` is the answer's ``needed_tokens``
     (evidence matched and none fit; the budget that serves the first item), None when
@@ -17,7 +12,7 @@ def nothing_served(needed_tokens: int | None, budget_tokens: int | None = None) 
             f"of at least {needed_tokens} tokens)")
 
 
-def shown(stages: str | None, rendered: str, why: str = NOTHING_FITS) -> str:
+def shown(stages: str | None, rendered: str, why: str) -> str:
     """What ``engram recall`` and ``engram trace`` print, and the MCP ``trace`` tool returns:
     a trace's stages (``Trace.format``, when there are any), then the rendered string, or
     ``why`` (``nothing_served``) when it is empty."""

@@ -25,7 +25,7 @@ import typer
 from orchestrator.cli.output import console, exit_status, styled
 from orchestrator.config import Settings
 from orchestrator.errors import EngramError, Unauthenticated
-from orchestrator.messages import NOTHING_FITS, nothing_served, shown
+from orchestrator.messages import nothing_served, shown
 
 out = console()
 err = console(stderr=True)
@@ -175,7 +175,7 @@ def _in_process(settings: Settings, question: str, token: str | None, org: str |
     _show(what, trace.format(), rendered, why)
 
 
-def _show(what: str, trace: str | None, rendered: str, why: str = NOTHING_FITS) -> None:
+def _show(what: str, trace: str | None, rendered: str, why: str) -> None:
     out.print(shown(trace if what == "trace" else None, rendered, why))
 
 

@@ -100,9 +100,10 @@ class Trace:
     embedding_model: str = ""
 
     def said(self) -> dict[str, str | None]:
-        """What each step beyond the pools, fusion, order and budget did, in the words
-        ``format`` prints: a step's field name to its sentence, None when it had nothing to
-        do this time. GraphQL's ``TraceStep.text`` (the console's cards) reads it too."""
+        """What each step beyond the pools, fusion, order and budget did: a step's field name
+        to its sentence, None when it had nothing to do this time. ``format`` prints these
+        words (all but the ranking report's and the tenant model's, which its ranker line
+        says); GraphQL's ``TraceStep.text`` (the console's cards) serves them."""
         report = self.ranking
         timings = ", ".join(f"{k} {v:.1f} ms" for k, v in (report.timings_ms or {}).items())
         return {
@@ -128,8 +129,8 @@ class Trace:
                         if report.model or timings else None),
             "model_id": (f"the tenant's own ranking model {self.model_id}"
                          if self.model_id else None),
-            "direct_lost": (f"{self.direct_lost} more chunk(s) of the direct subjects compete "
-                            "on merit (their best chunks come first)"
+            "direct_lost": ("their best chunks, a link list only where nothing else of them was "
+                            f"found; {self.direct_lost} more of their chunks compete on merit"
                             if self.direct_lost else None),
             "diversity": self.diversity or None,
             "named_day": self.named_day or None,
@@ -215,9 +216,7 @@ class Trace:
         for c, w in p.contradicted:
             lines.append(f"     demoted {item(c).label}: contradicted by "
                          f"{item(w).label if w is not None else c.contradicted_by}")
-        lost = (f" (their best chunks, a link list only where nothing else of them was found; "
-                f"{self.direct_lost} more of their chunks compete on merit)"
-                if self.direct_lost else "")
+        lost = f" ({said['direct_lost']})" if said["direct_lost"] else ""
         navigation = "".join(f"; {note}" for note in (self.named_day, self.navigation,
                                                       self.deprecated) if note)
         lines.append(f"4. order (direct subjects first{lost}, then merit; diversity: "
