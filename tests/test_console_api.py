@@ -242,9 +242,9 @@ def test_operations_fields(api_server: ApiServer, corpus: Corpus) -> None:  # no
         ("extract", "scheduler", "ExtractionError: chunk 7 could not be parsed")]
     assert any(r["source"] == "provenance" and r["ok"] for r in runs), "the extraction's activity"
     # An activity's parameters read as words ("days 2026-12-06, 2026-12-07", not a Python list).
-    from orchestrator.api.operations import _said
+    from orchestrator.api.operations import _words
 
-    assert _said(["2026-12-06", "2026-12-07"]) == "2026-12-06, 2026-12-07" and _said([]) == "none"
+    assert _words(["2026-12-06", "2026-12-07"]) == "2026-12-06, 2026-12-07" and _words([]) == "none"
     assert not any("['" in (r["summary"] or "") for r in runs), runs
     page = httpx.get(f"{api_server.url}/console/operations", cookies={"engram_console": dba},
                      timeout=60)

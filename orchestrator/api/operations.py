@@ -131,11 +131,11 @@ def model_status(session: Session, settings: Settings, reranker: Any | None,
                 else settings.device or "auto: chosen when the embedding model loads"))
 
 
-def _said(value: Any) -> str:
+def _words(value: Any) -> str:
     """An activity's parameter as a person reads it: a list's items joined ("days 2026-12-06,
     2026-12-07", not "days ['2026-12-06', '2026-12-07']"), anything else as it prints."""
     if isinstance(value, list):
-        return ", ".join(_said(v) for v in value) or "none"
+        return ", ".join(_words(v) for v in value) or "none"
     return str(value)
 
 
@@ -233,7 +233,7 @@ def derive_runs(session: Session, identity: Identity, *, first: int = 50) -> lis
             select kind, started_at, ended_at, detail from provenance.activities
              where kind like 'derive.%' order by started_at desc limit :n"""), {"n": first}):
         seconds = (row.ended_at - row.started_at).total_seconds() if row.ended_at else None
-        detail = ", ".join(f"{k} {_said(v)}" for k, v in sorted(row.detail.items())) or "recorded"
+        detail = ", ".join(f"{k} {_words(v)}" for k, v in sorted(row.detail.items())) or "recorded"
         runs.append(DeriveRun(row.kind.removeprefix("derive."), True, "provenance",
                               row.started_at, seconds, detail, None))
     runs.sort(key=lambda r: r.started_at, reverse=True)
