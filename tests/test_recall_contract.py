@@ -133,6 +133,31 @@ def test_the_item_the_budget_stops_at_is_cut_to_the_part_that_fits(
     assert roomy.evidence[0].text == LONG_NOTE and not roomy.evidence[0].clipped
 
 
+def test_the_needed_budget_is_the_readers_own(tenant_factory, app_engine, embedder, settings,
+                                              recaller):
+    """``needed_tokens`` is a figure of the first item the reader may see: a reader of the team
+    scope gets what a tenant holding only the team's note gives; the exec scope's better
+    match (a longer title, so a longer header) changes it only for an exec reader."""
+    question = "what does the board decision record say about the venue?"
+    team_note = doc("planning.md", "Planning notes", LONG_NOTE)
+    board = doc("board.md", "Board decision record",
+                "The offsite venue is confirmed: the Lisbon warehouse by the river, for forty "
+                "people, decided by the board.", scopes=("exec",))
+    both = tenant_factory("team", "exec")
+    write_documents(app_engine, both.identity("w", write=("team", "exec")), embedder,
+                    [team_note, board], settings)
+    alone = tenant_factory("team", "exec")
+    write_documents(app_engine, alone.identity("w", write=("team",)), embedder, [team_note],
+                    settings)
+    seen = {name: recaller.recall(ident, question, budget_tokens=12).needed_tokens
+            for name, ident in (("team", both.identity("r", read=("team",))),
+                                ("alone", alone.identity("r", read=("team",))),
+                                ("exec", both.identity("r", read=("team", "exec"))))}
+    assert None not in seen.values(), seen
+    assert seen["team"] == seen["alone"], seen
+    assert seen["exec"] != seen["team"], "the exec note comes first for an exec reader"
+
+
 def test_a_recall_that_matched_nothing_says_so(tenant_factory, recaller):
     """No needed budget when nothing visible matched: the caller learns that a bigger budget
     would not help."""
