@@ -82,6 +82,52 @@ def test_without_a_sentence_start_the_overlap_falls_back_to_a_line_then_a_word()
     assert all(b.start == a.end + 1 for a, b in pairwise(spans))
 
 
+# One long paragraph, wrapped as Markdown wraps it: every sentence runs over line breaks.
+LONG_PARAGRAPH = "\n".join([
+    "A receipt stores who asked, when, the hash of the question, the evidence and the",
+    "hash of the rendered text; the database refuses evidence that is not the",
+    "current version of a row the asker can see. It seals the receipt with a hash of",
+    "its fields, chains it and keeps it append-only. The verifier re-derives the",
+    "seal, checks the receipt row against its chain event and checks that each served",
+    "version is a chained version of its row. It compares each with the row's current",
+    "version: each evidence is unchanged, changed, deleted or unproven. A proven",
+    "receipt is genuine; an ok one adds that nothing changed since it was sealed.",
+] * 4)
+
+
+def test_a_wrapped_paragraph_is_cut_at_sentence_ends_not_at_its_line_breaks() -> None:
+    """docs/provenance.md's receipts paragraph: a chunk ended at a wrapped line ("... is not
+    the") and the next opened "current version of a row the asker can see" (stop 50). A
+    sentence end in the window's second half now ends the chunk, and the overlap opens at a
+    sentence start, or the chunks touch."""
+    spans = chunk_text(LONG_PARAGRAPH, 400, 120)
+    assert len(spans) > 4
+    for c in spans[:-1]:
+        assert c.text.endswith("."), repr(c.text[-40:])
+    for c in spans[1:]:
+        assert LONG_PARAGRAPH[:c.start].rstrip().endswith("."), repr(c.text[:40])
+        assert c.text[0].isupper(), repr(c.text[:40])
+    # Without a sentence end in reach, a line break is still better than a word.
+    no_stops = LONG_PARAGRAPH.replace(".", ",")
+    for c in chunk_text(no_stops, 400, 0)[:-1]:
+        assert no_stops[c.end:].startswith("\n"), repr(no_stops[c.end - 20:c.end + 20])
+
+
+def test_a_block_line_ends_a_chunk_before_a_wrapped_line_does() -> None:
+    """A line before a list item or a link reference definition ends a chunk as a sentence
+    end does; the overlap opens at such a line."""
+    items = "Steps for the release\n" + "\n".join(
+        f"- step {i} runs the build and the tests on\n  every platform of the matrix"
+        for i in range(30))
+    spans = chunk_text(items, 300, 100)
+    for c in spans[1:]:
+        assert c.text.startswith("- step"), repr(c.text[:30])
+    links = "See the guides.\n\n" + "\n".join(
+        f"[guide {i}]: https://example.org/guides/{i}/a/long/path/to/the/page" for i in range(30))
+    for c in chunk_text(links, 300, 100)[1:]:
+        assert c.text.startswith("[guide "), repr(c.text[:30])
+
+
 def test_a_chunk_ends_at_a_paragraph_break_before_a_sentence_end() -> None:
     body = "First paragraph sentence one. Sentence two.\n\n" + "Second paragraph. " * 30
     first = chunk_text(body, 80, 0)[0]  # the break is past half the size

@@ -6,16 +6,20 @@ its text and example, not that example at the head of the next section's chunk),
 next chunk starts there, with no overlap; where headings stand over that heading with nothing
 of their own (a changelog's anchor and "## Version 20.5.0" over "### Notable Changes"), the
 chunk ends before them. Without such a heading, chunks prefer to end at
-a paragraph break, then a line break, then a sentence end, then a space, so a section is
-not cut mid-word, and never inside a fenced code block while a cut outside one is in the
-window's second half (or before the block, when it fills that half); consecutive chunks overlap
-by up to ``overlap`` characters, and the overlap starts where a reader would: at
-the first paragraph or sentence start in the last ``overlap`` characters of the
-chunk before (an excerpt served alone then opens with a whole sentence, not "from
-a completed test are marked..."), else at a line start, else at a word. Where the
-window's only sentence start is the chunk's end, the chunks touch (no overlap is
-better than one that opens mid-sentence). Offsets index into the original
-body, so ``body[start:end] == text`` for every chunk.
+a paragraph break, then the end of a sentence or of a block's line (a line ending in a full
+stop or colon, a line before a list item, quote, table row, heading or fence), then any line
+break, then a clause's or a word's end, so a section is not cut mid-word, and never inside a
+fenced code block while a cut outside one is in the window's second half (or before the
+block, when it fills that half). Markdown wraps paragraphs, so most line breaks are
+mid-sentence: a chunk that ended at one opened the next mid-sentence ("current version of a
+row the asker can see, seals the receipt ...", stop 50). Consecutive chunks overlap by up to
+``overlap`` characters, and the overlap starts where a reader would: at the first paragraph,
+sentence or block-line start in the last ``overlap`` characters of the chunk before (an
+excerpt served alone then opens with a whole sentence, not "from a completed test are
+marked..."). Where there is none and the chunk ends a sentence, the chunks touch (no overlap
+is better than one that opens mid-sentence); only a chunk that itself ends mid-sentence
+overlaps from a line start, else a word. Offsets index into the original body, so
+``body[start:end] == text`` for every chunk.
 """
 
 from __future__ import annotations
@@ -32,36 +36,60 @@ from orchestrator.markdown import (
     section_starts,
 )
 
-_BREAKS = ("\n\n", "\n", ". ", "? ", "! ", "; ", ", ", " ")
-# Where an overlap may start: after a paragraph break or a sentence end (best), after a
-# line break (Markdown wraps paragraphs, so a line start is often mid-sentence), at a word.
-_STARTS = (("\n\n", ". ", "? ", "! ", ".\n", "?\n", "!\n", ":\n"), ("\n",))
+# Where a chunk may end, best first; within a tier, at the last such place in reach. A match's
+# end is the cut. Tier 1: a line that ends a sentence or a clause-opening colon (closing
+# quotes or emphasis may follow the mark), a line break before a block's line (a list item,
+# quote, table row, heading, fence or link reference definition), a sentence end inside a
+# line. Tier 2: any line break (mid-sentence in a wrapped paragraph).
+_BLOCK_LINE = r"[ \t]*(?:[-*+>|#]|\d{1,9}[.)](?:[ \t]|$)|```|~~~|\[[^\]\n]+\]:[ \t])"
+_TIERS = tuple(re.compile(p, re.MULTILINE) for p in (
+    r"\n\n",
+    r"[.?!:][\"')\]*_`]{0,2}\n|\n(?=" + _BLOCK_LINE + r")|[.?!] ",
+    r"\n",
+    r"; ",
+    r", ",
+    r" ",
+))
 # What stands before the full stop of an ordered list's marker on its line ("   2. Leave").
 _ORDERED_MARKER = re.compile(r"[ \t]*\d{1,9}")
+_LOOKAHEAD = 16  # characters past a window a tier's lookahead may read
+
+
+def _is_marker(body: str, stop: int) -> bool:
+    """Whether the full stop at ``stop`` is an ordered list item's marker ("  2. ")."""
+    return body[stop] == "." and _ORDERED_MARKER.fullmatch(
+        body, body.rfind("\n", 0, stop) + 1, stop) is not None
+
+
+def _cuts(body: str, tier: re.Pattern[str], lo: int, hi: int) -> list[int]:
+    """Where ``tier`` lets a chunk end in ``body[lo:hi]`` (a match's end), in order; an
+    ordered list's marker ends no sentence."""
+    return [m.end() for m in tier.finditer(body, lo, min(hi + _LOOKAHEAD, len(body)))
+            if m.end() <= hi and not (m.group().endswith(" ") and _is_marker(body, m.start()))]
+
+
+def _clean_end(body: str, end: int) -> bool:
+    """Whether a chunk ending at ``end`` ends a paragraph, a sentence or a block's line."""
+    return any(end in _cuts(body, tier, max(end - 4, 0), end) for tier in _TIERS[:2])
 
 
 def _overlap_start(body: str, lo: int, end: int) -> int:
-    """The first paragraph or sentence start in ``body[lo:end]``, else the first line start,
-    else the first word start; ``end`` when there is none. An ordered list's marker ("1. ")
+    """The first paragraph, sentence or block-line start in ``body[lo:end]``; ``end`` (no
+    overlap) when there is none and the chunk ends cleanly; else the first line start,
+    else the first word start (``end`` when there is none). An ordered list's marker ("1. ")
     ends no sentence: Node.js's commit-queue guide had a chunk open with "Push the changes
     to nodejs/node", the rest of "      1. Push the changes ..." (stop 45)."""
-    for marks in _STARTS:
-        found = [at for mark in marks if (at := _mark_end(body, mark, lo, end)) is not None]
-        if found:
-            return min(found)
+    found = [at for tier in _TIERS[:2] for at in _cuts(body, tier, lo, end) if at < end]
+    if found:
+        return min(found)
+    if _clean_end(body, end):
+        return end
+    found = [at for at in _cuts(body, _TIERS[2], lo, end) if at < end]
+    if found:
+        return found[0]
     while lo < end and not body[lo - 1].isspace():
         lo += 1
     return lo
-
-
-def _mark_end(body: str, mark: str, lo: int, end: int) -> int | None:
-    """Where the first ``mark`` in ``body[lo:end]`` that is no list marker ends, if before
-    ``end``."""
-    i = body.find(mark, lo, end)
-    while i != -1 and mark[0] == "." and _ORDERED_MARKER.fullmatch(
-            body, body.rfind("\n", 0, i) + 1, i):
-        i = body.find(mark, i + 1, end)
-    return i + len(mark) if i != -1 and i + len(mark) < end else None
 
 
 @dataclass(frozen=True)
@@ -73,15 +101,12 @@ class ChunkSpan:
 
 
 def _last_break(body: str, lo: int, hi: int, fences: list[tuple[int, int]]) -> int | None:
-    """Where a chunk ending in ``body[lo:hi]`` ends best (after the first of ``_BREAKS``
-    found there, the last one), never inside one of ``fences``; None when nowhere."""
-    for mark in _BREAKS:
-        at = hi
-        while (cut := body.rfind(mark, lo, at)) != -1:
-            block = enclosing(cut + len(mark), fences)
-            if block is None:
-                return cut + len(mark)
-            at = block[0]  # on before the block: a break ending at its fence or earlier
+    """Where a chunk ending in ``body[lo:hi]`` ends best (the last place of the first of
+    ``_TIERS`` found there), never inside one of ``fences``; None when nowhere."""
+    for tier in _TIERS:
+        for cut in reversed(_cuts(body, tier, lo, hi)):
+            if enclosing(cut, fences) is None:
+                return cut
     return None
 
 
