@@ -1034,3 +1034,71 @@ def test_a_wikilink_reads_as_the_page_it_names(tenant_factory, app_engine, setti
     assert {"Priya Raman", "Tomás Ortega", "Oslo"} <= names, names
     assert not any("|" in n or "[" in n for n in names), names
     assert not any("|" in t or "[[" in t or "Phase 2" in t for t in texts), texts
+
+
+# A paragraph of the project's Portuguese design note, as its source document writes it.
+PORTUGUESE = (
+    "Conflitos de fatos são contradições explícitas de valor, tempo ou relação. Detectadas nos "
+    "ticks de consolidação e sob demanda, elas são resolvidas por estratégia. Três camadas de "
+    "memória trabalham juntas para que o agente não esqueça o que já aprendeu com a equipe. "
+    "Toda tabela com escopo de tenant é protegida por uma policy, e o runtime conecta como um "
+    "role de app que não pode ignorar as políticas de Maria Souza.\n")
+
+
+@pytest.mark.parametrize(("written", "language"), [
+    (PORTUGUESE, "pt"),
+    ("El equipo de datos revisa los informes de ventas cada semana y la directora los firma "
+     "para que el consejo los lea con tiempo, pero no siempre es posible.", "es"),
+    ("Die Mannschaft prüft die Berichte jede Woche, und der Leiter unterschreibt sie, damit "
+     "der Vorstand sie mit Zeit lesen kann; das ist nicht immer möglich.", "de"),
+    ("The team reviews the sales reports each week and the director signs them, so that "
+     "the board can read them in time; this is not always possible.", "en"),
+    # An English page quoting a phrase of another language stays English.
+    ("The note's title is \"Conflitos de fatos\" and the team reads it as the conflicts of "
+     "facts: each of them is a contradiction that the consolidation finds, and the design "
+     "says that they are resolved by a strategy (\"são resolvidas por estratégia\").", "en"),
+    # Names and capitalised words tell nothing; too few function words tell nothing.
+    ("Die Hard, De Niro, La Scala, MIT, Le Monde, Der Spiegel", None),
+    ("Options: timeout, retries, backoff", None),
+])
+def test_the_written_language_is_told_by_its_lower_case_function_words(written, language):
+    from orchestrator.derive.quality import written_language
+
+    assert written_language(written) == language
+
+
+def test_a_page_in_another_language_than_the_entity_models_yields_no_entities(
+        tenant_factory, app_engine, settings, tmp_path):
+    """The project's own design note in Portuguese, read by the English entity model and
+    sentence rules, made entities of "Conflitos de", "Detectadas" and "Três" (stop 50). A chunk
+    in another language reads as nothing, the report counts it by language, and an English
+    page beside it is read as before."""
+    (tmp_path / "visao.md").write_text("# Visão geral\n\n" + PORTUGUESE)
+    (tmp_path / "team.md").write_text(
+        "# Team\n\nMaren Okafor leads the payments team at Lindqvist Labs in Oslo. "
+        "She met Priya Raman in Berlin to plan the migration.\n")
+    t = tenant_factory("code")
+    writer = t.identity("writer", write=("code",))
+    ingest_paths(settings, app_engine, writer, [tmp_path], collection="notes", scopes=["code"])
+    with bound_session(app_engine, writer) as s:
+        report = extract(s, settings=settings)
+    with bound_session(app_engine, writer) as s:
+        names = set(s.execute(text("select canonical_name from knowledge.entities")).scalars())
+        texts = set(s.execute(text("select text from knowledge.fact_content")).scalars())
+    assert {"Maren Okafor", "Priya Raman", "Oslo"} <= names, names
+    assert not names & {"Conflitos de", "Detectadas", "Três", "Maria Souza"}, names
+    assert not any("são" in x for x in texts), texts
+    assert report.foreign == {"pt": 1}, report.foreign
+    assert "1 chunks not in English (Portuguese 1) read for nothing" in report.line(), report.line()
+
+
+def test_without_the_gates_a_page_in_another_language_is_read_as_before(
+        tenant_factory, app_engine, settings, tmp_path):
+    (tmp_path / "visao.md").write_text("# Visão geral\n\n" + PORTUGUESE)
+    raw = settings.model_copy(update={"derive_quality_gates": False})
+    t = tenant_factory("code")
+    writer = t.identity("writer", write=("code",))
+    ingest_paths(settings, app_engine, writer, [tmp_path], collection="notes", scopes=["code"])
+    with bound_session(app_engine, writer) as s:
+        report = extract(s, settings=raw)
+    assert report.foreign == {} and report.entities, report.line()

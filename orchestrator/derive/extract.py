@@ -88,10 +88,12 @@ from orchestrator.derive.nlp import (
     typed_by_rules,
 )
 from orchestrator.derive.quality import (
+    LANGUAGE_NAMES,
     blank_without_words,
     code_names,
     mask_markup,
     vocabulary_text,
+    written_language,
 )
 from orchestrator.derive.service import ServiceTenant, job_lock, service_session, service_tenants
 from orchestrator.errors import BadInput, EngramError, Unavailable, is_unavailable
@@ -143,6 +145,10 @@ class ExtractReport:
     # list items' and headings' first words, heading labels and adjectives by their place
     # (``Entity.weak``) that name no known entity
     openers_skipped: int = 0
+    # chunks written in another language than the pipeline's (``language``), by language:
+    # read as holding nothing (``quality.written_language``)
+    foreign: dict[str, int] = field(default_factory=dict)
+    language: str = "en"  # the pipeline's
     backend: str = ""
     notice: str | None = None
     more: bool = False  # stopped at the limit: more chunks are waiting
@@ -159,6 +165,9 @@ class ExtractReport:
                      "skipped_chunks", "seconds", "waited", "aliases_removed", "openers_skipped",
                      "merged", "merges_refused", "retyped"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        for language, n in other.foreign.items():
+            self.foreign[language] = self.foreign.get(language, 0) + n
+        self.language = other.language
         self.backend = other.backend or self.backend
         self.notice = other.notice or self.notice
         self.more = other.more
@@ -184,6 +193,12 @@ class ExtractReport:
             out += (f", {self.openers_skipped} words capitalised by their place (list items', "
                     "headings' and sentences' openers, heading labels) naming no known entity "
                     "left out")
+        if self.foreign:
+            names = ", ".join(f"{LANGUAGE_NAMES.get(k, k)} {n}"
+                              for k, n in sorted(self.foreign.items(), key=lambda kv: -kv[1]))
+            reads = LANGUAGE_NAMES.get(self.language, self.language)
+            out += (f", {sum(self.foreign.values())} chunks not in {reads} ({names}) read for "
+                    f"nothing (the entity model and the sentence rules read {reads})")
         left = "".join([f", {self.skipped_mentions} entity mentions too long to be a name skipped"
                         if self.skipped_mentions else "",
                         f", {self.skipped_chunks} chunks skipped" if self.skipped_chunks else ""])
@@ -191,6 +206,11 @@ class ExtractReport:
                 f"{len(self.claims)} claims ({self.relations} relations, {self.dates} dates), "
                 f"{len(self.quarantined)} quarantined{gone}{out}{left}; entities by {self.backend} "
                 f"({self.seconds:.1f}s{rate})")
+
+
+class Foreign(str):
+    """What reading a chunk gave where it is written in another language than the pipeline's:
+    that language (a key of ``quality.LANGUAGE_NAMES``)."""
 
 
 @dataclass(frozen=True)
@@ -345,13 +365,33 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
 
     gates = settings.derive_quality_gates
 
+    languages: dict[uuid.UUID, str | None] = {}  # document id -> its language (parsing thread)
+    report.language = nlp.lang
+
+    def language(chunk: _Chunk, text: str, context: str | None) -> str | None:
+        """The language ``chunk`` is written in where the quality gates are on and it is not
+        the pipeline's (``nlp.lang``: the entity model and the sentence rules read that one),
+        else None. Told by the chunk's own words, else by its document's (a chunk of headings
+        and code tells nothing)."""
+        if not gates:
+            return None
+        told = written_language(text)
+        if told is None and context is not None and chunk.document_id is not None:
+            if chunk.document_id not in languages:
+                languages[chunk.document_id] = written_language(context)
+            told = languages[chunk.document_id]
+        return told if told is not None and told != nlp.lang else None
+
     def parse(batch: list[_Chunk], texts: list[str], contexts: list[str | None],
               codes: list[frozenset[str]]
               ) -> tuple[list[list[Sentence] | str], dict[uuid.UUID, Entity | str]]:
         """Each chunk's sentences, or why reading it failed: one chunk whose text a rule
         cannot read must not stop the batch (the caller skips, counts and shows it); and the
         title of each document with front matter aliases, read as one entity where it is one
-        (``_Writer._document_aliases``), or why reading it failed."""
+        (``_Writer._document_aliases``), or why reading it failed. A chunk written in another
+        language than the pipeline's reads as no sentence (``language``): ``Foreign``."""
+        foreign = [language(c, t, x) for c, t, x in zip(batch, texts, contexts, strict=True)]
+        texts = [" " * len(t) if f else t for t, f in zip(texts, foreign, strict=True)]
         docs = list(nlp.pipe(texts, batch_size=size))
         mentions = choice.backend.mentions(texts, docs)
         subjects: dict[uuid.UUID, Entity | str] = {}
@@ -365,7 +405,11 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
                 if found is not None:
                     subjects[c.document_id] = found
         out: list[list[Sentence] | str] = []
-        for c, d, m, x, k in zip(batch, docs, mentions, contexts, codes, strict=True):
+        for c, d, m, x, k, f in zip(batch, docs, mentions, contexts, codes, foreign,
+                                    strict=True):
+            if f:
+                out.append(Foreign(f))
+                continue
             try:
                 # Parsed masked, read back as written: a claim's sentence keeps its inline code.
                 out.append(read(d, m, c.anchor, gates=gates, original=c.text, context=x, nlp=nlp,
@@ -415,7 +459,11 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
                              title_failed=c.document_id in failed)
                      if c.aliases else c for c in batch]
             for c, read_ in zip(batch, results, strict=True):
-                if isinstance(read_, str):
+                if isinstance(read_, Foreign):
+                    report.foreign[read_] = report.foreign.get(read_, 0) + 1
+                    readable.append(c)  # read: nothing taken (an earlier reading's claims go)
+                    sentences.append([])
+                elif isinstance(read_, str):
                     poison.skip(f"chunk {c.id} of {c.where}", f"reading its text failed ({read_}); "
                                 "the other chunks are read, this one recorded as read with "
                                 "nothing taken (a new version of it is read afresh)")

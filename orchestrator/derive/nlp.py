@@ -63,7 +63,7 @@ ENTITY_TYPES = {
 }
 # Bumped whenever the rules below change what a chunk yields, so every chunk read under
 # older rules is read again (its stale claims retracted, the new ones written).
-RULES_VERSION = "rules-22"  # 4: markup masked over the whole document (stop 25); 5: a claim's
+RULES_VERSION = "rules-23"  # 4: markup masked over the whole document (stop 25); 5: a claim's
 # sentence keeps its inline code, and a blank line ends a sentence (stop 26); 6: inline code
 # that wraps over a line break is code, MyST roles and targets are markup, no name or sentence
 # runs over two Markdown blocks, names lose trailing punctuation and a leading "E.g." (stop 27);
@@ -111,7 +111,8 @@ RULES_VERSION = "rules-22"  # 4: markup masked over the whole document (stop 25)
 # ``markdown.WIKILINK``, stop 48); 22: a heading's opening word, or word and number, before a
 # dash or colon labels what follows ("#### Example 2 - Dispatch Upgrade Request"), and each
 # word of a run of capitals counts as capitalised inside a sentence ("met Ann Walker")
-# (``_list_opener``, ``_INSIDE``, stop 49)
+# (``_list_opener``, ``_INSIDE``, stop 49); 23: a chunk written in another language than
+# the pipeline's is read for nothing (``quality.written_language``, stop 50)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
