@@ -1102,3 +1102,32 @@ def test_without_the_gates_a_page_in_another_language_is_read_as_before(
     with bound_session(app_engine, writer) as s:
         report = extract(s, settings=raw)
     assert report.foreign == {} and report.entities, report.line()
+
+
+def test_an_acronym_its_document_writes_as_a_common_noun_is_no_name():
+    """This project's docs made organisations of API, CPU, GPU, CLI, DBA and UUID; undici's
+    of DNS, JWT and MIME (stop 50). An acronym the document writes in the plural ("GPUs") or
+    after "a"/"an" as the head of its phrase ("an API for ...") is a common noun. One after
+    an article before another word may be a name used as a modifier ("a WHATWG
+    spec-compliant implementation"), and an organisation's acronym stays one ("NVIDIA",
+    "the IETF")."""
+    from orchestrator.derive.nlp import read
+
+    body = ("# Serving\n\n"
+            "The API runs on NVIDIA GPUs in the Oslo office of Lindqvist Labs. Each GPU serves "
+            "one model, and the IETF publishes the HTTP standard it speaks.\n\n"
+            "Maren Okafor wrote an API for the scheduler. Priya Raman chose a WHATWG "
+            "spec-compliant implementation of fetch; the API hands each request to the GPU "
+            "that is free.\n")
+    text, doc, mentions = _parsed(body)
+    said = {text[m.start:m.end] for m in mentions}
+    assert {"API", "GPU"} & said, said  # what NER says (else the test proves nothing)
+    found = {e.name for s in read(doc, mentions, original=body, context=text) for e in s.entities}
+    assert not found & {"API", "GPU"}, found
+    assert {"Maren Okafor", "Priya Raman"} <= found, found
+    assert found & said & {"NVIDIA", "IETF", "WHATWG"} == said & {"NVIDIA", "IETF", "WHATWG"}
+    # In a document that never writes it as a common noun, the acronym stays what NER says.
+    plain = body.replace("NVIDIA GPUs", "NVIDIA hardware").replace("an API for", "the scheduler for")
+    text, doc, mentions = _parsed(plain)
+    kept = {e.name for s in read(doc, mentions, original=plain, context=text) for e in s.entities}
+    assert "API" in {text[m.start:m.end] for m in mentions} and "API" in kept, kept

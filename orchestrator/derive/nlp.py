@@ -112,7 +112,9 @@ RULES_VERSION = "rules-23"  # 4: markup masked over the whole document (stop 25)
 # dash or colon labels what follows ("#### Example 2 - Dispatch Upgrade Request"), and each
 # word of a run of capitals counts as capitalised inside a sentence ("met Ann Walker")
 # (``_list_opener``, ``_INSIDE``, stop 49); 23: a chunk written in another language than
-# the pipeline's is read for nothing (``quality.written_language``, stop 50)
+# the pipeline's is read for nothing (``quality.written_language``), and an acronym its
+# document writes as a common noun is no name ("GPUs", "an API for"; ``_acronym_noun``,
+# stop 50)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -458,6 +460,32 @@ def _shouted(span: Any, context: str | None) -> bool:
         return True
     return (len(span) == 1 and len(name) >= 6 and name.isalpha()
             and name.lower() in _vocabulary(context if context is not None else span.doc.text)[0])
+
+
+# An acronym its text writes as a common noun: in the plural ("APIs", "GPUs", "DBAs"), or
+# after an indefinite article as the head of its phrase ("an API.", "a CVE of ...", "a CPU
+# and"); before another word it may be a name in attributive use ("a WHATWG spec-compliant
+# implementation", "a CRAN mirror").
+_ACRONYM_NOUN = re.compile(
+    r"\b(?:[Aa]n?[ \t]+([A-Z]{2,6})(?=[.,;:!?)]|[ \t]*$|[ \t]+(?:of|to|in|for|with|that|is|are|"
+    r"and|or|on|from|which|was|by|as|at)\b)|([A-Z]{2,6})s\b)", re.MULTILINE)
+
+
+@lru_cache(maxsize=16)
+def _acronym_nouns(text: str) -> frozenset[str]:
+    """The acronyms ``text`` writes as common nouns; cached per text (a document's)."""
+    return frozenset(a or b for a, b in _ACRONYM_NOUN.findall(text))
+
+
+def _acronym_noun(span: Any, context: str | None) -> bool:
+    """Whether a one-word acronym ("API", "CPU", "DBA") is a common noun: ``context`` (the
+    whole document, masked as the chunk was; else the chunk) writes it after "a" or "an" or
+    in the plural. The small model types such acronyms as organisations: this project's
+    docs made organisations of API, CPU, GPU, CLI, CDN, DBA and UUID (stop 50). An
+    organisation's acronym takes neither ("the IETF", "NVIDIA GPUs", "MIT")."""
+    name = span.text
+    return (len(span) == 1 and name.isalpha() and name.isupper() and 2 <= len(name) <= 6
+            and name in _acronym_nouns(context if context is not None else span.doc.text))
 
 
 def _heading_word(span: Any, written: str, context: str | None) -> bool:
@@ -872,7 +900,7 @@ def _entity_spans(doc: Any, mentions: Sequence[Mention], gates: bool = True,
         # its part below a heading, or left out, by ``_below_heading`` above.)
         if gates and (not plausible_entity(name) or name in code
                       or _common_word(span, m.entity_type, context)
-                      or _shouted(span, context) or _unit(span)
+                      or _shouted(span, context) or _acronym_noun(span, context) or _unit(span)
                       or _heading_word(span, written if written is not None else doc.text,
                                        context)):
             continue
