@@ -21,6 +21,13 @@ SETEXT_UNDERLINE = re.compile(r"[ \t]{0,3}(=+|-+)[ \t]*")
 # A line that opens a block of its own (a list item, a quote, a table row, indented code): no
 # paragraph line a setext underline could make a heading of.
 _NOT_PARAGRAPH = re.compile(r"[ \t]{4}|[ \t]{0,3}(?:[-*+>|]|\d{1,9}[.)])(?:[ \t]|$)")
+# A line that opens a block of its own or stands alone: a list item, a quote, a table row, an
+# ATX heading, a fence or a link reference definition. Any other line of a paragraph after
+# its first is where the writer's editor wrapped a sentence (Markdown wraps paragraphs).
+BLOCK_LINE = r"[ \t]*(?:[-*+>|#]|\d{1,9}[.)](?:[ \t]|$)|```|~~~|\[[^\]\n]+\]:[ \t])"
+# A line break a reader reads as one: after a sentence's end or a clause-opening colon
+# (closing quotes or emphasis may follow the mark), or before a block's line.
+LINE_END = r"[.?!:][\"')\]*_`]{0,2}\n|\n(?=" + BLOCK_LINE + r")"
 # A line that only marks a place: an HTML anchor (``<a id="20.5.0"></a>``, as a changelog puts
 # above each release's heading) or a one-line HTML comment.
 MARKER_LINE = re.compile(

@@ -489,9 +489,22 @@ def test_the_part_cut_to_fit_never_exceeds_the_budget_and_is_the_chunks_own_text
     # An ordered list's marker stays with its item, so a numbered task item keeps the
     # checkbox its task words come from (``features.task_words``); a sentence ending in a
     # number inside a line still ends there.
-    text = "Inbox\n1. [ ] Renew the lease. Call Sam.\n  12. [x] Pay rent\nVersion 2. Then."
+    text = "Inbox\n1. [ ] Renew the lease. Call Sam.\n  12. [x] Pay rent\n\nVersion 2. Then."
     assert [text[a:b] for a, b in parts(text)] == [
         "Inbox", "1. [ ] Renew the lease.", "Call Sam.", "12. [x] Pay rent", "Version 2.", "Then."]
+    # A paragraph's wrapped lines are one run of sentences: a part opens at a sentence's
+    # start, never at a line the writer's editor wrapped ("current version of a row the asker
+    # can see, seals ...", stop 50); a list item's continuation line is the item's.
+    text = ("A receipt stores who asked and the evidence; the database refuses evidence that\n"
+            "is not the current version of a row the asker can see. It seals the receipt\n"
+            "and chains it.\n- one item that runs on\n  over two lines\n\nOptions:\nfast")
+    assert [text[a:b] for a, b in parts(text)] == [
+        "A receipt stores who asked and the evidence; the database refuses evidence that\n"
+        "is not the current version of a row the asker can see.",
+        "It seals the receipt\nand chains it.", "- one item that runs on\n  over two lines",
+        "Options:", "fast"]
+    a, b = best_run(text, "which version of a row may the asker see?", 160)
+    assert text[a:b].startswith("A receipt stores"), text[a:b]
     text = "Inbox of the week here.\n1. [ ] Renew the lease.\n2. [x] Pay rent"
     a, b = best_run(text, "what are my open tasks?", 25)
     assert text[a:b] == "1. [ ] Renew the lease."

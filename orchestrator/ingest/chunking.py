@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass
 
 from orchestrator.markdown import (
+    LINE_END,
     MARKER_LINE,
     SETEXT_UNDERLINE,
     code_fences,
@@ -37,14 +38,13 @@ from orchestrator.markdown import (
 )
 
 # Where a chunk may end, best first; within a tier, at the last such place in reach. A match's
-# end is the cut. Tier 1: a line that ends a sentence or a clause-opening colon (closing
-# quotes or emphasis may follow the mark), a line break before a block's line (a list item,
-# quote, table row, heading, fence or link reference definition), a sentence end inside a
-# line. Tier 2: any line break (mid-sentence in a wrapped paragraph).
-_BLOCK_LINE = r"[ \t]*(?:[-*+>|#]|\d{1,9}[.)](?:[ \t]|$)|```|~~~|\[[^\]\n]+\]:[ \t])"
+# end is the cut. Tier 1: a line a reader reads as one ends (``LINE_END``: a sentence's or a
+# colon's line, a line before a list item, quote, table row, heading, fence or link reference
+# definition), or a sentence inside a line. Tier 2: any line break (mid-sentence in a wrapped
+# paragraph).
 _TIERS = tuple(re.compile(p, re.MULTILINE) for p in (
     r"\n\n",
-    r"[.?!:][\"')\]*_`]{0,2}\n|\n(?=" + _BLOCK_LINE + r")|[.?!] ",
+    LINE_END + r"|[.?!] ",
     r"\n",
     r"; ",
     r", ",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from orchestrator.markdown import code_fences
+from orchestrator.markdown import BLOCK_LINE, SETEXT_UNDERLINE, code_fences
 from orchestrator.recall.features import terms
 from orchestrator.recall.render import Prefixes
 from orchestrator.recall.result import Evidence
@@ -27,33 +27,67 @@ from orchestrator.recall.tail import part_of, token_cost
 # Less room than this is left unused: a part of a few words is no evidence.
 MIN_ROOM_TOKENS = 24
 
-# Where a part may start or end: after a sentence's end, or at a line break (list items,
-# headings and table rows are each their own part).
-_BREAK = re.compile(r"(?<=[.!?])[ \t]+|\n+")
+# Where a part may start or end: after a sentence's end, or at a line a reader reads as a
+# line of its own (a list item, heading, table row: ``_lines``).
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 # An ordered list's marker ("1. ") ends no sentence: the item is one part with it, so a
 # numbered task item ("1. [ ] Renew the lease") keeps the checkbox that gives it its words.
 _ORDERED_MARKER = re.compile(r"[ \t]*[0-9]{1,9}\.")
+_BLOCK_LINE = re.compile(BLOCK_LINE)
+# A line that ends where a reader ends reading it: a sentence's end or a clause-opening colon,
+# closing quotes or emphasis after it.
+_LINE_ENDS = re.compile(r"[.?!:][\"')\]*_`]{0,2}[ \t]*$")
 
 
+# A fence's line, opening or closing a code block.
+_FENCE_LINE = re.compile(r"[ \t]*(?:```|~~~)")
 # An ATX heading's line ("## Action items").
 _HEADING = re.compile(r" {0,3}#{1,6}(?:[ \t]|$)", re.MULTILINE)
 
 
+def _lines(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each run of lines a reader reads as one: a paragraph's lines join up
+    (Markdown wraps a paragraph, so a line start is mostly mid-sentence: a part that opened at
+    one read "current version of a row the asker can see, ...", stop 50); a blank line, a
+    block's line (``BLOCK_LINE``: a list item, quote, table row, heading, fence), a line
+    after a heading (ATX or setext) or a fence, and a line after one that ends a sentence or
+    a colon start a run."""
+    runs: list[tuple[int, int]] = []
+    at, joins = 0, False
+    for line in text.splitlines(keepends=True):
+        start, end = at, at + len(line.rstrip("\r\n"))
+        at += len(line)
+        if not line.strip():
+            joins = False
+            continue
+        if joins and not _BLOCK_LINE.match(text, start):
+            runs[-1] = (runs[-1][0], end)
+        else:
+            runs.append((start, end))
+        joins = not (_HEADING.match(text, start) or _FENCE_LINE.match(text, start)
+                     or _LINE_ENDS.search(text, start, end)
+                     or SETEXT_UNDERLINE.fullmatch(text, start, end))
+    return runs
+
+
 def parts(text: str) -> list[tuple[int, int]]:
-    """(start, end) of each sentence or line of ``text``, surrounding blanks left out; a
-    fenced code block is one part (a part never opens a fence it does not close)."""
-    pieces, at = [], 0
-    breaks = [m for m in _BREAK.finditer(text)
-              if m.group().startswith("\n") or not _ORDERED_MARKER.fullmatch(
-                  text, text.rfind("\n", 0, m.start()) + 1, m.start())]
-    for m in [*breaks, None]:
-        end = len(text) if m is None else m.start()
-        piece = text[at:end]
-        if piece.strip():
-            lead = len(piece) - len(piece.lstrip())
-            pieces.append((at + lead, at + len(piece.rstrip())))
-        if m is not None:
-            at = m.end()
+    """(start, end) of each sentence or line of ``text`` (``_lines``), surrounding blanks
+    left out; a fenced code block is one part (a part never opens a fence it does not
+    close)."""
+    pieces = []
+    for lo, hi in _lines(text):
+        at = lo
+        for m in [*_SENTENCE_END.finditer(text, lo, hi), None]:
+            if m is not None and _ORDERED_MARKER.fullmatch(
+                    text, text.rfind("\n", 0, m.start()) + 1, m.start()):
+                continue
+            end = hi if m is None else m.start()
+            piece = text[at:end]
+            if piece.strip():
+                lead = len(piece) - len(piece.lstrip())
+                pieces.append((at + lead, at + len(piece.rstrip())))
+            if m is not None:
+                at = m.end()
     out: list[tuple[int, int]] = []
     fences = code_fences(text)
     for start, end in pieces:
