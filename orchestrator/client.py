@@ -179,10 +179,10 @@ class Engram:
         return found
 
     def entities(self, *, query: str | None = None, entity_type: str | None = None,
-                 first: int = 20, after: str | None = None) -> EntityPage:
+                 first: int = 20, after: str | None = None, retracted: bool = False) -> EntityPage:
         return self._run(lambda s: ents.list_entities(s, self.identity, self.settings, query=query,
                                                       entity_type=entity_type, first=first,
-                                                      after=after))
+                                                      after=after, retracted=retracted))
 
     def entity_by_id(self, entity_id: uuid.UUID | str) -> EntityView:
         return self._run(lambda s: ents.entity_by_id(s, self.identity, _id(entity_id, "entity")))

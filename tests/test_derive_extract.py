@@ -352,6 +352,49 @@ def test_edit_and_delete_retract_what_the_old_text_said(app_engine: Engine, admi
     assert served == 0 and kept == len(first.claims) + len(second.claims)  # history stays
 
 
+def test_an_entity_nothing_current_names_leaves_the_listing_and_answers_by_id(
+        app_engine: Engine, tenant: TenantFixture) -> None:
+    """A re-read (the text or the rules changed) retracts what the text no longer says, but
+    the entity row stays: the console's Entities page listed every name extraction had ever
+    made ("Detectadas", "Três" of a Portuguese page, stop 50). The listing leaves out an
+    entity whose every claim the caller can read is a retracted extraction; ``retracted``
+    lists it; by id it answers; one made by hand, with no claim, stays listed."""
+    from orchestrator.api.entities import entity_by_id, list_entities
+    from orchestrator.config import get_settings
+
+    t = tenant
+    settings = get_settings()
+    _put(app_engine, t, "ada.md", SVO_TEXT, ("team",))
+    writer = t.identity(write=("team",))
+    with bound_session(app_engine, writer) as s:
+        extract(s)
+        turing = resolve_entity(s, "person", "Alan Turing", create=False)
+        resolve_entity(s, "organization", "Analytical Engine Society", ("team",))
+
+    def listed(retracted: bool = False) -> set[str]:
+        with bound_session(app_engine, writer) as s:
+            page = list_entities(s, writer, settings, first=100, retracted=retracted)
+        return {v.name for _, v in page.items}
+
+    assert {"Alan Turing", "Grace Hopper", "Analytical Engine Society"} <= listed()
+    _put(app_engine, t, "ada.md", "Ada Lovelace works at Microsoft. Grace Hopper joined the Navy.",
+         ("team",))
+    with bound_session(app_engine, writer) as s:
+        extract(s)
+    now = listed()
+    assert "Alan Turing" not in now and "Google" not in now, now
+    assert {"Ada Lovelace", "Grace Hopper", "Analytical Engine Society"} <= now, now
+    assert {"Alan Turing", "Google"} <= listed(retracted=True)
+    assert turing is not None
+    with bound_session(app_engine, writer) as s:
+        assert entity_by_id(s, writer, turing).name == "Alan Turing"
+    # Named again, it is listed again.
+    _put(app_engine, t, "turing.md", "Alan Turing worked in Manchester.", ("team",))
+    with bound_session(app_engine, writer) as s:
+        extract(s)
+    assert "Alan Turing" in listed()
+
+
 def _triples_of(app_engine: Engine, t: TenantFixture) -> set[tuple[str, str, str]]:
     with bound_session(app_engine, t.identity(read=("team", "exec"))) as s:
         return _triples(s)

@@ -6,6 +6,14 @@ shows canonical entities only (a merged-away entity still answers by id, with
 ``merged_into`` naming its survivor), ordered by type, normalised name and id.
 A search ``query`` is normalised as resolution normalises names (the SQL
 function ``knowledge.normalize_name``) and matches inside the name or any alias.
+
+A listing also leaves out an entity extraction made that nothing current names any longer
+(``retracted``): every claim about it the caller can read is the extractor's and retracted,
+and no note gives it an alias. Extraction's rules change (stop 50: a Portuguese page read by
+the English model made "Detectadas" and "Três" organisations), and a re-read retracts what
+the current rules no longer say, but the entity row stays (history, lineage, old receipts):
+the console's Entities page listed such names for good. ``retracted=True`` lists them too;
+by id, every entity still answers.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import ColumnElement, and_, exists, func, or_, select
 from sqlalchemy.orm import Session
 
 from orchestrator.api.documents import (
@@ -27,7 +35,7 @@ from orchestrator.api.documents import (
 )
 from orchestrator.auth import Identity
 from orchestrator.config import Settings
-from orchestrator.db.knowledge_models import Entity
+from orchestrator.db.knowledge_models import Entity, FactClaim
 from orchestrator.errors import BadInput, NotFound
 from orchestrator.ingest.knowledge import visible_ids
 
@@ -61,10 +69,25 @@ def _views(session: Session, identity: Identity, rows: list[Entity]) -> list[Ent
                        e.created_at, e.updated_at) for e in rows]
 
 
+def _only_retracted() -> ColumnElement[bool]:
+    """Whether an entity is extraction's alone and nothing current names it: claims about it
+    the caller can read exist, every one of them the extractor's and retracted, and no note
+    gives it an alias (``extract._extractor_only``, whose reading of "the extractor's" this
+    shares)."""
+    about = and_(FactClaim.tenant_id == Entity.tenant_id,
+                 or_(FactClaim.subject_id == Entity.id, FactClaim.object_id == Entity.id))
+    return and_(Entity.given_aliases == {},
+                exists().where(about),
+                ~exists().where(about, or_(FactClaim.superseded_at.is_(None),
+                                           FactClaim.author_role.is_distinct_from("extractor"))))
+
+
 def list_entities(session: Session, identity: Identity, settings: Settings, *,
                   query: str | None = None, entity_type: str | None = None, first: int = 20,
-                  after: str | None = None) -> EntityPage:
+                  after: str | None = None, retracted: bool = False) -> EntityPage:
     stmt = select(Entity).where(Entity.merged_into.is_(None))
+    if not retracted:
+        stmt = stmt.where(~_only_retracted())
     if entity_type is not None:
         stmt = stmt.where(Entity.entity_type == entity_type)
     if query is not None:

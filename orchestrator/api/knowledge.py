@@ -47,10 +47,12 @@ def bind(query: QueryType, mutation: MutationType) -> None:
 
     @query.field("entities")
     def resolve_entities(_: None, info: Any, query: str | None = None, type: str | None = None,
-                         first: int = 20, after: str | None = None) -> dict[str, Any]:
+                         first: int = 20, after: str | None = None,
+                         retracted: bool = False) -> dict[str, Any]:
         ctx = info.context
         return connection(ents.list_entities(ctx.session, ctx.identity, ctx.settings, query=query,
-                                             entity_type=type, first=first, after=after))
+                                             entity_type=type, first=first, after=after,
+                                             retracted=retracted))
 
     @query.field("entityById")
     def resolve_entity_by_id(_: None, info: Any, id: str) -> Any:

@@ -532,9 +532,13 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
                                                "omitted: every entity.")] = None,
             entity_type: Annotated[str | None, _said("Only entities of this type (e.g. "
                                                      "person); omitted: all.")] = None,
-            first: First = 20, after: After = None) -> dict[str, Any]:
+            first: First = 20, after: After = None,
+            retracted: Annotated[bool, _said(
+                "Also entities extraction made that nothing current names any longer (every "
+                "claim about them retracted when the rules changed).")] = False) -> dict[str, Any]:
         """Readable canonical entities whose name or alias contains query, with a next cursor."""
-        page = engram_for().entities(query=query, entity_type=entity_type, first=first, after=after)
+        page = engram_for().entities(query=query, entity_type=entity_type, first=first, after=after,
+                                     retracted=retracted)
         return {"entities": [plain(v) for _, v in page.items],
                 "next": page.end_cursor if page.has_next_page else None}
 
