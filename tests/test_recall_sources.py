@@ -618,6 +618,11 @@ def test_an_excerpt_names_the_sections_it_stands_under(
         "2023-07-05, Version 1.5.0", "Notable Changes"]
     assert ("| Widget ChangeLog › 2023-07-05, Version 1.5.0 › Notable Changes (notes/CHANGELOG.md)"
             in result.rendered)
+    # The text trace names a chunk by its title and innermost section, its id kept.
+    _, trace = recaller.trace(ident, "which release added the frobnicator option?",
+                              budget_tokens=2000)
+    traced = trace.format()
+    assert f"Widget ChangeLog › Notable Changes #{first.chunk_id}: rank" in traced, traced
     # A part cut to fit starts later in its chunk: its trail follows the headings it skipped.
     from orchestrator.recall.tail import part_of
 

@@ -33,6 +33,13 @@ class TraceItem:
     merit: float
     section: str = ""  # the innermost heading a chunk stands under ("" for none)
 
+    @property
+    def named(self) -> str:
+        """The label with the chunk's section after its title, for the text trace: "Recall ›
+        The lexical lane #01a2...", not forty lines of "Recall #..." (stop 50)."""
+        title, mark, rest = self.label.rpartition(" #")
+        return f"{title} › {self.section}{mark}{rest}" if self.section and mark else self.label
+
 
 def item(c: Candidate) -> TraceItem:
     if c.source is not None:
@@ -195,7 +202,7 @@ class Trace:
                     parts.append(f"{score} {self._num(it.lanes.get(score))}")
                 if lane == "title":
                     parts.append("direct subject" if it.direct else "contained in a longer title")
-                lines.append(f"     {it.label}: " + ", ".join(parts))
+                lines.append(f"     {it.named}: " + ", ".join(parts))
         lines.append(f"2. fusion (RRF) and hydration: {len(self.fused)} candidates, "
                      f"{len(self.hydration_dropped)} dropped at hydration")
         for d in self.hydration_dropped:
@@ -203,7 +210,7 @@ class Trace:
             lines.append(f"     dropped {d.label}: document {d.reason} ({ranks or 'no rank'}, "
                          f"rrf {self._num(d.rrf)})")
         for it in self.fused:
-            lines.append(f"     {it.label}: rrf {self._num(it.rrf)}" +
+            lines.append(f"     {it.named}: rrf {self._num(it.rrf)}" +
                          (" [direct]" if it.direct else "") + (" [pinned]" if it.pinned else ""))
         lines.append(f"3. reranker: {self.reranker}")
         lines.append(f"   learned ranker: {self.ranker}")
@@ -223,7 +230,7 @@ class Trace:
                      f"{self.diversity or 'not run'}{navigation})")
         for n, it in enumerate(self.ordered, 1):
             rr = "" if it.rerank is None else f", rerank {self._num(it.rerank)}"
-            lines.append(f"     {n}. {it.label}: merit {self._num(it.merit)}{rr}" +
+            lines.append(f"     {n}. {it.named}: merit {self._num(it.merit)}{rr}" +
                          (" [direct]" if it.direct else ""))
         for dropped, twin, sim in self.suppressed:
             lines.append(f"     suppressed {dropped}: near-duplicate of {twin} ({sim:.3f})")
