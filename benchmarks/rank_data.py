@@ -81,12 +81,14 @@ def load(path: Path) -> list[Group] | None:
     return out
 
 
-def fit(groups: Sequence[Group], rounds: int | None = None) -> str:
-    """LambdaRank on ``groups`` (fixed parameters from ``orchestrator.recall.ranker``)."""
+def fit(groups: Sequence[Group], rounds: int | None = None, seed: int | None = None) -> str:
+    """LambdaRank on ``groups`` (fixed parameters from ``orchestrator.recall.ranker``; ``seed``
+    replaces theirs: bagging and feature sampling draw with it)."""
     from orchestrator.recall.ranker import TRAIN_ROUNDS, train
 
     return train(np.concatenate([g.matrix for g in groups]), np.concatenate([g.labels for g in groups]),
-                 [len(g.labels) for g in groups], rounds=rounds or TRAIN_ROUNDS)
+                 [len(g.labels) for g in groups], rounds=rounds or TRAIN_ROUNDS,
+                 params=None if seed is None else {"seed": seed})
 
 
 def kinds(groups: Sequence[Group]) -> list[int]:

