@@ -3,23 +3,18 @@ found from the page's own headings, so code before and after a change is scored 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import pytest
 
-BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "docs_questions.py"
+from tests.support.benchmarks import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def dq() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("docs_questions", BENCHMARK)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("docs_questions")
 
 
 def test_a_named_section_runs_from_its_heading_to_the_next_of_its_level(dq: ModuleType) -> None:

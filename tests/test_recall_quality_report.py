@@ -4,24 +4,16 @@ seed by seed, from the replays' per-question rows."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "recall_quality.py"
+from tests.support.benchmarks import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def rq() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("recall_quality", BENCHMARK)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["recall_quality"] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("recall_quality")
 
 
 def _rows(values: list[float]) -> list[dict[str, float]]:
