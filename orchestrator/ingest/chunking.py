@@ -7,7 +7,8 @@ next chunk starts there, with no overlap; where headings stand over that heading
 of their own (a changelog's anchor and "## Version 20.5.0" over "### Notable Changes"), the
 chunk ends before them. Without such a heading, chunks prefer to end at
 a paragraph break, then the end of a sentence or of a block's line (a line ending in a full
-stop or colon, a line before a list item, quote, table row, heading or fence), then any line
+stop or colon, a line before a list item, quote, table row, heading, fence or link reference
+definition: ``markdown.LINE_END``), then any line
 break, then a clause's or a word's end, so a section is not cut mid-word, and never inside a
 fenced code block while a cut outside one is in the window's second half (or before the
 block, when it fills that half). Markdown wraps paragraphs, so most line breaks are
