@@ -491,6 +491,13 @@ def test_a_person_of_english_words_without_a_common_name_is_a_product():
     assert typed_by_rules("Dispatcher", "person") == "person"
     assert typed_by_rules("Grant Hill", "person") == "person"
     assert typed_by_rules("Long Term Support", "organization") == "organization"
+    # Two English words written as one count in a name of two words or more (undici's
+    # "Client Lifecycle" was a person, stop 50); a surname so written stays a name after a
+    # given name, and a one-word name is never read as two.
+    for name in ("Client Lifecycle", "Release Timestamp", "Shared Codebase"):
+        assert _english_only(name, context, nlp), name
+    for name in ("Ann Goldman", "Tom Blackwell", "Alan Woodward", "Goldman", "Lifecycle"):
+        assert not _english_only(name, context, nlp), name
 
 
 def test_a_comment_a_dash_a_verb_inside_or_shorthand_is_not_part_of_a_name():

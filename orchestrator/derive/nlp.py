@@ -113,8 +113,9 @@ RULES_VERSION = "rules-23"  # 4: markup masked over the whole document (stop 25)
 # word of a run of capitals counts as capitalised inside a sentence ("met Ann Walker")
 # (``_list_opener``, ``_INSIDE``, stop 49); 23: a chunk written in another language than
 # the pipeline's is read for nothing (``quality.written_language``), and an acronym its
-# document writes as a common noun is no name ("GPUs", "an API for"; ``_acronym_noun``,
-# stop 50)
+# document writes as a common noun is no name ("GPUs", "an API for"; ``_acronym_noun``),
+# and in a "person" of two words or more, two English words written as one count as English
+# ("Client Lifecycle"; ``_compound_word``, stop 50)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
@@ -794,12 +795,22 @@ def _own_lower_words(text: str) -> frozenset[str]:
     return frozenset(_OWN_LOWER_WORD.findall(text))
 
 
+def _compound_word(word: str, nlp: Any) -> bool:
+    """Whether ``word`` (lower case, seven letters or more) is two English words written as
+    one, each of three letters or more ("lifecycle", "timestamp", "codebase": WordNet has
+    them apart): undici's "Client Lifecycle" was a person (stop 50). Only for a name of two
+    words or more, whose given name or surname would have kept it a person already."""
+    return len(word) >= 7 and any(_english_word(word[:i], nlp) and _english_word(word[i:], nlp)
+                                  for i in range(3, len(word) - 2))
+
+
 def _english_only(name: str, context: str, nlp: Any) -> bool:
     """Whether a "person" named ``name`` is English words and no one's name: the small model
     types capitalised phrases of documentation as people ("Long Term Support", "Style Guide",
     "Release Schedule", "Tips", "Zoom": all 34 "people" of Node.js's contributor guides, stop
     45, 29 of them with a person's profile). Every word (each part of a hyphenated one, a prefix
-    such as "pre" allowed) is an English word (``_english_word``); no common given name opens
+    such as "pre" allowed) is an English word (``_english_word``; in a name of two words or
+    more, two written as one too: ``_compound_word``); no common given name opens
     the name, no common surname ends it (``_census_names``: "Grant Hill", "Mark Twain", "Will",
     "Frost" stay people), no title or kin word opens it ("Grandma", "King Charles") and no word
     is an initial ("J. R. R. Tolkien"). WordNet, whose words these are, has famous people's
@@ -823,7 +834,8 @@ def _english_only(name: str, context: str, nlp: Any) -> bool:
         for i, part in enumerate(parts):
             if i < len(parts) - 1 and part in _HYPHEN_PREFIXES:
                 continue
-            if not (part.isalpha() and _english_word(part, nlp)):
+            if not (part.isalpha() and (_english_word(part, nlp)
+                                        or (not alone and _compound_word(part, nlp)))):
                 return False
     if not alone:
         return True
