@@ -28,6 +28,10 @@ BLOCK_LINE = r"[ \t]*(?:[-*+>|#]|\d{1,9}[.)](?:[ \t]|$)|```|~~~|\[[^\]\n]+\]:[ \
 # A line break a reader reads as one: after a sentence's end or a clause-opening colon
 # (closing quotes or emphasis may follow the mark), or before a block's line.
 LINE_END = r"[.?!:][\"')\]*_`]{0,2}\n|\n(?=" + BLOCK_LINE + r")"
+# What stands before the full stop of an ordered list's marker on its line ("   2. Leave"),
+# and how far from its line's start such a full stop may stand.
+_ORDERED_MARKER = re.compile(r"[ \t]*\d{1,9}")
+MARKER_REACH = 32
 # A line that only marks a place: an HTML anchor (``<a id="20.5.0"></a>``, as a changelog puts
 # above each release's heading) or a one-line HTML comment.
 MARKER_LINE = re.compile(
@@ -39,6 +43,17 @@ WIKILINK = re.compile(r"(!?)\[\[([^\[\]\n|#]{1,500})((?:#[^\[\]\n|]{0,500})?(?:\
 # Paragraph lines kept for a setext heading's text (a title is cut to a few hundred
 # characters anyway).
 _TITLE_LINES = 40
+
+
+def ordered_marker(text: str, stop: int) -> bool:
+    """Whether the full stop at ``stop`` is an ordered list item's marker ("  2. "), which ends
+    no sentence. Read no further back than ``MARKER_REACH`` characters, so a long line of
+    sentences is read in linear time."""
+    if text[stop] != ".":
+        return False
+    line = text.rfind("\n", max(stop - MARKER_REACH, 0), stop) + 1
+    return ((line > 0 or stop <= MARKER_REACH)
+            and _ORDERED_MARKER.fullmatch(text, line, stop) is not None)
 
 
 def code_fences(text: str) -> list[tuple[int, int]]:

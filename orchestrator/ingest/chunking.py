@@ -35,6 +35,7 @@ from orchestrator.markdown import (
     SETEXT_UNDERLINE,
     code_fences,
     enclosing,
+    ordered_marker,
     section_starts,
 )
 
@@ -51,22 +52,14 @@ _TIERS = tuple(re.compile(p, re.MULTILINE) for p in (
     r", ",
     r" ",
 ))
-# What stands before the full stop of an ordered list's marker on its line ("   2. Leave").
-_ORDERED_MARKER = re.compile(r"[ \t]*\d{1,9}")
 _LOOKAHEAD = 16  # characters past a window a tier's lookahead may read
-
-
-def _is_marker(body: str, stop: int) -> bool:
-    """Whether the full stop at ``stop`` is an ordered list item's marker ("  2. ")."""
-    return body[stop] == "." and _ORDERED_MARKER.fullmatch(
-        body, body.rfind("\n", 0, stop) + 1, stop) is not None
 
 
 def _cuts(body: str, tier: re.Pattern[str], lo: int, hi: int) -> list[int]:
     """Where ``tier`` lets a chunk end in ``body[lo:hi]`` (a match's end), in order; an
     ordered list's marker ends no sentence."""
     return [m.end() for m in tier.finditer(body, lo, min(hi + _LOOKAHEAD, len(body)))
-            if m.end() <= hi and not (m.group().endswith(" ") and _is_marker(body, m.start()))]
+            if m.end() <= hi and not (m.group().endswith(" ") and ordered_marker(body, m.start()))]
 
 
 def _clean_end(body: str, end: int) -> bool:

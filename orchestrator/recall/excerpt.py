@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from orchestrator.markdown import BLOCK_LINE, SETEXT_UNDERLINE, code_fences
+from orchestrator.markdown import BLOCK_LINE, SETEXT_UNDERLINE, code_fences, ordered_marker
 from orchestrator.recall.features import terms
 from orchestrator.recall.render import Prefixes
 from orchestrator.recall.result import Evidence
@@ -30,9 +30,6 @@ MIN_ROOM_TOKENS = 24
 # Where a part may start or end: after a sentence's end, or at a line a reader reads as a
 # line of its own (a list item, heading, table row: ``_lines``).
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-# An ordered list's marker ("1. ") ends no sentence: the item is one part with it, so a
-# numbered task item ("1. [ ] Renew the lease") keeps the checkbox that gives it its words.
-_ORDERED_MARKER = re.compile(r"[ \t]*[0-9]{1,9}\.")
 _BLOCK_LINE = re.compile(BLOCK_LINE)
 # A line that ends where a reader ends reading it: a sentence's end or a clause-opening colon,
 # closing quotes or emphasis after it.
@@ -65,7 +62,7 @@ def _lines(text: str) -> list[tuple[int, int]]:
         else:
             runs.append((start, end))
         joins = not (_HEADING.match(text, start) or _FENCE_LINE.match(text, start)
-                     or _LINE_ENDS.search(text, start, end)
+                     or _LINE_ENDS.search(text, max(start, end - 16), end)
                      or SETEXT_UNDERLINE.fullmatch(text, start, end))
     return runs
 
@@ -78,8 +75,10 @@ def parts(text: str) -> list[tuple[int, int]]:
     for lo, hi in _lines(text):
         at = lo
         for m in [*_SENTENCE_END.finditer(text, lo, hi), None]:
-            if m is not None and _ORDERED_MARKER.fullmatch(
-                    text, text.rfind("\n", 0, m.start()) + 1, m.start()):
+            # An ordered list's marker ("1. ") ends no sentence: the item is one part with it,
+            # so a numbered task item ("1. [ ] Renew the lease") keeps the checkbox that gives
+            # it its words.
+            if m is not None and ordered_marker(text, m.start() - 1):
                 continue
             end = hi if m is None else m.start()
             piece = text[at:end]
