@@ -388,6 +388,16 @@ def test_an_entity_nothing_current_names_leaves_the_listing_and_answers_by_id(
     assert turing is not None
     with bound_session(app_engine, writer) as s:
         assert entity_by_id(s, writer, turing).name == "Alan Turing"
+    # What decides is what the caller can read: a claim about him in a scope a team reader
+    # cannot read keeps him listed for a reader of both, and tells the team reader nothing.
+    both = t.identity(read=("team",), write=("exec",))
+    with bound_session(app_engine, both) as s:
+        assert_fact(s, FactInput(subject_id=turing, predicate="works_at", value="Bletchley Park",
+                                 text="Alan Turing works at Bletchley Park.", scopes=("exec",)))
+    with bound_session(app_engine, both) as s:
+        page = list_entities(s, both, settings, first=100)
+    assert "Alan Turing" in {v.name for _, v in page.items}
+    assert "Alan Turing" not in listed()
     # Named again, it is listed again.
     _put(app_engine, t, "turing.md", "Alan Turing worked in Manchester.", ("team",))
     with bound_session(app_engine, writer) as s:
