@@ -495,6 +495,30 @@ def test_a_title_from_a_heading_is_its_text_as_a_reader_sees_it(tmp_path: Path) 
     assert found.title == "Dated" and found.occurred_at is not None and found.body == "# Dated\n"
 
 
+@pytest.mark.parametrize(("name", "body", "title"), [
+    # A plain text file's first line over a blank line titles it (the project's design notes
+    # were titled "read-path" and "how-retrieval-works.pt", stop 50).
+    ("read-path.txt", "The read path\n\nrecall() is the retrieval entry point.\n", "The read path"),
+    ("como.pt.txt", "\nComo a recuperação funciona\n\nO pipeline híbrido.\n",
+     "Como a recuperação funciona"),
+    ("alone.txt", "Release checklist\n", "Release checklist"),
+    # A sentence, a paragraph's first line, a list item or a long line is no title.
+    ("note.txt", "Call the bank before noon.\n\nThen the landlord.\n", "note"),
+    ("wrapped.txt", "The test runner reports a failure when a subtest\nis created late.\n",
+     "wrapped"),
+    ("list.txt", "- milk\n\n- eggs\n", "list"),
+    ("long.txt", " ".join(["word"] * 13) + "\n\nText.\n", "long"),
+    # In Markdown a paragraph is no title; a heading is.
+    ("para.md", "The read path\n\nText.\n", "para"),
+    ("head.txt", "# The heading\n\nText.\n", "The heading"),
+])
+def test_a_plain_text_files_title_line_titles_it(tmp_path: Path, name: str, body: str,
+                                                  title: str) -> None:
+    f = tmp_path / name
+    f.write_text(body, encoding="utf-8")
+    assert to_document(SourceFile(f, "notes", name), ["team"]).title == title
+
+
 def test_remember_cli(cli_env: dict[str, str], tenant_factory: Tenants, admin_engine: Engine) -> None:
     t = tenant_factory("team")
     code, output = run(cli_env, "remember", "User prefers tea.", "--session", "s9",

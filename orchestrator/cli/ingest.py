@@ -414,6 +414,28 @@ def _headings(body: str) -> Iterator[tuple[int, str]]:
     return ((level, written) for _, level, written in headings(mask_fences(body)))
 
 
+# A plain text file's title line: short, a few words, not a sentence (no closing mark) and
+# not a list item or a quote.
+_TITLE_LINE_CHARS = 120
+_TITLE_LINE_WORDS = 12
+_NOT_A_TITLE_LINE = re.compile(r"[.,;:!?]$|^[-*+>#|]|^\d{1,9}[.)]\s")
+
+
+def text_title(body: str) -> str:
+    """A plain text file's title: its first line where a blank line (or nothing) follows it
+    and it reads as a title, not a sentence ("The read path", "Como a recuperação funciona"
+    over their first paragraphs: such files were titled by their names, "read-path",
+    "how-retrieval-works.pt", stop 50); "" otherwise. Markdown's headings say it there
+    (``heading_title``); a Markdown paragraph is no title."""
+    lines = body.lstrip("\r\n").split("\n", 2)
+    first = lines[0].strip()
+    rest_blank = len(lines) == 1 or not lines[1].strip()
+    if (not first or not rest_blank or len(first) > _TITLE_LINE_CHARS
+            or len(first.split()) > _TITLE_LINE_WORDS or _NOT_A_TITLE_LINE.search(first)):
+        return ""
+    return first
+
+
 def heading_title(body: str, limit: int) -> str:
     """The first level-1 heading (outside code blocks; ATX or setext), else the first heading,
     as a reader sees it (``quality.inline_text``: badges, link targets and markup gone), cut
@@ -480,7 +502,8 @@ def to_document(src: SourceFile, default_scopes: list[str], *, extract: bool | N
                 max_title_chars: int = 500, max_document_chars: int = 2_000_000) -> DocumentInput:
     """The file as a document; ``extract=False`` marks it opted out unless its front matter says.
     A title in the front matter is taken as written (the write refuses one over the limit);
-    without one, the first heading's text (``heading_title``), else the file's name. A file
+    without one, the first heading's text (``heading_title``), else a plain text file's title
+    line (``text_title``), else the file's name. A file
     that cannot fit ``max_document_chars`` is refused before it is read (``SourceFile.read``)."""
     text = src.read(max_document_chars)
     if src.format_suffix in RST_SUFFIXES:
@@ -501,7 +524,8 @@ def to_document(src: SourceFile, default_scopes: list[str], *, extract: bool | N
                            "that its scripts fill in, or a frame set)")
     else:
         meta, body = parse_front_matter(text)
-    title = _text(meta.pop("title", None)) or heading_title(body, max_title_chars) or src.stem
+    title = (_text(meta.pop("title", None)) or heading_title(body, max_title_chars)
+             or (text_title(body) if src.format_suffix == ".txt" else "") or src.stem)
     scopes = _list(meta.pop("scopes", "")) or default_scopes
     if not scopes:
         raise BadInput("no scopes: give --scope or a 'scopes:' front matter line")
