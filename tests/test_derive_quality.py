@@ -1074,6 +1074,24 @@ def test_the_written_language_is_told_by_its_lower_case_function_words(written, 
     assert written_language(written) == language
 
 
+def test_a_chunk_is_foreign_by_its_own_words_else_by_its_documents():
+    from orchestrator.derive.extract import foreign_language
+
+    english = ("The team reviews the reports of the week, and the board reads them before "
+               "the meeting, so that each of its members can say what is to be done.")
+    assert foreign_language("en", PORTUGUESE, lambda: None) == "pt"
+    assert foreign_language("en", english, lambda: "pt") is None  # its own words tell
+    # A heading or a list of names tells nothing: the document's language decides.
+    assert foreign_language("en", "Visão geral", lambda: "pt") == "pt"
+    assert foreign_language("en", "Visão geral", lambda: None) is None
+    assert foreign_language("en", "Visão geral", lambda: "en") is None
+    # A Portuguese pipeline reads Portuguese and leaves English out.
+    assert foreign_language("pt", PORTUGUESE, lambda: None) is None
+    assert foreign_language("pt", english, lambda: None) == "en"
+    # A pipeline of a language no function words tell (spaCy's multi-language "xx") reads all.
+    assert foreign_language("xx", PORTUGUESE, lambda: "pt") is None
+
+
 def test_a_page_in_another_language_than_the_entity_models_yields_no_entities(
         tenant_factory, app_engine, settings, tmp_path):
     """The project's own design note in Portuguese, read by the English entity model and

@@ -208,6 +208,20 @@ class ExtractReport:
                 f"({self.seconds:.1f}s{rate})")
 
 
+def foreign_language(pipeline: str, text: str, document: Callable[[], str | None]) -> str | None:
+    """The language a chunk's ``text`` is written in where it is not ``pipeline``'s (the
+    entity model and the sentence rules read that one), else None. Told by the chunk's own
+    words, else by its ``document``'s (a chunk of headings and code tells nothing). A
+    pipeline of a language ``quality.written_language`` cannot tell (spaCy's multi-language
+    "xx") reads every chunk."""
+    if pipeline not in LANGUAGE_NAMES:
+        return None
+    told = written_language(text)
+    if told is None:
+        told = document()
+    return told if told is not None and told != pipeline else None
+
+
 class Foreign(str):
     """What reading a chunk gave where it is written in another language than the pipeline's:
     that language (a key of ``quality.LANGUAGE_NAMES``)."""
@@ -369,18 +383,16 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
     report.language = nlp.lang
 
     def language(chunk: _Chunk, text: str, context: str | None) -> str | None:
-        """The language ``chunk`` is written in where the quality gates are on and it is not
-        the pipeline's (``nlp.lang``: the entity model and the sentence rules read that one),
-        else None. Told by the chunk's own words, else by its document's (a chunk of headings
-        and code tells nothing)."""
-        if not gates:
-            return None
-        told = written_language(text)
-        if told is None and context is not None and chunk.document_id is not None:
+        """``foreign_language`` of ``chunk`` where the quality gates are on; its document's
+        language is told once."""
+        def document() -> str | None:
+            if context is None or chunk.document_id is None:
+                return None
             if chunk.document_id not in languages:
                 languages[chunk.document_id] = written_language(context)
-            told = languages[chunk.document_id]
-        return told if told is not None and told != nlp.lang else None
+            return languages[chunk.document_id]
+
+        return foreign_language(nlp.lang, text, document) if gates else None
 
     def parse(batch: list[_Chunk], texts: list[str], contexts: list[str | None],
               codes: list[frozenset[str]]
@@ -460,7 +472,7 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
                      if c.aliases else c for c in batch]
             for c, read_ in zip(batch, results, strict=True):
                 if isinstance(read_, Foreign):
-                    report.foreign[read_] = report.foreign.get(read_, 0) + 1
+                    report.foreign[str(read_)] = report.foreign.get(str(read_), 0) + 1
                     readable.append(c)  # read: nothing taken (an earlier reading's claims go)
                     sentences.append([])
                 elif isinstance(read_, str):
