@@ -329,3 +329,17 @@ def test_a_setext_heading_that_heads_only_headings_opens_the_chunk_too() -> None
         for c in spans:
             last = c.text.rstrip().splitlines()[-1]
             assert not set(last) <= set("=-") and "Version 1." not in last, (size, c.text[-120:])
+
+
+def test_an_ordered_lists_marker_is_read_near_its_lines_start_only() -> None:
+    from orchestrator.markdown import ordered_marker
+
+    text = "Steps:\n   12. Run it. Then 3. is no marker\n" + "x" * 40 + " 7. late"
+    assert ordered_marker(text, text.index("12.") + 2)
+    assert not ordered_marker(text, text.index("it.") + 2)
+    assert not ordered_marker(text, text.index("3.") + 1)  # words before it on its line
+    assert ordered_marker("1. first", 1)  # the text's own first line
+    # Past MARKER_REACH characters from its line's start nothing is a marker, so a long
+    # line of sentences is read without looking back to its start each time.
+    assert not ordered_marker(text, text.index("7.") + 1)
+    assert not ordered_marker(" " * 40 + "5. item", 41)
