@@ -696,7 +696,7 @@ class Recaller:
                                                       s.recall_duplicate_similarity)
             if redundant and detail:  # the trace names them as its other lines do, by label
                 named = {k for key, holder, _ in redundant for k in (key, holder)}
-                labels = {c.key: item(c).label for c in candidates if c.key in named}
+                labels = {c.key: item(c).named for c in candidates if c.key in named}
                 trace.redundant = [(labels.get(key, key), labels.get(holder, holder), raised)
                                    for key, holder, raised in redundant]
             if s.recall_diverse:
@@ -712,7 +712,7 @@ class Recaller:
                 trace.diversity = "off (recall_diverse); merit order"
         if detail:
             trace.ordered = [item(c) for c in ordered]
-            trace.suppressed = [(item(a).label, item(b).label, sim) for a, b, sim in dropped]
+            trace.suppressed = [(item(a).named, item(b).named, sim) for a, b, sim in dropped]
         lap("order")
         return ordered
 
