@@ -45,6 +45,23 @@ WIKILINK = re.compile(r"(!?)\[\[([^\[\]\n|#]{1,500})((?:#[^\[\]\n|]{0,500})?(?:\
 _TITLE_LINES = 40
 
 
+# A plain title line: short, a few words, not a sentence (no closing mark) and not a list
+# item or a quote ("The read path", "O modelo de memória").
+TITLE_LINE_CHARS = 120
+TITLE_LINE_WORDS = 12
+_NOT_A_TITLE_LINE = re.compile(r"[.,;:!?]$|^[-*+>#|]|^\d{1,9}[.)]\s")
+
+
+def title_line(line: str) -> bool:
+    """Whether ``line`` (one line, stripped or not) reads as a title a plain text writes over
+    its paragraph: at most ``TITLE_LINE_CHARS`` characters and ``TITLE_LINE_WORDS`` words,
+    not ending in a sentence's or clause's mark, no list item, quote, table row or heading
+    marker. Whether a blank line follows it is the caller's to say."""
+    line = line.strip()
+    return (bool(line) and len(line) <= TITLE_LINE_CHARS and len(line.split()) <= TITLE_LINE_WORDS
+            and _NOT_A_TITLE_LINE.search(line) is None)
+
+
 def ordered_marker(text: str, stop: int) -> bool:
     """Whether the full stop at ``stop`` is an ordered list item's marker ("  2. "), which ends
     no sentence. Read no further back than ``MARKER_REACH`` characters, so a long line of

@@ -505,6 +505,14 @@ def test_the_part_cut_to_fit_never_exceeds_the_budget_and_is_the_chunks_own_text
         "Options:", "fast"]
     a, b = best_run(text, "which version of a row may the asker see?", 160)
     assert text[a:b].startswith("A receipt stores"), text[a:b]
+    # Nor on a plain text's title line over a blank line (or at the text's end): it heads
+    # what the cut leaves out ("O modelo de memória", stop 50).
+    text = ("The fusion merges the lanes by rank. The graph rerank promotes connected notes.\n\n"
+            "O modelo de memória\n\nMemory holds documents, facts and episodes of the team.")
+    a, b = best_run(text, "how does the fusion merge the lanes?", 130)
+    assert text[a:b].endswith("connected notes."), text[a:b]
+    a, b = best_run("Notes on the fusion of lanes.\nRelease checklist", "fusion lanes", 200)
+    assert (a, b) == (0, len("Notes on the fusion of lanes.")), (a, b)
     text = "Inbox of the week here.\n1. [ ] Renew the lease.\n2. [x] Pay rent"
     a, b = best_run(text, "what are my open tasks?", 25)
     assert text[a:b] == "1. [ ] Renew the lease."

@@ -85,7 +85,7 @@ from orchestrator.errors import BadInput, EngramError
 from orchestrator.ingest.documents import DocumentInput, delete_document, put_document
 from orchestrator.ingest.html import declared_charset, html_document
 from orchestrator.ingest.rst import Includes, rst_document
-from orchestrator.markdown import ATX_LINE, SETEXT_UNDERLINE, WIKILINK, headings
+from orchestrator.markdown import ATX_LINE, SETEXT_UNDERLINE, WIKILINK, headings, title_line
 
 # reStructuredText and HTML are stored as Markdown (``ingest.rst``, ``ingest.html``); the rest
 # as written. Any of them may be gzip-compressed (``README.md.gz``: Debian ships its packages' docs so).
@@ -414,26 +414,15 @@ def _headings(body: str) -> Iterator[tuple[int, str]]:
     return ((level, written) for _, level, written in headings(mask_fences(body)))
 
 
-# A plain text file's title line: short, a few words, not a sentence (no closing mark) and
-# not a list item or a quote.
-_TITLE_LINE_CHARS = 120
-_TITLE_LINE_WORDS = 12
-_NOT_A_TITLE_LINE = re.compile(r"[.,;:!?]$|^[-*+>#|]|^\d{1,9}[.)]\s")
-
-
 def text_title(body: str) -> str:
     """A plain text file's title: its first line where a blank line (or nothing) follows it
-    and it reads as a title, not a sentence ("The read path", "Como a recuperação funciona"
-    over their first paragraphs: such files were titled by their names, "read-path",
-    "how-retrieval-works.pt", stop 50); "" otherwise. Markdown's headings say it there
-    (``heading_title``); a Markdown paragraph is no title."""
+    and it reads as a title (``markdown.title_line``), not a sentence ("The read path", "Como
+    a recuperação funciona" over their first paragraphs: such files were titled by their
+    names, "read-path", "how-retrieval-works.pt", stop 50); "" otherwise. Markdown's
+    headings say it there (``heading_title``); a Markdown paragraph is no title."""
     lines = body.lstrip("\r\n").split("\n", 2)
-    first = lines[0].strip()
     rest_blank = len(lines) == 1 or not lines[1].strip()
-    if (not first or not rest_blank or len(first) > _TITLE_LINE_CHARS
-            or len(first.split()) > _TITLE_LINE_WORDS or _NOT_A_TITLE_LINE.search(first)):
-        return ""
-    return first
+    return lines[0].strip() if rest_blank and title_line(lines[0]) else ""
 
 
 def heading_title(body: str, limit: int) -> str:

@@ -18,7 +18,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from orchestrator.markdown import BLOCK_LINE, SETEXT_UNDERLINE, code_fences, ordered_marker
+from orchestrator.markdown import (
+    BLOCK_LINE,
+    SETEXT_UNDERLINE,
+    code_fences,
+    ordered_marker,
+    title_line,
+)
 from orchestrator.recall.features import terms
 from orchestrator.recall.render import Prefixes
 from orchestrator.recall.result import Evidence
@@ -100,6 +106,23 @@ def parts(text: str) -> list[tuple[int, int]]:
     return out
 
 
+def _heads(text: str, start: int, end: int) -> bool:
+    """Whether the part ``text[start:end]`` heads what follows it: an ATX heading, or a whole
+    line over a blank line (or at the text's end) that reads as a title
+    (``markdown.title_line``: a plain text's "O modelo de memória", on which a part cut to
+    fit ended, stop 50)."""
+    if text[text.rfind("\n", 0, start) + 1:start].strip():
+        return False  # the part opens mid-line
+    if _HEADING.match(text, start) is not None:
+        return True
+    line_end = text.find("\n", end)
+    line_end = len(text) if line_end == -1 else line_end
+    if text[end:line_end].strip() or not title_line(text[start:end]):
+        return False
+    after = text.find("\n", line_end + 1)
+    return not text[line_end + 1:len(text) if after == -1 else after].strip()
+
+
 def best_run(text: str, question: str, room_chars: int, shown: str = "") -> tuple[int, int] | None:
     """(start, end) of the run of consecutive parts within ``room_chars`` that holds the most
     distinct question terms; on a tie the run that opens with a part holding one (the run
@@ -114,8 +137,7 @@ def best_run(text: str, question: str, room_chars: int, shown: str = "") -> tupl
     spans = parts(text)
     wanted = terms(question) - terms(shown) or terms(question)
     found = [terms(text[s:e]) & wanted for s, e in spans]
-    heading = [not text[text.rfind("\n", 0, s) + 1:s].strip() and _HEADING.match(text, s) is not None
-               for s, _ in spans]
+    heading = [_heads(text, s, e) for s, e in spans]
     # A part that opens a code block opens where the block does (``parts``), indented or not.
     code = {a for a, _ in code_fences(text)}
     prose = [s not in code for s, _ in spans]
