@@ -623,6 +623,8 @@ def test_an_excerpt_names_the_sections_it_stands_under(
                               budget_tokens=2000)
     traced = trace.format()
     assert f"Widget ChangeLog › Notable Changes #{first.chunk_id}: rank" in traced, traced
+    # Its lexical terms are said to be stemmed ("releas", not a typo of "release").
+    assert "lexical terms as stemmed, rarest first" in traced and " releas " in traced, traced
     # A part cut to fit starts later in its chunk: its trail follows the headings it skipped.
     from orchestrator.recall.tail import part_of
 

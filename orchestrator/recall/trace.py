@@ -171,7 +171,8 @@ class Trace:
                          f"length {'-' if avg is None else f'{float(avg):.1f}'} tokens")
         if self.corpus.get("terms"):
             terms = sorted(self.corpus["terms"], key=lambda t: (t[1], t[0]))
-            lines.append("lexical terms, rarest first (df: chunks scored): " + ", ".join(
+            lines.append("lexical terms as stemmed, rarest first (term chunks holding it: "
+                         "chunks scored): " + ", ".join(
                 f"{lexeme} {df}: {'all' if took == df else took}" for lexeme, df, took in terms))
         if self.corpus.get("common_titles"):
             lines.append("titles the question names that most other visible chunks hold (they "
