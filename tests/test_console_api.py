@@ -111,6 +111,28 @@ def test_unknown_trace_steps_come_through_generically() -> None:
     assert steps["clipped"]["text"] in trace.format()
 
 
+def test_a_long_list_of_the_trace_shows_its_first_lines_and_says_how_many_more() -> None:
+    """On this project's docs one question's Recall page listed 17 redundant derived items and
+    12 duplicates in full, cards a screen long (stop 50): the first five are shown, the rest
+    behind a disclosure that says how many."""
+    from orchestrator.config import Settings
+    from orchestrator.console.routes import Console
+
+    env = Console(Settings(), None, None).env  # type: ignore[arg-type]
+    capped = env.get_template("_capped.j2").module.capped  # type: ignore[attr-defined]
+    lines = [f"dropped fact {i}: its text is in <Notes #{i}>" for i in range(12)]
+    html = str(capped(lines))
+    assert html.count("<li>") == 12 and "<summary>7 more</summary>" in html
+    assert html.index("dropped fact 4:") < html.index("<details") < html.index("dropped fact 5:")
+    assert "&lt;Notes #3&gt;" in html and "<Notes" not in html  # escaped as everything else
+    said = str(capped("\n".join(lines[:6]).split("\n"), said=True))
+    assert said.count('<p class="said">') == 2 and "<summary>1 more</summary>" in said
+    few = str(capped(lines[:5]))
+    assert "<details" not in few and few.count("<li>") == 5
+    line = env.filters["duplicate_line"]({"label": "a", "twin": "b", "similarity": 0.98765})
+    assert line == "a: near-duplicate of b (0.988)"
+
+
 def test_memory_fields_deny_other_scopes(api_server: ApiServer, corpus: Corpus) -> None:  # noqa: F811
     reader = token(api_server, corpus, "rita", "read:alpha")
     for query, variables in (

@@ -82,6 +82,13 @@ class Picture:
     cut_label: str = ""
 
 
+def duplicate_line(suppressed: dict[str, Any]) -> str:
+    """One line of the trace's duplicates: what went, as a near-duplicate of what, and how
+    near."""
+    return (f"{suppressed['label']}: near-duplicate of {suppressed['twin']} "
+            f"({float(suppressed['similarity']):.3f})")
+
+
 def box_text(item: dict[str, Any]) -> str:
     """What a trace item's box says: its title and section, its id left to the tooltip."""
     title = _CHUNK_ID.sub("", item["label"])

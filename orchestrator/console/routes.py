@@ -93,6 +93,7 @@ class Console:
                                                                  default=str)
         self.env.filters["short"] = layout.short
         self.env.filters["step_title"] = layout.step_title
+        self.env.filters["duplicate_line"] = layout.duplicate_line
         self.env.globals["nothing_served"] = nothing_served
         self.env.globals["box_w"] = layout.BOX_W
         self._discovery: dict[str, Any] | None = None
