@@ -18,3 +18,8 @@ def shown(stages: str | None, rendered: str, why: str) -> str:
     ``why`` (``nothing_served``) when it is empty."""
     text = rendered or why
     return text if stages is None else f"{stages}\n7. rendered\n{text}"
+
+
+def near_duplicate(dropped: str, twin: str, similarity: float) -> str:
+    """A duplicate the order dropped, as the text trace and the console's card say it."""
+    return f"{dropped}: near-duplicate of {twin} ({similarity:.3f})"

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.messages import near_duplicate
+
 COL_W = 220
 BOX_W = 190
 ROW_H = 26
@@ -83,10 +85,10 @@ class Picture:
 
 
 def duplicate_line(suppressed: dict[str, Any]) -> str:
-    """One line of the trace's duplicates: what went, as a near-duplicate of what, and how
-    near."""
-    return (f"{suppressed['label']}: near-duplicate of {suppressed['twin']} "
-            f"({float(suppressed['similarity']):.3f})")
+    """One line of the trace's duplicates (GraphQL's ``suppressed``), in the text trace's
+    words (``messages.near_duplicate``)."""
+    return near_duplicate(str(suppressed["label"]), str(suppressed["twin"]),
+                          float(suppressed["similarity"]))
 
 
 def box_text(item: dict[str, Any]) -> str:

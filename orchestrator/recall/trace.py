@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.messages import nothing_served, shown
+from orchestrator.messages import near_duplicate, nothing_served, shown
 from orchestrator.recall.ranker import RankReport
 from orchestrator.recall.render import one_line
 from orchestrator.recall.tail import Candidate, Dropped, Precedence
@@ -234,7 +234,7 @@ class Trace:
             lines.append(f"     {n}. {it.named}: merit {self._num(it.merit)}{rr}" +
                          (" [direct]" if it.direct else ""))
         for dropped, twin, sim in self.suppressed:
-            lines.append(f"     suppressed {dropped}: near-duplicate of {twin} ({sim:.3f})")
+            lines.append(f"     suppressed {near_duplicate(dropped, twin, sim)}")
         lines.extend(f"     {dropped}" for dropped in self._redundant())
         lines.append(f"5. budget: kept the first {self.kept} of {len(self.ordered)}, "
                      f"{self.used_tokens} of {self.budget_tokens} tokens"
