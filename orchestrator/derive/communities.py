@@ -56,7 +56,7 @@ from orchestrator.config import Settings, get_settings
 from orchestrator.db.knowledge_models import Community, current_claims
 from orchestrator.derive import louvain, poison
 from orchestrator.derive.digest import form_of, input_digest
-from orchestrator.derive.quality import plausible_statement
+from orchestrator.derive.quality import prose_or_all
 from orchestrator.derive.service import job_lock
 from orchestrator.derive.summarize import Summarizer, get_summarizer, split_sentences
 from orchestrator.errors import BadInput
@@ -260,7 +260,7 @@ def _summarise(nodes: list[_Node], summarizer: Summarizer, report: CommunityRepo
                prose_only: bool = True) -> None:
     """Bottom-up: a node whose input digest and summary method match its stored row keeps its
     summary. ``prose_only`` (``derive_quality_gates``): a node is summarised from its claims'
-    prose sentences (``quality.plausible_statement``; all of them when none is), as RAPTOR's
+    prose sentences (``quality.prose_or_all``: all of them when none is), as RAPTOR's
     leaves are: a property list's line ("socketPath `string | null` (optional) - Default:
     `null` - ...") was a community's summary."""
     wanted = (summarizer.method, summarizer.model)
@@ -276,7 +276,7 @@ def _summarise(nodes: list[_Node], summarizer: Summarizer, report: CommunityRepo
             node.summary, node.method, node.model = s.summary, s.method, s.model
         else:
             said = [t for _, t in node.claims]
-            sentences = ([t for t in said if plausible_statement(t)] or said) if prose_only else said
+            sentences = prose_or_all(said) if prose_only else said
             sentences += [x for summary in child_summaries for x in split_sentences(summary)]
             made = summarizer.summarize(sentences)
             node.summary, node.method, node.model = made.text or EMPTY_SUMMARY, made.method, made.model

@@ -35,9 +35,13 @@ gates, over a folder of ordinary Markdown.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from orchestrator.inputs import CONTROL_CHARACTERS
 from orchestrator.markdown import WIKILINK, code_fences
+
+_S = TypeVar("_S")
 
 # Fenced blocks (``` or ~~~, to the closing fence or the end of the text).
 _FENCE = re.compile(r"(^|\n)[ \t]*(```|~~~)[^\n]*\n.*?(\n[ \t]*\2[^\n]*(?=\n|$)|$)", re.S)
@@ -576,3 +580,11 @@ def plausible_statement(text: str, masked: str | None = None) -> bool:
     masked = mask_markup(text) if masked is None else masked
     return (len(re.findall(r"[A-Za-z]{2,}", masked)) >= 3 and junk_reason(masked) is None
             and not link_list(text, masked))
+
+
+def prose_or_all(sentences: Sequence[_S], written: Callable[[_S], str] = str) -> list[_S]:
+    """The ``sentences`` that are prose (``plausible_statement`` of each one's ``written``
+    text), or all of them when none is: what a RAPTOR leaf and a community are summarised
+    from (stop 49), so a group of code or property lines still gets a summary."""
+    prose = [x for x in sentences if plausible_statement(written(x))]
+    return prose or list(sentences)

@@ -71,7 +71,7 @@ from orchestrator.config import Settings, get_settings
 from orchestrator.db.knowledge_models import FactContent, RaptorNode, current_claims
 from orchestrator.db.models import EMBEDDING_DIMENSION, Chunk, Document
 from orchestrator.derive import poison
-from orchestrator.derive.quality import plausible_statement, prose_sentences, reader_text
+from orchestrator.derive.quality import prose_or_all, prose_sentences, reader_text
 from orchestrator.derive.summarize import Summarizer, get_summarizer, split_sentences
 from orchestrator.errors import BadInput
 
@@ -546,7 +546,7 @@ def _mark_resummarise(tree: _Tree, summarizer: Summarizer, cfg: RaptorConfig) ->
 def _sentences(tree: _Tree, node: _Node, texts: dict[uuid.UUID, str], cfg: RaptorConfig
                ) -> list[str]:
     """What a node is summarised from: a leaf's members' prose sentences
-    (``quality.plausible_statement``: no code block, table row, log line, list of links or
+    (``quality.prose_or_all``, ``plausible_statement``: no code block, table row, log line, list of links or
     number soup; a leaf with none keeps them all), cut from the text a reader sees
     (``quality.reader_text``: no HTML comment or link reference definition) and served as
     a reader sees them (``quality.prose_sentences``: no heading, no Markdown markers, emphasis
@@ -557,8 +557,7 @@ def _sentences(tree: _Tree, node: _Node, texts: dict[uuid.UUID, str], cfg: Rapto
         if not cfg.prose_only:
             return [s for i in members for s in split_sentences(texts[i])]
         said = [pair for i in members for pair in prose_sentences(reader_text(texts[i]))]
-        return [shown for written, shown in said if plausible_statement(written)] or [
-            shown for _, shown in said]
+        return [shown for _, shown in prose_or_all(said, written=lambda pair: pair[0])]
     return [s for k in tree.children(node) for s in split_sentences(k.summary)]
 
 
