@@ -604,6 +604,33 @@ def test_a_chunk_no_rule_can_read_is_skipped_counted_and_shown(
         assert "Charles Babbage" in set(s.execute(select(Entity.canonical_name)).scalars())
 
 
+def test_a_chunk_whose_language_cannot_be_told_is_skipped_not_the_batch(
+        app_engine: Engine, tenant: TenantFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Telling a chunk's language (rules 23) runs over the batch before parsing: a failure
+    there on one chunk is that chunk's skip reason, as a rule's failure in ``read`` is."""
+    import orchestrator.derive.extract as extract_module
+
+    t = tenant
+    good = _put(app_engine, t, "good.md", "Ada Lovelace met Grace Hopper in London.", ("team",))
+    bad = _put(app_engine, t, "bad.md", "Charles Babbage wrote to Ada Lovelace. POISONED", ("team",))
+    real = extract_module.written_language
+
+    def failing(text: str) -> str | None:
+        if "POISONED" in text:
+            raise ValueError("no language could be told")
+        return real(text)
+
+    monkeypatch.setattr(extract_module, "written_language", failing)
+    report = extract_all(lambda: bound_session(app_engine, t.identity(write=("team",))),
+                         Settings(), document_ids=[good, bad])
+    assert report.chunks == 1 and report.skipped_chunks == 1
+    assert any("bad.md" in k.item and "no language could be told" in k.reason
+               for k in report.skipped), report.skipped
+    with bound_session(app_engine, t.identity(write=("team",))) as s:
+        names = set(s.execute(select(Entity.canonical_name)).scalars())
+    assert {"Ada Lovelace", "Grace Hopper"} <= names and "Charles Babbage" not in names
+
+
 def test_runs_in_batches_until_nothing_waits(app_engine: Engine, tenant: TenantFixture) -> None:
     t = tenant
     ids = [_put(app_engine, t, f"doc{i}.md", f"Ada Lovelace met Grace Hopper in London. Note {i}.",

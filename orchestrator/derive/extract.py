@@ -402,8 +402,16 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
         title of each document with front matter aliases, read as one entity where it is one
         (``_Writer._document_aliases``), or why reading it failed. A chunk written in another
         language than the pipeline's reads as no sentence (``language``): ``Foreign``."""
-        foreign = [language(c, t, x) for c, t, x in zip(batch, texts, contexts, strict=True)]
-        texts = [" " * len(t) if f else t for t, f in zip(texts, foreign, strict=True)]
+        # Foreign(language), None (read it), or why telling its language failed: one chunk
+        # no rule can read must not stop the batch (as ``read`` below).
+        foreign: list[Foreign | str | None] = []
+        for c, t, x in zip(batch, texts, contexts, strict=True):
+            try:
+                told = language(c, t, x)
+                foreign.append(Foreign(told) if told else None)
+            except Exception as exc:
+                foreign.append(poison.reason_of(exc))
+        texts = [" " * len(t) if f is not None else t for t, f in zip(texts, foreign, strict=True)]
         docs = list(nlp.pipe(texts, batch_size=size))
         mentions = choice.backend.mentions(texts, docs)
         subjects: dict[uuid.UUID, Entity | str] = {}
@@ -419,8 +427,8 @@ def extract(session: Session, *, document_ids: Sequence[uuid.UUID] | None = None
         out: list[list[Sentence] | str] = []
         for c, d, m, x, k, f in zip(batch, docs, mentions, contexts, codes, foreign,
                                     strict=True):
-            if f:
-                out.append(Foreign(f))
+            if f is not None:  # in another language, or its language could not be told
+                out.append(f)
                 continue
             try:
                 # Parsed masked, read back as written: a claim's sentence keeps its inline code.
