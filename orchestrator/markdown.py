@@ -23,8 +23,11 @@ SETEXT_UNDERLINE = re.compile(r"[ \t]{0,3}(=+|-+)[ \t]*")
 _NOT_PARAGRAPH = re.compile(r"[ \t]{4}|[ \t]{0,3}(?:[-*+>|]|\d{1,9}[.)])(?:[ \t]|$)")
 # A line that opens a block of its own or stands alone: a list item, a quote, a table row, an
 # ATX heading, a fence or a link reference definition. Any other line of a paragraph after
-# its first is where the writer's editor wrapped a sentence (Markdown wraps paragraphs).
-BLOCK_LINE = r"[ \t]*(?:[-*+>|#]|\d{1,9}[.)](?:[ \t]|$)|```|~~~|\[[^\]\n]+\]:[ \t])"
+# its first is where the writer's editor wrapped a sentence (Markdown wraps paragraphs): a
+# wrapped line may open with "-1" or "#42", which a marker's space tells from a list item or
+# a heading. Compile it with ``re.MULTILINE`` (an empty item's marker ends its line).
+BLOCK_LINE = (r"[ \t]*(?:(?:[-*+]|#{1,6}|\d{1,9}[.)])(?:[ \t]|$)|[>|]|```|~~~"
+              r"|\[[^\]\n]+\]:[ \t])")
 # A line break a reader reads as one: after a sentence's end or a clause-opening colon
 # (closing quotes or emphasis may follow the mark), or before a block's line.
 LINE_END = r"[.?!:][\"')\]*_`]{0,2}\n|\n(?=" + BLOCK_LINE + r")"

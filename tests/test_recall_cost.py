@@ -503,6 +503,10 @@ def test_the_part_cut_to_fit_never_exceeds_the_budget_and_is_the_chunks_own_text
         "is not the current version of a row the asker can see.",
         "It seals the receipt\nand chains it.", "- one item that runs on\n  over two lines",
         "Options:", "fast"]
+    # A wrapped line may open with "-1" or "#42": no list item, no heading without its space.
+    wrapped = "The sensor read\n-1 degrees at noon, as issue\n#42 says. Then it warmed."
+    assert [wrapped[a:b] for a, b in parts(wrapped)] == [
+        "The sensor read\n-1 degrees at noon, as issue\n#42 says.", "Then it warmed."]
     a, b = best_run(text, "which version of a row may the asker see?", 160)
     assert text[a:b].startswith("A receipt stores"), text[a:b]
     # Nor on a plain text's title line over a blank line (or at the text's end): it heads

@@ -36,7 +36,7 @@ MIN_ROOM_TOKENS = 24
 # Where a part may start or end: after a sentence's end, or at a line a reader reads as a
 # line of its own (a list item, heading, table row: ``_lines``).
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-_BLOCK_LINE = re.compile(BLOCK_LINE)
+_BLOCK_LINE = re.compile(BLOCK_LINE, re.MULTILINE)
 # A line that ends where a reader ends reading it: a sentence's end or a clause-opening colon,
 # closing quotes or emphasis after it.
 _LINE_ENDS = re.compile(r"[.?!:][\"')\]*_`]{0,2}[ \t]*$")
