@@ -116,12 +116,14 @@ def test_the_cli_prints_the_rendered_string_exactly(cli_env, tenant_factory, app
                                                      settings):
     """Square brackets are text, not Rich markup: code, links and ``[bold]`` in an excerpt and
     in the question reach the terminal as the recall rendered them (``[p.gql(...)]`` used to
-    vanish from ``engram recall``'s output)."""
+    vanish from ``engram recall``'s output); ``:x:`` is no emoji code (``root:x:0:0`` printed
+    as ``root❌0:0``)."""
     from orchestrator.recall.service import Recaller
 
     t = tenant_factory("team")
     body = ('Register the surface: register("graphql recallTrace", lambda p: [p.gql(q)]).\n'
-            "Then [bold]shout[/bold] and see [the docs](https://example.org) [red] or [/x].")
+            "Then [bold]shout[/bold] and see [the docs](https://example.org) [red] or [/x].\n"
+            "The passwd line root:x:0:0:root:/root:/bin/bash, and :smile: stays text.")
     write_documents(app_engine, t.identity(write=("team",)), embedder,
                     [doc("surfaces.md", "Surfaces", body)], settings)
     question = "how do I register [p.gql] surfaces?"
@@ -131,6 +133,8 @@ def test_the_cli_prints_the_rendered_string_exactly(cli_env, tenant_factory, app
     assert printed.exit_code == 0, printed.output
     assert "lambda p: [p.gql(q)])" in printed.stdout
     assert "[bold]shout[/bold]" in printed.stdout and "[red] or [/x]" in printed.stdout
+    # Not Rich's emoji codes either (":x:" printed as a red cross).
+    assert "root:x:0:0:root" in printed.stdout and ":smile: stays" in printed.stdout
     assert f"Relevant memory for: {question}" in printed.stdout
     # Exactly the string recall renders for the same identity, nothing dropped or added.
     rendered = Recaller(app_engine, settings, embedder=embedder).recall(

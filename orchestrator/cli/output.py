@@ -3,8 +3,10 @@ drive the terminal.
 
 Rich reads ``[word ...]`` in a printed string as markup and drops it, so an excerpt
 holding ``register("x", lambda p: [p.gql(...)])`` or ``[bold]`` printed changed: the
-prompt-ready string ``engram recall`` printed was not the one recall rendered. Every
-console of the CLI has markup (and highlighting) off; a coloured label is a ``Text``
+prompt-ready string ``engram recall`` printed was not the one recall rendered. Rich also
+reads ``:x:`` as an emoji code: ``/etc/passwd``'s ``root:x:0:0`` printed as ``root❌0:0``, a
+Slack export's ``:tada:`` as the emoji. Every console of the CLI has markup, emoji codes
+(and highlighting) off; a coloured label is a ``Text``
 made by ``styled``, and the rest of the line is never parsed.
 
 Printed text is other people's text too (an excerpt, a fact, a title): a document holding
@@ -71,8 +73,10 @@ def echo_plain(line: str) -> None:
 
 
 def console(*, stderr: bool = False) -> Console:
-    """A console that prints strings verbatim (no markup, no highlighting, no wrapping)."""
-    return VerbatimConsole(stderr=stderr, markup=False, highlight=False, soft_wrap=True)
+    """A console that prints strings verbatim (no markup, no emoji codes, no highlighting, no
+    wrapping)."""
+    return VerbatimConsole(stderr=stderr, markup=False, emoji=False, highlight=False,
+                           soft_wrap=True)
 
 
 def styled(label: str, style: str, rest: str = "") -> Text:
