@@ -50,6 +50,15 @@ MAX_LISTED = 5
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _CONTROL = re.compile(CONTROL_CHARACTERS)
 _LAYOUT = re.compile(r"[\t\n\r]")
+_LINE_BREAK = re.compile(r"\r\n?")
+
+
+def unix_lines(text: str) -> str:
+    r"""``text`` with its line breaks as ``\n``: a Windows ``\r\n`` and an old Mac's lone
+    ``\r`` alike. Every reader of a document's text (chunker, excerpt cutter, front matter,
+    titles, the rendered recall) cuts at ``\n``; a CRLF file's lines all ended in ``\r``, so
+    none ended a sentence for the chunker, and the rendered recall carried the ``\r``s."""
+    return _LINE_BREAK.sub("\n", text) if "\r" in text else text
 
 
 def name_problem(what: str, value: str, limit: int, *, layout: bool = False,

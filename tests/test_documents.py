@@ -51,6 +51,28 @@ def test_put_chunks_and_is_idempotent(app_engine: Engine, tenant: TenantFixture)
     assert edited.chunks in (first.chunks, first.chunks + 1)
 
 
+def test_line_breaks_are_stored_as_newlines(app_engine: Engine, tenant: TenantFixture) -> None:
+    """A body written with Windows' \\r\\n (GraphQL, MCP or a file) is stored, hashed and
+    chunked with \\n: its chunks end at sentences and carry no \\r, and the same text with
+    either kind of line break is one content (no update, no new chunks)."""
+    ident = tenant.identity(write=("team",))
+    lines = [f"Sentence {i} of the runbook says what to check before a restart." for i in range(60)]
+    windows = "# Runbook\r\n\r\n" + "\r\n".join(lines) + "\r\n\rOld Mac line.\r"
+    unix = "# Runbook\n\n" + "\n".join(lines) + "\n\nOld Mac line.\n"
+    with bound_session(app_engine, ident) as s:
+        first = put_document(s, _doc("crlf.md", body=windows))
+        body = s.execute(select(Document.body).where(Document.path == "crlf.md")).scalar_one()
+        texts = s.execute(select(Chunk.text).join(Document, Document.id == Chunk.document_id)
+                          .where(Document.path == "crlf.md").order_by(Chunk.ordinal)).scalars().all()
+    assert first.created and first.chunks >= 2 and body == unix
+    assert not any("\r" in t for t in texts)
+    assert all(t.rstrip().endswith(".") for t in texts), texts  # cut at sentence ends
+    for same in (unix, windows):
+        with bound_session(app_engine, ident) as s:
+            again = put_document(s, _doc("crlf.md", body=same))
+        assert not again.changed and again.chunks == 0
+
+
 def test_unknown_scope_refused(app_engine: Engine, tenant: TenantFixture) -> None:
     with pytest.raises(BadInput, match="unknown scope.*ghost"), \
             bound_session(app_engine, tenant.identity(write=("team",))) as s:

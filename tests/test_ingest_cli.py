@@ -141,15 +141,93 @@ def test_bad_files_are_reported_and_lose_nothing_else(cli_env: dict[str, str], t
     root = tmp_path / "mixed"
     root.mkdir()
     (root / "good.md").write_text("# Good\n\nFine.")
-    (root / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+    (root / "latin1.txt").write_bytes("Le caf\xe9 ouvre \xe0 huit heures.".encode("latin-1"))
     (root / "open.md").write_text("---\nkind: note\nno end of front matter\n")
     (root / "scope.md").write_text("---\nscopes: [nosuch]\n---\nBody.")
-    code, output = run(cli_env, "ingest", str(root), "--tenant", t.org_id, "--scopes", "write:team")
+    (root / "photo.md").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xd8")
+    # No text: a vault's "Untitled.md", a page of front matter alone. Left out, not failed.
+    (root / "Untitled.md").write_text("")
+    (root / "blank.txt").write_text("  \n\n")
+    (root / "meta.md").write_text("---\ntitle: Only keys\ntags: [a]\n---\n")
+    args = ("ingest", str(root), "--tenant", t.org_id, "--scopes", "write:team")
+    code, output = run(cli_env, *args)
     assert code == 1
-    assert "1 created" in output and "3 failed" in output
-    assert "latin1.txt: not UTF-8" in output and "unknown scope(s) in this tenant: nosuch" in output
+    assert "1 created" in output and "4 failed" in output
+    assert "latin1.txt: not UTF-8 text (invalid continuation byte at byte 6: b'Le caf\\xe9 ouvre " \
+        "'); if it is written in another encoding, --encoding names it" in output, output
+    assert "unknown scope(s) in this tenant: nosuch" in output
+    assert "photo.md: not text (a NUL byte at byte 8: a binary file under a text file's name?)" \
+        in output, output
     assert "open.md" in output
+    assert "3 empty files left out (Untitled.md, blank.txt, meta.md)" in output, output
+    assert "Untitled.md:" not in output  # not listed as a failure
     assert counts(admin_engine, t)[0] == 1
+    # Named, the encoding reads the file that is not UTF-8; UTF-8 files are read as before.
+    code, output = run(cli_env, *args, "--encoding", "cp1252")
+    assert "1 created, 0 updated, 1 unchanged" in output and "3 failed" in output, output
+    with admin_engine.connect() as conn:
+        body = conn.execute(text("select body from sources.documents where tenant_id = :t and "
+                                 "path = 'latin1.txt'"), {"t": t.id}).scalar_one()
+    assert body == "Le caf\u00e9 ouvre \u00e0 huit heures."
+    for name, why in (("nope", "no text encoding Python knows"),
+                      ("base64", "no text encoding (it converts bytes to bytes)")):
+        code, output = run(cli_env, *args, "--encoding", name)
+        assert code == 2 and f"--encoding '{name}' is {why}" in output, output
+    # A folder of empty files only is no failure.
+    quiet = tmp_path / "quiet"
+    quiet.mkdir()
+    (quiet / "Untitled.md").write_text("")
+    code, output = run(cli_env, "ingest", str(quiet), "--tenant", t.org_id, "--scopes", "write:team")
+    assert code == 0 and "0 failed" in output and "1 empty file left out (Untitled.md)" in output
+
+
+@pytest.mark.parametrize(("data", "body"), [
+    ("# Caf\u00e9\r\n\r\nLine one.\r\nLine two.\r\n".encode("utf-16"),
+     "# Caf\u00e9\n\nLine one.\nLine two.\n"),
+    (b"\xfe\xff" + "# Menu\n\nTea.".encode("utf-16-be"), "# Menu\n\nTea."),
+    ("# Menu\n\nTea.".encode("utf-32"), "# Menu\n\nTea."),
+    (b"\xef\xbb\xbf# Menu\r\n\r\nTea.\r\n", "# Menu\n\nTea.\n"),
+    (b"# Old Mac\r\rText.\r", "# Old Mac\n\nText.\n"),
+])
+def test_a_byte_order_mark_names_the_encoding_and_line_breaks_are_newlines(
+        tmp_path: Path, data: bytes, body: str) -> None:
+    """Windows' Notepad saves "Unicode" as UTF-16 with its byte order mark (refused as "not
+    UTF-8" before); a CRLF file kept its \\r in every chunk and rendered excerpt."""
+    f = tmp_path / "page.md"
+    f.write_bytes(data)
+    doc = to_document(SourceFile(f, "notes", "page.md"), ["team"])
+    assert doc.body == body
+    broken = tmp_path / "broken.md"
+    broken.write_bytes(b"\xff\xfe" + "ok".encode("utf-16-le") + b"\x00\xd8")  # a lone surrogate
+    with pytest.raises(BadInput, match="not UTF-16-LE text though it opens with that byte order mark"):
+        to_document(SourceFile(broken, "notes", "broken.md"), ["team"])
+
+
+def test_symbolic_links_are_left_out_unless_followed(tmp_path: Path) -> None:
+    """A link in a notes folder to /etc/passwd put that file into the tenant's memory (and a
+    link to a folder was silently not entered). Links are now counted and left out;
+    ``--follow-links`` reads them, and a link back into a folder walked is not entered
+    again."""
+    outside = tmp_path / "outside"
+    (outside / "deep").mkdir(parents=True)
+    (outside / "secret.md").write_text("# Secret\n\nNot for the notes.")
+    (outside / "deep" / "page.md").write_text("# Page\n\nElsewhere.")
+    root = tmp_path / "notes"
+    (root / "sub").mkdir(parents=True)
+    (root / "a.md").write_text("# A\n\nMine.")
+    (root / "secret.md").symlink_to(outside / "secret.md")
+    (root / "elsewhere").symlink_to(outside)
+    (root / "same.md").symlink_to(root / "a.md")
+    (root / "loop").symlink_to(root)
+    (root / "sub" / "up").symlink_to(Path(".."))
+    found = discover([root], None)
+    assert [f.path for f in found.files] == ["a.md"] and found.links == 5
+    followed = discover([root], None, follow_links=True)
+    assert [f.path for f in followed.files] == ["a.md", "elsewhere/deep/page.md",
+                                                "elsewhere/secret.md", "same.md", "secret.md"]
+    assert followed.links == 0
+    # A path given is read either way: the user named it.
+    assert [f.path for f in discover([root / "secret.md"], None).files] == ["secret.md"]
 
 
 def test_files_that_are_not_markdown_or_text_are_counted_as_left_out(

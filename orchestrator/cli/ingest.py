@@ -32,6 +32,10 @@ hidden one nor one outside it, four files deep at most.
 A folder's hidden files and folders are never read, and its ``.gitignore`` files (and those
 above it, up to the top of its git checkout) leave files out as git does; ``--no-ignore``
 reads those.
+Symbolic links inside a folder are left out and counted (``--follow-links`` reads them).
+A file is UTF-8, or UTF-16/32 where its byte order mark says so; ``--encoding`` names what
+the files that are not are written in. Line breaks become ``\n``. A file with no text is left
+out and named, not a failure.
 
 Each file is its own transaction, so one bad file is reported and skipped and
 loses nothing of the others. Unchanged files write nothing (``put_document``
@@ -85,6 +89,7 @@ from orchestrator.errors import BadInput, EngramError
 from orchestrator.ingest.documents import DocumentInput, delete_document, put_document
 from orchestrator.ingest.html import declared_charset, html_document
 from orchestrator.ingest.rst import Includes, rst_document
+from orchestrator.inputs import unix_lines
 from orchestrator.markdown import ATX_LINE, SETEXT_UNDERLINE, WIKILINK, headings, title_line
 
 # reStructuredText and HTML are stored as Markdown (``ingest.rst``, ``ingest.html``); the rest
@@ -97,10 +102,19 @@ GZIP_SUFFIX = ".gz"
 # UTF-8 spends at most four bytes on a character: a file longer than four bytes for each
 # character a document may hold cannot fit, and is refused unread.
 BYTES_PER_CHAR = 4
+# The byte order marks that name their encoding, (mark, codec); UTF-32's first: its
+# little-endian mark opens with UTF-16's.
+BYTE_ORDER_MARKS = ((b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"),
+                    (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
 _KEY = re.compile(r"^([A-Za-z_][\w-]*)\s*:\s*(.*)$")
 
 out = console()
 err = console(stderr=True)
+
+
+class EmptyFile(BadInput):
+    """A file with no text (nothing, blanks, or front matter alone): left out and counted, not
+    a failure (a vault's "Untitled.md" must not fail the run)."""
 
 
 @dataclass(frozen=True)
@@ -123,27 +137,48 @@ class SourceFile:
         """The file's name without the suffixes ("2026-12-01" for ``2026-12-01.md.gz``)."""
         return _stem(self.file)
 
-    def read(self, max_chars: int) -> str:
-        """The file's text (a byte order mark dropped), gzip decompressed where it is; a file
-        (or a decompressed stream) past ``BYTES_PER_CHAR`` bytes a character of ``max_chars``
-        is refused without reading the rest."""
+    def read(self, max_chars: int, encoding: str | None = None) -> str:
+        r"""The file's text (a byte order mark dropped), gzip decompressed where it is, line
+        breaks as ``\n`` (``unix_lines``); a file (or a decompressed stream) past
+        ``BYTES_PER_CHAR`` bytes a character of ``max_chars`` is refused without reading the
+        rest. A UTF-16 or UTF-32 byte order mark says the encoding (Windows' Notepad saves
+        "Unicode" as UTF-16); otherwise UTF-8, then an HTML page's ``<meta charset>``, then
+        ``encoding`` (``--encoding``: what the files that are not UTF-8 are written in)."""
         try:
             data = self._bytes(BYTES_PER_CHAR * max_chars, max_chars)
         except OSError as exc:  # gone since the walk, unreadable: this file fails, not the run
             raise BadInput(f"cannot be read ({exc.strerror or exc})") from exc
+        for bom, codec in BYTE_ORDER_MARKS:
+            if data.startswith(bom):
+                try:
+                    return unix_lines(data[len(bom):].decode(codec))
+                except UnicodeDecodeError as exc:
+                    raise BadInput(f"not {codec.upper()} text though it opens with that byte "
+                                   f"order mark ({exc.reason} at byte {exc.start + len(bom)})"
+                                   ) from exc
         try:
             # utf-8-sig: a byte order mark (Windows editors write one) is no part of the text;
             # read as text it hid the front matter and the first heading (the title was the
             # file's name).
-            return data.decode("utf-8-sig")
+            return unix_lines(data.decode("utf-8-sig"))
         except UnicodeDecodeError as exc:
             declared = declared_charset(data) if self.format_suffix in HTML_SUFFIXES else None
-            if declared is None:
-                raise BadInput(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+            if declared is None and encoding is None:
+                nul = data.find(b"\x00", 0, 8192)
+                if nul >= 0:
+                    raise BadInput(f"not text (a NUL byte at byte {nul}: a binary file under a "
+                                   "text file's name?)") from exc
+                raise BadInput(f"not UTF-8 text ({exc.reason} at byte {exc.start}: "
+                               f"{_around(data, exc.start)}); if it is written in another "
+                               "encoding, --encoding names it (e.g. --encoding cp1252 for "
+                               "Windows' Western European text)") from exc
+            declared = declared or encoding
+        assert declared is not None  # refused above without either
         try:
-            return data.decode(declared)  # an older page's own <meta charset>
+            return unix_lines(data.decode(declared))  # an older page's own <meta charset>
         except UnicodeDecodeError as exc:
-            raise BadInput(f"not {declared} text, as its <meta> says ({exc.reason} at byte "
+            said = "as its <meta> says" if declared != encoding else "as --encoding says"
+            raise BadInput(f"not {declared} text, {said} ({exc.reason} at byte "
                            f"{exc.start})") from exc
 
     def _bytes(self, limit: int, max_chars: int) -> bytes:
@@ -165,6 +200,28 @@ class SourceFile:
             raise BadInput(f"{size:,} bytes: longer than a document may be ({max_chars:,} "
                            "characters, max_document_chars); not read")
         return self.file.read_bytes()
+
+
+def _around(data: bytes, at: int) -> str:
+    """The bytes around ``at`` as Python writes them (``b'R\\xe9union'``): what the reader
+    looks for in the file."""
+    return repr(data[max(0, at - 8):at + 8])
+
+
+def check_encoding(name: str | None) -> str | None:
+    """``--encoding``'s codec name as Python knows it, or ``BadInput`` naming the problem."""
+    if name is None:
+        return None
+    import codecs
+
+    try:
+        info = codecs.lookup(name)
+    except LookupError:
+        raise BadInput(f"--encoding {name!r} is no text encoding Python knows (cp1252, "
+                       "latin-1, shift_jis, gb18030, ...)") from None
+    if not getattr(info, "_is_text_encoding", True):
+        raise BadInput(f"--encoding {name!r} is no text encoding (it converts bytes to bytes)")
+    return info.name
 
 
 def _stem(file: Path) -> str:
@@ -195,6 +252,8 @@ class IngestSummary:
     left_out: Counter[str] = field(default_factory=Counter)
     ignored: int = 0  # files and folders .gitignore left out
     renderings: int = 0  # HTML pages left out for the source beside them
+    links: int = 0  # symbolic links left out
+    empty: list[str] = field(default_factory=list)  # files with no text, left out
     seconds: float = 0.0
     changed_ids: list[uuid.UUID] = field(default_factory=list)  # created or changed: to extract
 
@@ -231,17 +290,23 @@ class _Ignores:
         return False
 
 
-def _visible_files(root: Path, gitignore: bool = True) -> tuple[list[Path], int]:
-    """The files under ``root`` whose path below it has no hidden part, sorted, and how many
-    files and folders ``.gitignore`` left out (``gitignore``: honour it, as git does). A
-    hidden folder (``.git``, ``.venv``) or an ignored one (Sphinx's ``_build``,
-    ``node_modules``) is never entered: a checkout's history or build output can hold far
-    more files than its documents, and copies of them."""
+def _visible_files(root: Path, gitignore: bool = True, follow_links: bool = False
+                   ) -> tuple[list[Path], int, int]:
+    """The files under ``root`` whose path below it has no hidden part, sorted, how many
+    files and folders ``.gitignore`` left out (``gitignore``: honour it, as git does) and how
+    many symbolic links were left out. A hidden folder (``.git``, ``.venv``) or an ignored one
+    (Sphinx's ``_build``, ``node_modules``) is never entered: a checkout's history or build
+    output can hold far more files than its documents, and copies of them. A link (to a file
+    or a folder) is read only with ``follow_links``: a link in a notes folder to
+    ``/etc/passwd`` or to a folder elsewhere put what it points to into the tenant's memory,
+    and a link to a file beside it, a second copy of that file; followed, a folder already
+    walked (a link to ``.`` or to a parent) is not entered again."""
     files: list[Path] = []
     ignores = _Ignores(root) if gitignore else None
-    skipped = 0
+    skipped = links = 0
     top = root.resolve()
-    for folder, dirs, names in os.walk(top):
+    walked = {os.path.realpath(top)}
+    for folder, dirs, names in os.walk(top, followlinks=follow_links):
         here = Path(folder)
         if ignores is not None and ".gitignore" in names:
             ignores.read(here)
@@ -250,15 +315,30 @@ def _visible_files(root: Path, gitignore: bool = True) -> tuple[list[Path], int]
             dropped = [d for d in kept if ignores.ignored(here / d, True)]
             skipped += len(dropped)
             kept = [d for d in kept if d not in dropped]
+        if follow_links:
+            fresh = []
+            for d in kept:
+                real = os.path.realpath(here / d)
+                if real not in walked:
+                    walked.add(real)
+                    fresh.append(d)
+            kept = fresh
+        else:
+            linked = [d for d in kept if (here / d).is_symlink()]
+            links += len(linked)
+            kept = [d for d in kept if d not in linked]
         dirs[:] = kept
         for n in names:
             if n.startswith(".") or not (here / n).is_file():
+                continue
+            if not follow_links and (here / n).is_symlink():
+                links += 1
                 continue
             if ignores is not None and ignores.ignored(here / n, False):
                 skipped += 1
                 continue
             files.append(root / (here / n).relative_to(top))
-    return sorted(files), skipped
+    return sorted(files), skipped, links
 
 
 @dataclass
@@ -275,18 +355,22 @@ class Discovered:
     # HTML pages beside a page of the same name in a source format (Node.js ships fs.md and
     # fs.html): the rendering is left out, the source read.
     renderings: int = 0
+    links: int = 0  # symbolic links in the folders, left out (``--follow-links`` reads them)
 
 
-def discover(paths: list[Path], collection: str | None, *, gitignore: bool = True) -> Discovered:
+def discover(paths: list[Path], collection: str | None, *, gitignore: bool = True,
+             follow_links: bool = False) -> Discovered:
     """The files of ``paths`` to ingest (``Discovered``); ``gitignore``: honour ``.gitignore``
-    files in and above each folder, up to the top of its git checkout."""
+    files in and above each folder, up to the top of its git checkout; ``follow_links``: read
+    what the symbolic links inside the folders point to (a path given is read either way)."""
     found = Discovered([], {}, Counter())
     for root in paths:
         if root.is_dir():
             name = collection or root.resolve().name
             seen = found.folders.setdefault(name, set())
-            files, ignored = _visible_files(root, gitignore)
+            files, ignored, links = _visible_files(root, gitignore, follow_links)
             found.ignored += ignored
+            found.links += links
             sources = {(f.parent, _stem(f)) for f in files if format_suffix(f) in SOURCE_SUFFIXES}
             for f in files:
                 rel = f.relative_to(root)
@@ -302,6 +386,16 @@ def discover(paths: list[Path], collection: str | None, *, gitignore: bool = Tru
         else:
             raise BadInput(f"{root} is neither a file nor a folder")
     return found
+
+
+def empty_line(empty: list[str], shown: int = 3) -> str:
+    """"; 2 empty files left out (Untitled.md, todo.md)": files with no text, the first
+    ``shown`` named."""
+    if not empty:
+        return ""
+    names = ", ".join(empty[:shown]) + (f" and {len(empty) - shown} more" if len(empty) > shown
+                                        else "")
+    return f"; {len(empty)} empty file{'s' if len(empty) != 1 else ''} left out ({names})"
 
 
 def left_out_line(left_out: Counter[str]) -> str:
@@ -488,13 +582,16 @@ def with_summary(body: str, meta: dict[str, Any]) -> str:
 
 
 def to_document(src: SourceFile, default_scopes: list[str], *, extract: bool | None = None,
-                max_title_chars: int = 500, max_document_chars: int = 2_000_000) -> DocumentInput:
+                max_title_chars: int = 500, max_document_chars: int = 2_000_000,
+                encoding: str | None = None) -> DocumentInput:
     """The file as a document; ``extract=False`` marks it opted out unless its front matter says.
     A title in the front matter is taken as written (the write refuses one over the limit);
     without one, the first heading's text (``heading_title``), else a plain text file's title
     line (``text_title``), else the file's name. A file
-    that cannot fit ``max_document_chars`` is refused before it is read (``SourceFile.read``)."""
-    text = src.read(max_document_chars)
+    that cannot fit ``max_document_chars`` is refused before it is read (``SourceFile.read``;
+    ``encoding``: what a file that is not UTF-8 is written in). A file with no text raises
+    ``EmptyFile``."""
+    text = src.read(max_document_chars, encoding)
     if src.format_suffix in RST_SUFFIXES:
         # Includes are followed inside the folder ingested (the file's own for a file).
         includes = Includes(root=src.file.parents[len(PurePosixPath(src.path).parts) - 1],
@@ -513,6 +610,8 @@ def to_document(src: SourceFile, default_scopes: list[str], *, extract: bool | N
                            "that its scripts fill in, or a frame set)")
     else:
         meta, body = parse_front_matter(text)
+    if not body.strip():
+        raise EmptyFile("no text" + (" below its front matter" if text.strip() else ""))
     title = (_text(meta.pop("title", None)) or heading_title(body, max_title_chars)
              or (text_title(body) if src.format_suffix == ".txt" else "") or src.stem)
     scopes = _list(meta.pop("scopes", "")) or default_scopes
@@ -575,25 +674,27 @@ def named_day(stem: str) -> datetime | None:
 def ingest_paths(settings: Settings, engine: Engine, identity: Identity, paths: list[Path], *,
                  collection: str | None = None, scopes: list[str] | None = None,
                  sync: bool = False, skip_extraction: bool = False, gitignore: bool = True,
+                 follow_links: bool = False, encoding: str | None = None,
                  found: Discovered | None = None,
                  on_file: Callable[[int], None] | None = None) -> IngestSummary:
     """Ingest ``paths``; ``on_file(chunks)`` is called once per file (progress). ``found``:
     what ``discover`` already found for them (the CLI walks the folders once, to size its
-    progress bar), else they are walked here."""
+    progress bar), else they are walked here. A file with no text is left out and named in
+    ``IngestSummary.empty`` (a document written from it before stays as it was)."""
     started = time.monotonic()
     if found is None:
-        found = discover(paths, collection, gitignore=gitignore)
+        found = discover(paths, collection, gitignore=gitignore, follow_links=follow_links)
     folders = found.folders
     default_scopes = scopes if scopes is not None else (
         sorted(identity.write_scopes) if len(identity.write_scopes) == 1 else [])
     summary = IngestSummary(files=len(found.files), left_out=found.left_out, ignored=found.ignored,
-                            renderings=found.renderings)
+                            renderings=found.renderings, links=found.links)
     for src in found.files:
         chunks = 0
         try:
             doc = to_document(src, default_scopes, extract=False if skip_extraction else None,
                               max_title_chars=settings.max_title_chars,
-                              max_document_chars=settings.max_document_chars)
+                              max_document_chars=settings.max_document_chars, encoding=encoding)
             with bound_session(engine, identity) as session:
                 result = put_document(session, doc, settings)
             chunks = result.chunks
@@ -606,6 +707,8 @@ def ingest_paths(settings: Settings, engine: Engine, identity: Identity, paths: 
                 summary.updated += 1
             else:
                 summary.unchanged += 1
+        except EmptyFile:
+            summary.empty.append(src.path)
         except EngramError as exc:
             summary.failed.append((str(src.file), str(exc)))
         if on_file:
@@ -657,6 +760,12 @@ def ingest(
     no_ignore: Annotated[bool, typer.Option(
         "--no-ignore", help="read files and folders that .gitignore leaves out too (hidden ones "
         "never)")] = False,
+    follow_links: Annotated[bool, typer.Option(
+        "--follow-links", help="read the files and folders that symbolic links inside the folders "
+        "point to (by default links are left out and counted)")] = False,
+    encoding: Annotated[str | None, typer.Option(
+        help="what files that are not UTF-8 are written in, e.g. cp1252 or latin-1 (UTF-8 files "
+        "and files with a byte order mark are read as they are)")] = None,
     token: Annotated[str | None, typer.Option(envvar="ENGRAM_TOKEN", help="bearer token")] = None,
     tenant: Annotated[str | None, typer.Option(help="mint a dev-key token for this tenant")] = None,
     user: Annotated[str, typer.Option(help="user of a minted token")] = "dev",
@@ -667,8 +776,9 @@ def ingest(
 
     settings = Settings()
     try:
+        encoding = check_encoding(encoding)
         identity = cli_identity(settings, token=token, tenant=tenant, user=user, scopes=scopes)
-        found = discover(paths, collection, gitignore=not no_ignore)
+        found = discover(paths, collection, gitignore=not no_ignore, follow_links=follow_links)
     except EngramError as exc:
         err.print(styled("error:", "red", f" {exc}"))
         raise typer.Exit(2) from exc
@@ -689,7 +799,7 @@ def ingest(
 
             summary = ingest_paths(settings, engine, identity, paths, collection=collection,
                                    scopes=chosen, sync=sync, skip_extraction=skip_extraction,
-                                   found=found, on_file=on_file)
+                                   encoding=encoding, found=found, on_file=on_file)
         out.print(f"{summary.files} file{'' if summary.files == 1 else 's'} in "
                   f"{summary.seconds:.1f} s: {summary.created} created, "
                   f"{summary.updated} updated, {summary.unchanged} unchanged, {summary.deleted} deleted, "
@@ -702,7 +812,10 @@ def ingest(
                      "reads them)" if summary.ignored else "")
                   + (f"; {summary.renderings} HTML page{'s' if summary.renderings != 1 else ''} "
                      "left out, the source beside each read instead (fs.html beside fs.md)"
-                     if summary.renderings else ""))
+                     if summary.renderings else "")
+                  + empty_line(summary.empty)
+                  + (f"; {summary.links} symbolic link{'s' if summary.links != 1 else ''} left "
+                     "out (--follow-links reads what they point to)" if summary.links else ""))
         for where, why in summary.failed:
             err.print(styled("failed:", "red", f" {where}: {why}"))
         if extract:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -25,7 +25,7 @@ from orchestrator.errors import BadInput, Forbidden, NotFound
 from orchestrator.ingest.aliases import GivenAliases, give_document_aliases
 from orchestrator.ingest.chunking import chunk_text
 from orchestrator.ingest.values import timestamp
-from orchestrator.inputs import name_problem
+from orchestrator.inputs import name_problem, unix_lines
 from orchestrator.markdown import section_trails
 
 KNOWN_STATES = ("Active", "Waiting", "Done", "Someday", "Cancelled", "Archived")
@@ -153,17 +153,20 @@ def _unwritable(session: Session, scope_ids: list[uuid.UUID] | tuple[uuid.UUID, 
 
 def put_document(session: Session, doc: DocumentInput, settings: Settings | None = None
                  ) -> PutResult:
-    """Insert or update the document at ``(collection, path)``.
+    r"""Insert or update the document at ``(collection, path)``.
 
     Which document: the one the caller can read at that path in exactly the scopes given,
     else the most recently updated one it can read there (then the write moves it into
     the scopes given), else a new one. Unchanged content (same hash, same fields) writes
-    nothing. Changed content re-chunks the document; its chunks go back on the embedding
+    nothing (line breaks are ``\n`` first: a body written with ``\r\n`` is the same
+    content). Changed content re-chunks the document; its chunks go back on the embedding
     queue. Writing needs write on every scope of the document, before and after:
     ``Forbidden`` names the scopes that are missing.
     """
     settings = settings or get_settings()
     validate(doc, settings)
+    if "\r" in doc.body:  # stored, hashed and chunked with \n line breaks (``unix_lines``)
+        doc = replace(doc, body=unix_lines(doc.body))
     occurred_at = timestamp("occurred_at", doc.occurred_at)
     scope_ids = resolve_scopes(session, doc.scopes)
     content_hash = hashlib.sha256(doc.body.encode()).digest()
