@@ -161,6 +161,13 @@ def test_statements_must_be_prose():
     assert junk_reason("int a = 1;\nint b = 2;") == "code"
     assert junk_reason("for (;;) spin") == "code"
     assert junk_reason("2024-05-06 2024-05-07, 12:30") == "numbers"
+    # Records: a passwd file or a PATH, read as one "sentence" (stop 51); a path or a date in
+    # a sentence is prose.
+    assert junk_reason("root:x:0:0:root:/root:/bin/bash daemon:x:1:1:daemon:/usr/sbin:/usr/sbin/"
+                       "nologin bin:x:2:2:bin:/bin:/usr/sbin/nologin") == "records"
+    assert junk_reason("PATH /usr/local/bin:/usr/bin:/bin /opt/tools/bin") == "records"
+    assert junk_reason("Engram keeps its logs under /var/log/engram for a week.") is None
+    assert junk_reason("Ana and/or Marco review the finance/ops/legal budget every week.") is None
 
 
 def test_ordinary_markdown_yields_no_junk_and_one_observation_per_sentence(

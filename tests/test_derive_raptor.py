@@ -353,6 +353,27 @@ def test_a_leaf_is_summarised_from_its_prose_and_an_older_tree_once_again(
     assert (third.resummarised, third.updated, third.unchanged) == (0, 0, len(nodes)), third
 
 
+def test_a_parent_is_summarised_from_its_childrens_prose(settings: Settings) -> None:
+    """A leaf of property lines alone (``/etc/passwd`` in a notes folder) is summarised by
+    them (a group of code still gets a summary); its parent read them among its other
+    children's prose. A parent's sentences are its children's prose where any has some."""
+    from orchestrator.derive.raptor import _Node, _sentences, _Tree, config
+
+    passwd = ("root:x:0:0:root:/root:/bin/bash daemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin "
+              "bin:x:2:2:bin:/bin:/usr/sbin/nologin")
+    prose = "The meeting with Zoe covers the cafe budget. The espresso costs two euros."
+    parent = _Node(level=1)
+    data, words = _Node(level=0, parent=parent, summary=passwd), _Node(level=0, parent=parent,
+                                                                        summary=prose)
+    tree = _Tree(key=(), nodes=[parent, data, words], gone=[], kids={id(parent): [data, words]})
+    cfg = config(settings)
+    assert _sentences(tree, parent, {}, cfg) == ["The meeting with Zoe covers the cafe budget.",
+                                                 "The espresso costs two euros."]
+    lonely = _Node(level=1)
+    alone = _Tree(key=(), nodes=[lonely, data], gone=[], kids={id(lonely): [data]})
+    assert " ".join(_sentences(alone, lonely, {}, cfg)) == passwd  # none is prose: all of them
+
+
 def test_a_leaf_is_summarised_from_the_text_a_reader_sees(
         app_engine: Engine, team: TenantFixture, embedder: Any, settings: Settings) -> None:
     """Node.js's API reference keeps each method's change history in an HTML comment, which a

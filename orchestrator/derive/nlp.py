@@ -63,7 +63,7 @@ ENTITY_TYPES = {
 }
 # Bumped whenever the rules below change what a chunk yields, so every chunk read under
 # older rules is read again (its stale claims retracted, the new ones written).
-RULES_VERSION = "rules-23"  # 4: markup masked over the whole document (stop 25); 5: a claim's
+RULES_VERSION = "rules-24"  # 4: markup masked over the whole document (stop 25); 5: a claim's
 # sentence keeps its inline code, and a blank line ends a sentence (stop 26); 6: inline code
 # that wraps over a line break is code, MyST roles and targets are markup, no name or sentence
 # runs over two Markdown blocks, names lose trailing punctuation and a leading "E.g." (stop 27);
@@ -115,7 +115,9 @@ RULES_VERSION = "rules-23"  # 4: markup masked over the whole document (stop 25)
 # the pipeline's is read for nothing (``quality.written_language``), and an acronym its
 # document writes as a common noun is no name ("GPUs", "an API for"; ``_acronym_noun``),
 # and in a "person" of two words or more, two English words written as one count as English
-# ("Client Lifecycle"; ``_compound_word``, stop 50)
+# ("Client Lifecycle"; ``_compound_word``, stop 50); 24: a sentence most of whose words are
+# colon- or slash-separated fields is records, not prose (``quality.junk_reason``: a passwd
+# file's "root:x:0:0:root:/root:/bin/bash ...", stop 51)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 

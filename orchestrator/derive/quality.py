@@ -443,8 +443,22 @@ _CODE_SEMICOLON = re.compile(r";[ \t]*(?:$|\n)|;[^\s]", re.M)
 _DAY_OR_TIME = re.compile(r"(?<!\d)\d{4}-\d{2}-\d{2}(?!\d)|(?<!\d)\d{1,2}:\d{2}(?::\d{2})?(?!\d)")
 
 
+# A word that is fields: two colons or two slashes in it ("root:x:0:0:root:/root:/bin/bash",
+# "/usr/sbin/nologin"), once calendar days and times of day are out of the text.
+_FIELDS = re.compile(r"^(?:[^:]*:){2}|^(?:[^/]*/){2}")
+
+
+def records(text: str) -> bool:
+    """Whether most of ``text``'s words are colon- or slash-separated fields: a passwd or
+    crontab file, a PATH, read as one "sentence" (it has no sentence marks); a path in a
+    sentence ("logs go to /var/log/engram.") is prose."""
+    words = _DAY_OR_TIME.sub("", text).split()
+    return 2 * sum(1 for w in words if _FIELDS.match(w)) > len(words) > 0
+
+
 def junk_reason(text: str) -> str | None:
-    """Why ``text`` is not prose knowledge (code, URL, markup, numbers, log line), or None."""
+    """Why ``text`` is not prose knowledge (code, URL, markup, numbers, log line, records), or
+    None."""
     t = text.strip()
     if not t:
         return "empty"
@@ -459,6 +473,8 @@ def junk_reason(text: str) -> str | None:
         return "markup"
     if _IDENTIFIER.search(t):
         return "code"
+    if records(t):
+        return "records"
     letters = sum(ch.isalpha() for ch in t)
     # A calendar date or a time of day is knowledge, not number soup: "Go/no-go with Tomás
     # on 2026-12-15." (its digits outnumbered a quarter of its letters).

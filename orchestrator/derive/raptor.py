@@ -551,14 +551,18 @@ def _sentences(tree: _Tree, node: _Node, texts: dict[uuid.UUID, str], cfg: Rapto
     (``quality.reader_text``: no HTML comment or link reference definition) and served as
     a reader sees them (``quality.prose_sentences``: no heading, no Markdown markers, emphasis
     or link targets; judged as written); every sentence
-    of the text as stored with ``prose_only`` off; a higher node's children's summaries."""
+    of the text as stored with ``prose_only`` off; a higher node's children's summaries, their
+    prose sentences where any has one (a leaf of ``/etc/passwd``'s lines is summarised by them,
+    and its parent read "... covers the café budget. root:x:0:0:root:/root:/bin/bash daemon:x:1:1
+    ..." among its other children's prose)."""
     if node.level == 0:
         members = sorted(node.chunks) + sorted(node.facts)
         if not cfg.prose_only:
             return [s for i in members for s in split_sentences(texts[i])]
         said = [pair for i in members for pair in prose_sentences(reader_text(texts[i]))]
         return [shown for _, shown in prose_or_all(said, written=lambda pair: pair[0])]
-    return [s for k in tree.children(node) for s in split_sentences(k.summary)]
+    said = [s for k in tree.children(node) for s in split_sentences(k.summary)]
+    return prose_or_all(said) if cfg.prose_only else said
 
 
 def _method(summarizer_method: str, cfg: RaptorConfig) -> str:
