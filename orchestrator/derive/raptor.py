@@ -561,8 +561,8 @@ def _sentences(tree: _Tree, node: _Node, texts: dict[uuid.UUID, str], cfg: Rapto
             return [s for i in members for s in split_sentences(texts[i])]
         said = [pair for i in members for pair in prose_sentences(reader_text(texts[i]))]
         return [shown for _, shown in prose_or_all(said, written=lambda pair: pair[0])]
-    said = [s for k in tree.children(node) for s in split_sentences(k.summary)]
-    return prose_or_all(said) if cfg.prose_only else said
+    summaries = [s for k in tree.children(node) for s in split_sentences(k.summary)]
+    return prose_or_all(summaries) if cfg.prose_only else summaries
 
 
 def _method(summarizer_method: str, cfg: RaptorConfig) -> str:
