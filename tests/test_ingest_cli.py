@@ -203,7 +203,9 @@ def test_a_byte_order_mark_names_the_encoding_and_line_breaks_are_newlines(
         to_document(SourceFile(broken, "notes", "broken.md"), ["team"])
 
 
-def test_symbolic_links_are_left_out_unless_followed(tmp_path: Path) -> None:
+def test_symbolic_links_are_left_out_unless_followed(cli_env: dict[str, str], tmp_path: Path,
+                                                     tenant_factory: Tenants,
+                                                     admin_engine: Engine) -> None:
     """A link in a notes folder to /etc/passwd put that file into the tenant's memory (and a
     link to a folder was silently not entered). Links are now counted and left out;
     ``--follow-links`` reads them, and a link back into a folder walked is not entered
@@ -221,13 +223,27 @@ def test_symbolic_links_are_left_out_unless_followed(tmp_path: Path) -> None:
     (root / "loop").symlink_to(root)
     (root / "sub" / "up").symlink_to(Path(".."))
     found = discover([root], None)
-    assert [f.path for f in found.files] == ["a.md"] and found.links == 5
+    assert [f.path for f in found.files] == ["a.md"]
+    assert found.links == {"notes": ["elsewhere", "loop", "same.md", "secret.md", "sub/up"]}
     followed = discover([root], None, follow_links=True)
     assert [f.path for f in followed.files] == ["a.md", "elsewhere/deep/page.md",
                                                 "elsewhere/secret.md", "same.md", "secret.md"]
-    assert followed.links == 0
+    assert followed.links == {}
     # A path given is read either way: the user named it.
     assert [f.path for f in discover([root / "secret.md"], None).files] == ["secret.md"]
+    # Written with --follow-links, then synced without: a link left out is not a file gone.
+    t = tenant_factory("team")
+    args = ("ingest", str(root), "--tenant", t.org_id, "--scopes", "write:team")
+    code, output = run(cli_env, *args, "--follow-links")
+    assert code == 0 and "5 created" in output and "symbolic link" not in output, output
+    code, output = run(cli_env, *args, "--sync")
+    assert code == 0 and "1 unchanged, 0 deleted" in output, output
+    assert "5 symbolic links left out (--follow-links reads what they point to)" in output
+    assert counts(admin_engine, t)[0] == 5
+    # A file gone is gone, and so is a link whose file is gone (same.md pointed at a.md).
+    (root / "a.md").unlink()
+    code, output = run(cli_env, *args, "--sync")
+    assert code == 0 and "2 deleted" in output and counts(admin_engine, t)[0] == 3, output
 
 
 def test_files_that_are_not_markdown_or_text_are_counted_as_left_out(

@@ -291,19 +291,21 @@ class _Ignores:
 
 
 def _visible_files(root: Path, gitignore: bool = True, follow_links: bool = False
-                   ) -> tuple[list[Path], int, int]:
+                   ) -> tuple[list[Path], int, list[str]]:
     """The files under ``root`` whose path below it has no hidden part, sorted, how many
-    files and folders ``.gitignore`` left out (``gitignore``: honour it, as git does) and how
-    many symbolic links were left out. A hidden folder (``.git``, ``.venv``) or an ignored one
-    (Sphinx's ``_build``, ``node_modules``) is never entered: a checkout's history or build
-    output can hold far more files than its documents, and copies of them. A link (to a file
+    files and folders ``.gitignore`` left out (``gitignore``: honour it, as git does) and the
+    paths below ``root`` of the symbolic links left out. A hidden folder (``.git``,
+    ``.venv``) or an ignored one (Sphinx's ``_build``, ``node_modules``) is never entered: a
+    checkout's history or build output can hold far more files than its documents, and
+    copies of them. A link (to a file
     or a folder) is read only with ``follow_links``: a link in a notes folder to
     ``/etc/passwd`` or to a folder elsewhere put what it points to into the tenant's memory,
     and a link to a file beside it, a second copy of that file; followed, a folder already
     walked (a link to ``.`` or to a parent) is not entered again."""
     files: list[Path] = []
     ignores = _Ignores(root) if gitignore else None
-    skipped = links = 0
+    skipped = 0
+    links: list[str] = []
     top = root.resolve()
     walked = {os.path.realpath(top)}
     for folder, dirs, names in os.walk(top, followlinks=follow_links):
@@ -325,20 +327,20 @@ def _visible_files(root: Path, gitignore: bool = True, follow_links: bool = Fals
             kept = fresh
         else:
             linked = [d for d in kept if (here / d).is_symlink()]
-            links += len(linked)
+            links += [(here / d).relative_to(top).as_posix() for d in linked]
             kept = [d for d in kept if d not in linked]
         dirs[:] = kept
         for n in names:
             if n.startswith(".") or not (here / n).is_file():
                 continue
             if not follow_links and (here / n).is_symlink():
-                links += 1
+                links.append((here / n).relative_to(top).as_posix())
                 continue
             if ignores is not None and ignores.ignored(here / n, False):
                 skipped += 1
                 continue
             files.append(root / (here / n).relative_to(top))
-    return sorted(files), skipped, links
+    return sorted(files), skipped, sorted(links)
 
 
 @dataclass
@@ -355,7 +357,10 @@ class Discovered:
     # HTML pages beside a page of the same name in a source format (Node.js ships fs.md and
     # fs.html): the rendering is left out, the source read.
     renderings: int = 0
-    links: int = 0  # symbolic links in the folders, left out (``--follow-links`` reads them)
+    # Symbolic links in the folders, left out (``--follow-links`` reads them): for each
+    # folder's collection, the paths of the links (``--sync`` keeps the documents at or below
+    # them: a link left out is not a file gone).
+    links: dict[str, list[str]] = field(default_factory=dict)
 
 
 def discover(paths: list[Path], collection: str | None, *, gitignore: bool = True,
@@ -370,7 +375,8 @@ def discover(paths: list[Path], collection: str | None, *, gitignore: bool = Tru
             seen = found.folders.setdefault(name, set())
             files, ignored, links = _visible_files(root, gitignore, follow_links)
             found.ignored += ignored
-            found.links += links
+            if links:
+                found.links.setdefault(name, []).extend(links)
             sources = {(f.parent, _stem(f)) for f in files if format_suffix(f) in SOURCE_SUFFIXES}
             for f in files:
                 rel = f.relative_to(root)
@@ -688,7 +694,8 @@ def ingest_paths(settings: Settings, engine: Engine, identity: Identity, paths: 
     default_scopes = scopes if scopes is not None else (
         sorted(identity.write_scopes) if len(identity.write_scopes) == 1 else [])
     summary = IngestSummary(files=len(found.files), left_out=found.left_out, ignored=found.ignored,
-                            renderings=found.renderings, links=found.links)
+                            renderings=found.renderings,
+                            links=sum(len(v) for v in found.links.values()))
     for src in found.files:
         chunks = 0
         try:
@@ -718,7 +725,10 @@ def ingest_paths(settings: Settings, engine: Engine, identity: Identity, paths: 
             with bound_session(engine, identity) as session:
                 stored = set(session.execute(
                     select(Document.path).where(Document.collection == name)).scalars())
+            linked = found.links.get(name, [])
             for gone in sorted(stored - present):
+                if any(gone == link or gone.startswith(link + "/") for link in linked):
+                    continue  # under a link left out: not gone
                 try:
                     with bound_session(engine, identity) as session:
                         delete_document(session, name, gone)
