@@ -3,7 +3,7 @@
 -- folded by fold_lexical_terms, both read under the chunks' rule (allow and deny), never
 -- writable by the app, purged with the tenant.
 begin;
-select plan(17);
+select plan(21);
 
 select tests.make_tenant('t-lt-a', array['team', 'exec']);
 select tests.make_tenant('t-lt-b', array['team']);
@@ -67,6 +67,23 @@ select is((select count(*)::int from recall.lexical_term_deltas where tenant_id 
 select is((select array_agg(chunks order by chunks) from recall.lexical_terms
             where tenant_id = tests.tenant('t-lt-a') and lexeme = 'river'), array[1, 1]::bigint[],
           'folded: one row per scope set and lexeme (team and exec), the sums of the deltas');
+
+-- A folded count that reaches 0 goes (0090: 0041's fold left such rows at 0 for good).
+select tests.act_as('t-lt-a', 'alice', array['team', 'exec'], array['team', 'exec']);
+select lives_ok($$update sources.chunks set text = 'bridge only'
+                   where document_id = (select id from sources.documents where path = 'team.md')$$,
+                'the last team chunk holding river loses it');
+reset role;
+set local role engram_worker;
+select is(recall.fold_lexical_terms(1, current_setting('tests.lt_a')::uuid), 1,
+          'the worker folds that delta');
+reset role;
+select is((select array_agg(chunks) from recall.lexical_terms
+            where tenant_id = tests.tenant('t-lt-a') and lexeme = 'river'), array[1]::bigint[],
+          'river''s team row is gone, its exec row stays');
+select is((select count(*)::int from recall.lexical_terms
+            where tenant_id = tests.tenant('t-lt-a') and chunks = 0), 0,
+          'no folded row is left at 0');
 
 delete from auth.tenants where org_id = 't-lt-b';
 set constraints all immediate;

@@ -325,6 +325,42 @@ def test_the_identity_functions_return_the_same_in_either_language(scratch_url: 
     eng.dispose()
 
 
+def test_0090_folds_to_zero_and_deletes_the_rows_0041_left_at_zero(scratch_url: str) -> None:
+    """0041's fold left a lexeme whose every chunk went at ``chunks = 0`` (its delete could not
+    see what its upsert wrote); 0090 deletes those rows, and its fold deletes a count that
+    reaches 0. Its downgrade restores 0041's fold."""
+    migrate.upgrade(scratch_url, "0089_chunk_sections")
+    eng = create_engine(scratch_url, poolclass=pool.NullPool)
+    tenant = uuid.uuid4()
+    scope = [uuid.uuid4()]
+
+    def fold(*deltas: tuple[int, list[str]]) -> dict[str, int]:
+        with eng.begin() as conn:
+            for sign, lexemes in deltas:
+                conn.execute(text("insert into recall.lexical_term_deltas (tenant_id, scopes, sign, "
+                                  "lexemes) values (:t, :s, :n, :l)"),
+                             {"t": tenant, "s": scope, "n": sign, "l": lexemes})
+            conn.execute(text("select recall.fold_lexical_terms(1, :t)"), {"t": tenant})
+            return dict(conn.execute(text("select lexeme, chunks from recall.lexical_terms "
+                                          "where tenant_id = :t"), {"t": tenant}).all())
+
+    with eng.begin() as conn:
+        conn.execute(text("insert into auth.tenants (id, org_id, name) values (:t, 'org-fold', "
+                          "'Fold')"), {"t": tenant})
+    assert fold((1, ["river", "river", "bridg"])) == {"river": 2, "bridg": 1}
+    assert fold((-1, ["bridg", "river"])) == {"river": 1, "bridg": 0}  # 0041: left at 0
+    migrate.upgrade(scratch_url, "head")
+    with eng.begin() as conn:
+        assert dict(conn.execute(text("select lexeme, chunks from recall.lexical_terms")).all()) \
+            == {"river": 1}
+    assert fold((-1, ["river"]), (1, ["delta"]), (1, ["delta"])) == {"delta": 2}
+    assert fold((-1, ["delta"]), (1, ["river"])) == {"delta": 1, "river": 1}
+    migrate.downgrade(scratch_url, "0089_chunk_sections")
+    assert fold((-1, ["delta"])) == {"delta": 0, "river": 1}  # 0041's fold again
+    migrate.upgrade(scratch_url, "head")
+    eng.dispose()
+
+
 def test_chunks_written_before_0089_get_their_section_trails(scratch_url: str) -> None:
     """0089 gives every chunk of a document with headings the trail ingest would write (as the
     migrating superuser: every tenant's), leaves the rest null, and keeps the chains valid
