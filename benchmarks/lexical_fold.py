@@ -26,7 +26,6 @@ A fold that runs past ``--timeout`` seconds is stopped and printed as such.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
@@ -41,21 +40,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sqlalchemy import create_engine, pool, text
 from sqlalchemy.exc import OperationalError
 
+from orchestrator.db.migrate import released_sql
 from orchestrator.db.scratch import scratch_database
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def released_fold() -> str:
     """0041's fold, as released, renamed ``recall.fold_lexical_terms_0041``."""
-    spec = importlib.util.spec_from_file_location("m0041", ROOT / "db" / "versions" / "0041_lexical_terms.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    trigger: str = module.TRIGGER
-    body = trigger[trigger.index("create function recall.fold_lexical_terms("):
-                   trigger.index("comment on function recall.fold_lexical_terms(")]
-    return body.replace("recall.fold_lexical_terms(", "recall.fold_lexical_terms_0041(", 1)
+    return released_sql("0041_lexical_terms", "TRIGGER", "create function recall.fold_lexical_terms(",
+                        "comment on function recall.fold_lexical_terms(").replace(
+        "recall.fold_lexical_terms(", "recall.fold_lexical_terms_0041(", 1)
 
 
 def deltas(rng: np.random.Generator, rows: int, lexemes: int, vocabulary: int,

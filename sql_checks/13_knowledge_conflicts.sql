@@ -75,9 +75,17 @@ reset role;
 insert into knowledge.fact_claim (tenant_id, content_id, subject_id, predicate, object_value, scopes, author)
 select tenant_id, content_id, subject_id, predicate, 'Faro', scopes, 'importer'
   from knowledge.fact_claim where id = pg_temp.e('w-bruno') returning id as w_import \gset
+-- ... a predicate only a shape's exclusive_with names (0091's sweep keeps to shaped
+-- predicates: this one is among them), and one no shape names (nothing to find)
+insert into knowledge.fact_claim (tenant_id, content_id, subject_id, predicate, object_id, scopes, author)
+select tenant_id, content_id, subject_id, predicate, object_id, scopes, 'importer'
+  from knowledge.fact_claim where id = pg_temp.e('r-2');
+insert into knowledge.fact_claim (tenant_id, content_id, subject_id, predicate, object_value, scopes, author)
+select tenant_id, content_id, subject_id, 'mentioned_in', 'Faro', scopes, 'importer'
+  from knowledge.fact_claim where id = pg_temp.e('w-bruno');
 select tests.act_as('t-kc', 'alice', '{}', array['team']);
-select is((select count(*)::int from knowledge.conflicts), 4, 'before the sweep: the imported claim''s conflicts are missing');
-select is(knowledge.detect_conflicts(), 3, 'on demand: the sweep records the new conflicts');
+select is((select count(*)::int from knowledge.conflicts), 4, 'before the sweep: the imported claims'' conflicts are missing');
+select is(knowledge.detect_conflicts(), 4, 'on demand: the sweep records the new conflicts (3 value, 1 relation)');
 select is(knowledge.detect_conflicts(), 0, 'a second sweep records nothing twice');
 
 -- strategies
@@ -118,7 +126,7 @@ select throws_ok(format($$select knowledge.resolve_conflict(%L, 'newest_wins')$$
                         (select id from knowledge.conflicts where status = 'open' limit 1)),
                  '42501', null, 'resolve deny: read-only scope');
 reset role;
-select is((select count(*)::int from knowledge.fact_claim where tenant_id = tests.tenant('t-kc')), 11,
+select is((select count(*)::int from knowledge.fact_claim where tenant_id = tests.tenant('t-kc')), 13,
           'no claim was ever deleted');
 
 select * from finish();

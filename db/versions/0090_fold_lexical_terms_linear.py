@@ -30,7 +30,9 @@ Revises: 0089_chunk_sections
 
 from __future__ import annotations
 
-from alembic import context, op
+from alembic import op
+
+from orchestrator.db.migrate import patched, released_sql
 
 revision = "0090_fold_lexical_terms_linear"
 down_revision = "0089_chunk_sections"
@@ -65,27 +67,14 @@ begin"""),
 
 
 def _released_fold() -> str:
-    """0041's fold as released (0041 is pinned by db/released.sha256): from its ``create
-    function`` to the end of 0041's ``TRIGGER`` (its comment, revoke and grant)."""
-    script = context.script.get_revision("0041_lexical_terms")
-    assert script is not None
-    trigger: str = script.module.TRIGGER
-    start = trigger.index("create function recall.fold_lexical_terms(")
-    return "create or replace " + trigger[start + len("create "):]
-
-
-def fold() -> str:
-    """0041's fold with ``FOLD_PATCHES`` applied."""
-    text = _released_fold()
-    for old, new in FOLD_PATCHES:
-        if text.count(old) != 1:
-            raise RuntimeError(f"0041's fold does not hold this text once: {old[:80]!r}")
-        text = text.replace(old, new)
-    return text
+    """0041's fold as released: from its ``create function`` to the end of 0041's ``TRIGGER``
+    (its comment, revoke and grant), as a ``create or replace``."""
+    return "create or replace " + released_sql(
+        "0041_lexical_terms", "TRIGGER", "create function recall.fold_lexical_terms(")[len("create "):]
 
 
 def upgrade() -> None:
-    op.execute(fold())
+    op.execute(patched(_released_fold(), FOLD_PATCHES, "0041's fold"))
     op.execute("reset role")
     op.execute("delete from recall.lexical_terms where chunks = 0")
     op.execute("set role engram_owner")

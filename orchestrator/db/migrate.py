@@ -51,3 +51,26 @@ def migrate(db: Database, revision: str = "head") -> str:
     upgrade(db.admin_url(), revision)
     db.set_role_passwords()
     return current_revision(db.admin_url()) or "base"
+
+
+def released_sql(revision: str, name: str, start: str, end: str | None = None) -> str:
+    """The part of released ``revision``'s SQL constant ``name`` from ``start`` (included) to
+    ``end`` (excluded; the constant's end when None): what a later revision patches or
+    restores, and what a benchmark installs beside it. A released revision's bytes are pinned
+    by ``db/released.sha256``."""
+    script = ScriptDirectory.from_config(alembic_config()).get_revision(revision)
+    if script is None:
+        raise RuntimeError(f"no revision {revision}")
+    text: str = getattr(script.module, name)
+    first = text.index(start)
+    return text[first:] if end is None else text[first:text.index(end, first)]
+
+
+def patched(text: str, patches: tuple[tuple[str, str], ...], what: str) -> str:
+    """``text`` with each (anchor, replacement) of ``patches`` applied; an anchor that does
+    not occur exactly once is an error naming ``what``."""
+    for old, new in patches:
+        if text.count(old) != 1:
+            raise RuntimeError(f"{what} does not hold this text once: {old[:80]!r}")
+        text = text.replace(old, new)
+    return text
