@@ -182,6 +182,36 @@ def test_recall_probes_stay_index_probes_under_rls(admin_engine) -> None:  # typ
         assert leakproof is True
 
 
+def test_a_statement_whose_client_has_gone_is_stopped(app_engine: Engine,
+                                                     scratch_url: str) -> None:
+    """0092: the login roles check their client's socket every 10 s while a statement runs
+    (a derive job's backend ran on for minutes after its process was stopped); downgraded,
+    the setting goes."""
+    with app_engine.connect() as conn:
+        assert conn.execute(text("show client_connection_check_interval")).scalar() == "10s"
+
+    def settings(url: str) -> dict[str, set[str]]:
+        eng = create_engine(url, poolclass=pool.NullPool)
+        with eng.connect() as conn:
+            rows = conn.execute(text(
+                "select r.rolname, unnest(s.setconfig) from pg_db_role_setting s join pg_roles r "
+                "on r.oid = s.setrole where s.setdatabase = (select oid from pg_database where "
+                "datname = current_database())")).all()
+        eng.dispose()
+        found: dict[str, set[str]] = {}
+        for role, setting in rows:
+            found.setdefault(role, set()).add(setting)
+        return found
+
+    migrate.upgrade(scratch_url, "head")
+    check = "client_connection_check_interval=10s"
+    assert all(check in settings(scratch_url).get(r, set())
+               for r in ("engram_app", "engram_worker", "engram_auditor"))
+    migrate.downgrade(scratch_url, "0091_conflict_sweep_shaped")
+    assert not any(check in v for v in settings(scratch_url).values())
+    assert "plan_cache_mode=force_custom_plan" in settings(scratch_url)["engram_app"]  # kept
+
+
 def test_chunks_written_before_0086_get_their_task_words(scratch_url: str) -> None:
     """0086 recomputes the lexical vector of every chunk holding a task list (as the migrating
     superuser: every tenant's), and only those; their text, hash and provenance stay valid,
