@@ -152,7 +152,7 @@ def test_bad_files_are_reported_and_lose_nothing_else(cli_env: dict[str, str], t
     args = ("ingest", str(root), "--tenant", t.org_id, "--scopes", "write:team")
     code, output = run(cli_env, *args)
     assert code == 1
-    assert "1 created" in output and "4 failed" in output
+    assert "1 created" in output and "4 failed" in output and "; 1 chunk written" in output
     assert "latin1.txt: not UTF-8 text (invalid continuation byte at byte 6: b'Le caf\\xe9 ouvre " \
         "'); if it is written in another encoding, --encoding names it" in output, output
     assert "unknown scope(s) in this tenant: nosuch" in output

@@ -813,7 +813,8 @@ def ingest(
         out.print(f"{summary.files} file{'' if summary.files == 1 else 's'} in "
                   f"{summary.seconds:.1f} s: {summary.created} created, "
                   f"{summary.updated} updated, {summary.unchanged} unchanged, {summary.deleted} deleted, "
-                  f"{len(summary.failed)} failed; {summary.chunks} chunks written"
+                  f"{len(summary.failed)} failed; {summary.chunks} "
+                  f"chunk{'' if summary.chunks == 1 else 's'} written"
                   + (f" ({summary.chunks / summary.seconds:.0f} chunks/s)"
                      if summary.chunks and summary.seconds > 0 else "")
                   + left_out_line(summary.left_out)
