@@ -297,11 +297,10 @@ def _visible_files(root: Path, gitignore: bool = True, follow_links: bool = Fals
     paths below ``root`` of the symbolic links left out. A hidden folder (``.git``,
     ``.venv``) or an ignored one (Sphinx's ``_build``, ``node_modules``) is never entered: a
     checkout's history or build output can hold far more files than its documents, and
-    copies of them. A link (to a file
-    or a folder) is read only with ``follow_links``: a link in a notes folder to
-    ``/etc/passwd`` or to a folder elsewhere put what it points to into the tenant's memory,
-    and a link to a file beside it, a second copy of that file; followed, a folder already
-    walked (a link to ``.`` or to a parent) is not entered again."""
+    copies of them. A link (to a file or a folder) is read only with ``follow_links``: a link
+    in a notes folder to ``/etc/passwd`` or to a folder elsewhere put what it points to into
+    the tenant's memory, and a link to a file beside it, a second copy of that file; followed,
+    a folder already walked (a link to ``.`` or to a parent) is not entered again."""
     files: list[Path] = []
     ignores = _Ignores(root) if gitignore else None
     skipped = 0
