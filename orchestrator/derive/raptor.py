@@ -99,7 +99,9 @@ EMPTY_SUMMARY = "A group of related passages."
 # "+prose3" (stop 49): as a reader sees it: a heading is no sentence, a list item starts one,
 # and a sentence is served without Markdown markers, emphasis or link targets (a summary
 # read "#### Example - Client connect event. * **upstream** `string` - ...").
-SENTENCES = "+prose3"
+# "+prose4" (stop 51): a parent from its children's prose sentences, and records are no
+# prose (an overview read "... covers the café budget. root:x:0:0:root:/root:/bin/bash ...").
+SENTENCES = "+prose4"
 _BATCH = 5000
 _UUIDS = ARRAY(UUID(as_uuid=True))
 
