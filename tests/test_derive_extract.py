@@ -222,6 +222,33 @@ def test_entities_claims_and_links_to_existing(app_engine: Engine, admin_engine:
     assert sources == ["sources.chunks"] and derived == len(claims)
 
 
+def test_a_long_run_of_names_is_a_list_whose_names_are_not_paired(
+        app_engine: Engine, tenant: TenantFixture) -> None:
+    """A glyph coverage table in /usr/share/doc made 146,884 co-mention pairs of font names
+    (each line a "sentence" naming a dozen); a sentence naming more than CO_MENTION_LIMIT
+    entities is a list: each name is mentioned, none paired. A few names are still pairs."""
+    from orchestrator.derive.extract import CO_MENTION_LIMIT
+
+    people = ["Ada Lovelace", "Charles Babbage", "Grace Hopper", "Alan Turing", "John von Neumann",
+              "Claude Shannon", "Donald Knuth", "Edsger Dijkstra", "Barbara Liskov", "Tony Hoare",
+              "Niklaus Wirth", "Ken Thompson", "Dennis Ritchie", "Frances Allen"]
+    roll = "The guests were " + ", ".join(people[:-1]) + " and " + people[-1] + "."
+    few = "Margaret Hamilton met Katherine Johnson and Dorothy Vaughan in Houston."
+    t = tenant
+    _put(app_engine, t, "guests.md", roll + "\n\n" + few, ("team",))
+    with bound_session(app_engine, t.identity(write=("team",))) as s:
+        extract(s)
+        rows = s.execute(text(
+            "select c.predicate, t.text, e.canonical_name from knowledge.fact_claim c "
+            "join knowledge.fact_content t on t.id = c.content_id "
+            "join knowledge.entities e on e.id = c.subject_id")).all()
+    named = {n for p, txt, n in rows if p == "mentioned_in" and n in people}
+    assert len(named) > CO_MENTION_LIMIT, named  # the model read the list as names
+    assert not [r for r in rows if r[0] == "co_mentioned_with" and r[1].startswith("The guests")]
+    pairs = [r for r in rows if r[0] == "co_mentioned_with" and r[1] == few]
+    assert len(pairs) >= 3, rows  # Hamilton, Johnson, Vaughan (and Houston) are pairs
+
+
 def test_where_an_entity_is_named_is_said_with_a_sentence_not_a_heading(
         app_engine: Engine, tenant: TenantFixture) -> None:
     """The ``mentioned_in`` claim is what the facts lane serves for an entity named in a

@@ -117,7 +117,8 @@ RULES_VERSION = "rules-24"  # 4: markup masked over the whole document (stop 25)
 # and in a "person" of two words or more, two English words written as one count as English
 # ("Client Lifecycle"; ``_compound_word``, stop 50); 24: a sentence most of whose words are
 # colon- or slash-separated fields is records, not prose (``quality.junk_reason``: a passwd
-# file's "root:x:0:0:root:/root:/bin/bash ...", stop 51)
+# file's "root:x:0:0:root:/root:/bin/bash ...", stop 51), and a sentence naming more than
+# ``extract.CO_MENTION_LIMIT`` entities pairs none of them (a glyph table's 146,884 pairs)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 
