@@ -168,6 +168,10 @@ def test_statements_must_be_prose():
     assert junk_reason("PATH /usr/local/bin:/usr/bin:/bin /opt/tools/bin") == "records"
     assert junk_reason("Engram keeps its logs under /var/log/engram for a week.") is None
     assert junk_reason("Ana and/or Marco review the finance/ops/legal budget every week.") is None
+    # A plain-text table's row is markup to extraction; prose keeps its single (or double) spaces.
+    row = "U+0110 Dcroat               1.3 (Sans, Sans Bold, Sans Bold Oblique, Sans Oblique)"
+    assert mask_markup(row).strip() == "" and mask_markup("Name      Role").strip() == ""
+    assert mask_markup("Ada met Bob.  Then they left.") == "Ada met Bob.  Then they left."
 
 
 def test_ordinary_markdown_yields_no_junk_and_one_observation_per_sentence(

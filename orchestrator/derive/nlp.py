@@ -118,7 +118,8 @@ RULES_VERSION = "rules-24"  # 4: markup masked over the whole document (stop 25)
 # ("Client Lifecycle"; ``_compound_word``, stop 50); 24: a sentence most of whose words are
 # colon- or slash-separated fields is records, not prose (``quality.junk_reason``: a passwd
 # file's "root:x:0:0:root:/root:/bin/bash ...", stop 51), and a sentence naming more than
-# ``extract.CO_MENTION_LIMIT`` entities pairs none of them (a glyph table's 146,884 pairs)
+# ``extract.CO_MENTION_LIMIT`` entities pairs none of them (a glyph table's 146,884 pairs),
+# and a plain-text table's row is masked (``quality._COLUMNS``)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 

@@ -80,6 +80,12 @@ _LOG = re.compile(r"^[^\n]*(?:\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}|\b\d{2}:\d{2}:\
                   r"|\[(?:INFO|WARN|WARNING|ERROR|DEBUG|TRACE|FATAL)\]"
                   r"|^[ \t]*(?:INFO|WARN|WARNING|ERROR|DEBUG|TRACE|FATAL)\b[:\s])[^\n]*$", re.M)
 _SHELL = re.compile(r"^[ \t]*(?:\$|>|#!|C:\\)[ \t]+[^\n]*$", re.M)
+# A row of a plain-text table: fields set apart by a run of three spaces ("U+0110
+# Dcroat               1.3 (Sans, Sans Bold, ...)", a glyph coverage table in
+# /usr/share/doc whose rows read as sentences of font names: 146,884 pairs and relations
+# such as "Sans condenses Serif"). Prose separates its words by one space (two after a full
+# stop, in older text; a tab may sit in a pasted log line).
+_COLUMNS = re.compile(r"^[^\n]*\S {3,}\S[^\n]*$", re.M)
 _CONTROL = re.compile(CONTROL_CHARACTERS)
 # A backslash escape: the backslash before ASCII punctuation ("\[", "\*", "\_") is markup
 # (a changelog's "\[[`18862e4d5d`](...)]" read "\ `18862e4d5d`" in its claims).
@@ -357,13 +363,17 @@ def written_language(text: str) -> str | None:
 
 
 def mask_markup(text: str) -> str:
-    """``text`` with code, URLs, markup and log lines overwritten by spaces (same length)."""
+    """``text`` with code, URLs, markup, log lines and plain-text table rows overwritten by
+    spaces (same length)."""
     out = _INDENTED.sub(_blank, mask_fences(text))
     out = _mask_escaped_identifiers(_mask_html_code(mask_html_comments(out)))
     out = WIKILINK.sub(_wikilink_target, out)
     for pattern in (_MYST, _TEMPLATE, _INLINE_CODE, _ESCAPE, _IMAGE, _LINK_TARGET, _REF_DEF,
                     _URL, _HTML, _TABLE, _LOG, _SHELL, _RULE_LINE):
         out = pattern.sub(_blank, out)
+    # Table rows as written: the masks above leave runs of blanks inside prose lines.
+    for row in _COLUMNS.finditer(text):
+        out = out[:row.start()] + _spaces(row.group(0)) + out[row.end():]
     out = _MARKERS.sub(_blank, out)
     # Control characters (an escape sequence of a pasted log, a form feed) are no prose: a
     # sentence read past them would become a claim of invisible characters.
