@@ -165,6 +165,7 @@ def test_bad_files_are_reported_and_lose_nothing_else(cli_env: dict[str, str], t
     # Named, the encoding reads the file that is not UTF-8; UTF-8 files are read as before.
     code, output = run(cli_env, *args, "--encoding", "cp1252")
     assert "1 created, 0 updated, 1 unchanged" in output and "3 failed" in output, output
+    assert "photo.md: not text (a NUL byte" in output, output  # binary in cp1252 too
     with admin_engine.connect() as conn:
         body = conn.execute(text("select body from sources.documents where tenant_id = :t and "
                                  "path = 'latin1.txt'"), {"t": t.id}).scalar_one()
@@ -197,6 +198,13 @@ def test_a_byte_order_mark_names_the_encoding_and_line_breaks_are_newlines(
     f.write_bytes(data)
     doc = to_document(SourceFile(f, "notes", "page.md"), ["team"])
     assert doc.body == body
+    # Without its mark, UTF-16 is named by --encoding (its NUL bytes are no sign of binary).
+    bare = tmp_path / "bare.md"
+    bare.write_bytes("# Caf\u00e9\r\n\r\nTh\u00e9.".encode("utf-16-le"))
+    with pytest.raises(BadInput, match="not text \\(a NUL byte at byte 1"):
+        to_document(SourceFile(bare, "notes", "bare.md"), ["team"])
+    assert to_document(SourceFile(bare, "notes", "bare.md"), ["team"],
+                       encoding="utf-16-le").body == "# Caf\u00e9\n\nTh\u00e9."
     broken = tmp_path / "broken.md"
     broken.write_bytes(b"\xff\xfe" + "ok".encode("utf-16-le") + b"\x00\xd8")  # a lone surrogate
     with pytest.raises(BadInput, match="not UTF-16-LE text though it opens with that byte order mark"):

@@ -163,11 +163,12 @@ class SourceFile:
             return unix_lines(data.decode("utf-8-sig"))
         except UnicodeDecodeError as exc:
             declared = declared_charset(data) if self.format_suffix in HTML_SUFFIXES else None
+            nul = data.find(b"\x00", 0, 8192)
+            wide = encoding is not None and encoding.startswith(("utf-16", "utf-32"))
+            if declared is None and nul >= 0 and not wide:  # binary in cp1252 too
+                raise BadInput(f"not text (a NUL byte at byte {nul}: a binary file under a "
+                               "text file's name?)") from exc
             if declared is None and encoding is None:
-                nul = data.find(b"\x00", 0, 8192)
-                if nul >= 0:
-                    raise BadInput(f"not text (a NUL byte at byte {nul}: a binary file under a "
-                                   "text file's name?)") from exc
                 raise BadInput(f"not UTF-8 text ({exc.reason} at byte {exc.start}: "
                                f"{_around(data, exc.start)}); if it is written in another "
                                "encoding, --encoding names it (e.g. --encoding cp1252 for "
