@@ -592,6 +592,26 @@ def test_bad_input_is_refused(app_engine: Engine, tenant: TenantFixture) -> None
         extract(s, settings=Settings(extract_batch_chunks=0))
 
 
+def _one_poisoned_chunk(app_engine: Engine, t: TenantFixture, monkeypatch: pytest.MonkeyPatch,
+                        name: str, failing: Any, reason: str) -> tuple[uuid.UUID, uuid.UUID]:
+    """A good chunk and one marked POISONED, ``extract.<name>`` replaced by ``failing`` (which
+    raises ``reason`` on the marked one), one extraction run: the good one is read, the other
+    skipped with its reason and nothing taken from it. Returns the two documents' ids."""
+    import orchestrator.derive.extract as extract_module
+
+    good = _put(app_engine, t, "good.md", "Ada Lovelace met Grace Hopper in London.", ("team",))
+    bad = _put(app_engine, t, "bad.md", "Charles Babbage wrote to Ada Lovelace. POISONED", ("team",))
+    monkeypatch.setattr(extract_module, name, failing)
+    report = extract_all(lambda: bound_session(app_engine, t.identity(write=("team",))),
+                         Settings(), document_ids=[good, bad])
+    assert report.chunks == 1 and report.skipped_chunks == 1
+    assert any("bad.md" in k.item and reason in k.reason for k in report.skipped), report.skipped
+    with bound_session(app_engine, t.identity(write=("team",))) as s:
+        names = set(s.execute(select(Entity.canonical_name)).scalars())
+    assert {"Ada Lovelace", "Grace Hopper"} <= names and "Charles Babbage" not in names
+    return good, bad
+
+
 def test_a_chunk_no_rule_can_read_is_skipped_counted_and_shown(
         app_engine: Engine, tenant: TenantFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """Reading runs in the parsing thread over a batch; a rule that raises on one chunk's text
@@ -601,8 +621,6 @@ def test_a_chunk_no_rule_can_read_is_skipped_counted_and_shown(
     import orchestrator.derive.extract as extract_module
 
     t = tenant
-    good = _put(app_engine, t, "good.md", "Ada Lovelace met Grace Hopper in London.", ("team",))
-    bad = _put(app_engine, t, "bad.md", "Charles Babbage wrote to Ada Lovelace. POISONED", ("team",))
     real_read = extract_module.read
 
     def failing_read(doc: Any, *args: Any, **kwargs: Any) -> Any:
@@ -610,15 +628,8 @@ def test_a_chunk_no_rule_can_read_is_skipped_counted_and_shown(
             raise ValueError("a rule could not read this text")
         return real_read(doc, *args, **kwargs)
 
-    monkeypatch.setattr(extract_module, "read", failing_read)
-    report = extract_all(lambda: bound_session(app_engine, t.identity(write=("team",))),
-                         Settings(), document_ids=[good, bad])
-    assert report.chunks == 1 and report.skipped_chunks == 1
-    assert any("bad.md" in k.item and "a rule could not read this text" in k.reason
-               for k in report.skipped), report.skipped
-    with bound_session(app_engine, t.identity(write=("team",))) as s:
-        names = set(s.execute(select(Entity.canonical_name)).scalars())
-    assert {"Ada Lovelace", "Grace Hopper"} <= names and "Charles Babbage" not in names
+    good, bad = _one_poisoned_chunk(app_engine, t, monkeypatch, "read", failing_read,
+                                    "a rule could not read this text")
     again = extract_all(lambda: bound_session(app_engine, t.identity(write=("team",))),
                         Settings(), document_ids=[good, bad])
     assert again.chunks == 0 and again.skipped_chunks == 0  # not stumbled on every tick
@@ -637,9 +648,6 @@ def test_a_chunk_whose_language_cannot_be_told_is_skipped_not_the_batch(
     there on one chunk is that chunk's skip reason, as a rule's failure in ``read`` is."""
     import orchestrator.derive.extract as extract_module
 
-    t = tenant
-    good = _put(app_engine, t, "good.md", "Ada Lovelace met Grace Hopper in London.", ("team",))
-    bad = _put(app_engine, t, "bad.md", "Charles Babbage wrote to Ada Lovelace. POISONED", ("team",))
     real = extract_module.written_language
 
     def failing(text: str) -> str | None:
@@ -647,15 +655,8 @@ def test_a_chunk_whose_language_cannot_be_told_is_skipped_not_the_batch(
             raise ValueError("no language could be told")
         return real(text)
 
-    monkeypatch.setattr(extract_module, "written_language", failing)
-    report = extract_all(lambda: bound_session(app_engine, t.identity(write=("team",))),
-                         Settings(), document_ids=[good, bad])
-    assert report.chunks == 1 and report.skipped_chunks == 1
-    assert any("bad.md" in k.item and "no language could be told" in k.reason
-               for k in report.skipped), report.skipped
-    with bound_session(app_engine, t.identity(write=("team",))) as s:
-        names = set(s.execute(select(Entity.canonical_name)).scalars())
-    assert {"Ada Lovelace", "Grace Hopper"} <= names and "Charles Babbage" not in names
+    _one_poisoned_chunk(app_engine, tenant, monkeypatch, "written_language", failing,
+                        "no language could be told")
 
 
 def test_runs_in_batches_until_nothing_waits(app_engine: Engine, tenant: TenantFixture) -> None:
