@@ -9,8 +9,8 @@ Extraction writes a ``mentioned_in`` claim per document an entity is named in an
 predicates has a shape: after ``engram ingest /usr/share/doc`` a tenant held 160,540 claims,
 27,044 of them about one subject, and no shape at all, so the sweep walked hundreds of
 millions of pairs to find none. It ran for minutes on one core while extraction's claim
-writes waited on the lock (the embedding worker's rate fell from about 13 to 6 rows a
-second). The write path has skipped claims of unshaped predicates since 0018.
+writes waited on the lock (beside it and extraction the embedding worker did 6-7 rows a
+second, 12-13 just after a restart; the sweep's own share was not measured). The write path has skipped claims of unshaped predicates since 0018.
 
 A pair is reported only when its predicates are the same and a shape makes that predicate
 functional (``max_count = 1``), or differ and a shape makes one exclusive with the other:
