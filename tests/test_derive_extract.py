@@ -1400,7 +1400,8 @@ def test_a_weak_mention_names_no_entity_that_only_older_rules_made(
             "perspective_key, confidence) select tenant_id, content_id, :b, predicate, "
             "object_value, object_datatype, scopes, author, author_role, epistemic_kind, "
             "perspective_key, confidence from knowledge.fact_claim where tenant_id = :t "
-            "and author_role = 'extractor' and superseded_at is null limit 1 returning id"),
+            "and author_role = 'extractor' and superseded_at is null "
+            "and predicate = 'mentioned_in' order by id limit 1 returning id"),
             {"t": tenant.id, "b": boolean}).scalar_one()
         conn.execute(text("update memory.extractions set claim_ids = claim_ids || :c, "
                           "entity_ids = entity_ids || :b, model = 'spacy:older|rules-15' "
