@@ -141,3 +141,88 @@ def test_an_older_page_is_read_in_the_character_set_its_meta_declares(tmp_path: 
         page.write_bytes(f"<html><head>{head}</head><p>Crème</p>".encode("latin-1"))
         with pytest.raises(BadInput, match="not UTF-8 text"):
             to_document(SourceFile(page, "notes", "old.html"), ["team"])
+
+
+# mdBook's page shape (the Rust book): a state class on <html> whose words say "sidebar", the
+# table of contents in a sidebar, the content in <main> inside a wrapper, and each heading's
+# text inside an <a class="header">.
+MDBOOK = """<!DOCTYPE html>
+<html lang="en" class="light sidebar-visible" dir="ltr"><head>
+<title>What is Ownership? - The Rust Programming Language</title></head><body>
+<div id="mdbook-help-container"><h2>Keyboard shortcuts</h2></div>
+<nav id="mdbook-sidebar" class="sidebar"><ol class="chapter"><li>Getting Started</li></ol></nav>
+<div id="mdbook-page-wrapper" class="page-wrapper"><div class="page">
+<div id="mdbook-menu-bar" class="menu-bar"><h1 class="menu-title">The Rust Programming Language</h1></div>
+<div id="mdbook-content" class="content"><main>
+<h2 id="what-is-ownership"><a class="header" href="#what-is-ownership">What Is Ownership?</a></h2>
+<p>Ownership is a set of rules that govern how a Rust program manages memory.</p>
+<h3 id="rules"><a class="header" href="#rules">Ownership Rules</a></h3><p>Each value has an owner.</p>
+</main><nav class="nav-wrapper" aria-label="Page navigation"><a href="ch04-00.html">Previous</a></nav>
+</div></div></div></body></html>
+"""
+
+
+def test_a_page_whose_html_class_or_heading_links_name_navigation_is_still_read() -> None:
+    """The Rust book's 112 chapters were all refused as "no text outside its navigation": the
+    ``<html>`` element's ``sidebar-visible`` class dropped the whole page; once read, every
+    heading was empty (its text is an ``<a class="header">``)."""
+    fields, body = html_document(MDBOOK)
+    assert fields == {"title": "What Is Ownership?"}  # the title's heading, letter case aside
+    assert body == ("## What Is Ownership?\n\nOwnership is a set of rules that govern how a Rust "
+                    "program manages memory.\n\n### Ownership Rules\n\nEach value has an owner.\n")
+    # A <main> inside an element dropped for its class is read; the rest of that element is not.
+    assert html_document('<div class="sidebar-layout"><p>Menu</p><main><p>Kept.</p></main>'
+                         "<p>Menu again</p></div>")[1] == "Kept.\n"
+    # Inside a <nav> (an element, not a class) or hidden, it stays dropped; a heading's own
+    # permalink sign is still cut.
+    assert html_document("<nav><main><p>No.</p></main></nav><article><p>Yes.</p></article>")[1] \
+        == "Yes.\n"
+    assert html_document('<h2>Setup<a class="headerlink" href="#setup">¶</a></h2>')[1] == \
+        "## Setup\n"
+
+
+def test_a_redirect_and_a_noindex_page_are_marked() -> None:
+    stub = ('<html><head><meta http-equiv="refresh" content="0; URL=ch19-02-refutability.html">'
+            "<title>Redirecting...</title></head><body><p>Redirecting to... "
+            '<a href="ch19-02-refutability.html">ch19-02-refutability.html</a>.</p></body></html>')
+    assert html_document(stub)[0] == {"title": "Redirecting...",
+                                      "redirect": "ch19-02-refutability.html"}
+    # A page that reloads itself every five minutes, or jumps within itself, is no redirect.
+    for content in ("300", "300; url=index.html", "0; url=#top", "soon"):
+        assert "redirect" not in html_document(
+            f'<meta http-equiv="Refresh" content="{content}"><p>News.</p>')[0], content
+    for content, marked in (("noindex,follow", True), ("NOINDEX", True), ("index, follow", False),
+                            ("nofollow", False)):
+        fields = html_document(f'<meta name="robots" content="{content}"><p>Page.</p>')[0]
+        assert fields.get("noindex", False) is marked, content
+
+
+def test_ingest_leaves_out_redirect_and_noindex_pages_and_names_them(
+        tmp_path: Path, tenant_factory, cli_env: dict[str, str], admin_engine: Engine) -> None:
+    t = tenant_factory("team")
+    root = tmp_path / "book"
+    root.mkdir()
+    (root / "ch04-01.html").write_text(MDBOOK)
+    (root / "old-ch04.html").write_text('<meta http-equiv="refresh" content="0; URL=ch04-01.html">'
+                                        "<p>Redirecting to ch04-01.html.</p>")
+    (root / "print.html").write_text('<meta name="robots" content="noindex"><title>Book</title>'
+                                     "<main><p>Ownership is a set of rules, the whole book again."
+                                     "</p></main>")
+    with pytest.raises(BadInput, match="a redirect to ch04-01.html"):
+        to_document(SourceFile(root / "old-ch04.html", "book", "old-ch04.html"), ["team"])
+
+    code, output = run(cli_env, "ingest", str(root), "--tenant", t.org_id, "--scopes", "write:team")
+    flat = " ".join(output.split())
+    assert code == 0 and "1 created" in flat and "0 failed" in flat, output
+    assert "1 HTML page marked noindex left out (print.html; --include-noindex reads them)" \
+        in flat, output
+    assert "1 HTML redirect page left out (old-ch04.html)" in flat, output
+    code, output = run(cli_env, "ingest", str(root), "--tenant", t.org_id, "--scopes", "write:team",
+                       "--include-noindex")
+    flat = " ".join(output.split())
+    assert code == 0 and "1 created, 0 updated, 1 unchanged" in flat, output
+    assert "noindex" not in flat and "1 HTML redirect page left out" in flat, output
+    with admin_engine.connect() as conn:
+        titles = dict(conn.execute(text("select path, title from sources.documents where tenant_id = :t"),
+                                   {"t": t.id}).all())
+    assert titles == {"ch04-01.html": "What Is Ownership?", "print.html": "Book"}

@@ -112,9 +112,39 @@ out = console()
 err = console(stderr=True)
 
 
-class EmptyFile(BadInput):
-    """A file with no text (nothing, blanks, or front matter alone): left out and counted, not
-    a failure (a vault's "Untitled.md" must not fail the run)."""
+class LeftOut(BadInput):
+    """A file ingest leaves out and names in its summary, not a failure: ``what`` it is, in
+    the summary's words."""
+
+    what, plural = "file", "files"
+    hint = ""
+
+
+class EmptyFile(LeftOut):
+    """A file with no text (nothing, blanks, or front matter alone): a vault's "Untitled.md"
+    must not fail the run."""
+
+    what, plural = "empty file", "empty files"
+
+
+class Redirect(LeftOut):
+    """An HTML page that sends its reader to another at once (``<meta http-equiv="refresh"
+    content="0; URL=...">``): a built site's stub for a moved page."""
+
+    what, plural = "HTML redirect page", "HTML redirect pages"
+
+    def __init__(self, target: str) -> None:
+        super().__init__(f"a redirect to {target}")
+        self.target = target
+
+
+class NoIndex(LeftOut):
+    """An HTML page whose ``<meta name="robots">`` says ``noindex``: what a built site keeps
+    out of search (mdBook's ``print.html``, the whole book again, and its old-edition stubs;
+    search and 404 pages), read with ``--include-noindex``."""
+
+    what, plural = "HTML page marked noindex", "HTML pages marked noindex"
+    hint = "--include-noindex reads them"
 
 
 @dataclass(frozen=True)
@@ -254,7 +284,8 @@ class IngestSummary:
     ignored: int = 0  # files and folders .gitignore left out
     renderings: int = 0  # HTML pages left out for the source beside them
     links: int = 0  # symbolic links left out
-    empty: list[str] = field(default_factory=list)  # files with no text, left out
+    # Files read and left out (``LeftOut``), by what they are: "empty file": [paths].
+    passed_over: dict[str, list[str]] = field(default_factory=dict)
     seconds: float = 0.0
     changed_ids: list[uuid.UUID] = field(default_factory=list)  # created or changed: to extract
 
@@ -394,14 +425,20 @@ def discover(paths: list[Path], collection: str | None, *, gitignore: bool = Tru
     return found
 
 
-def empty_line(empty: list[str], shown: int = 3) -> str:
-    """"; 2 empty files left out (Untitled.md, todo.md)": files with no text, the first
-    ``shown`` named."""
-    if not empty:
-        return ""
-    names = ", ".join(empty[:shown]) + (f" and {len(empty) - shown} more" if len(empty) > shown
-                                        else "")
-    return f"; {len(empty)} empty file{'s' if len(empty) != 1 else ''} left out ({names})"
+def passed_over_line(passed_over: dict[str, list[str]], shown: int = 3) -> str:
+    """"; 2 empty files left out (Untitled.md, todo.md)": the files read and left out
+    (``LeftOut``), per kind, the first ``shown`` of each named."""
+    parts = []
+    for what, paths in passed_over.items():
+        names = ", ".join(paths[:shown]) + (f" and {len(paths) - shown} more"
+                                            if len(paths) > shown else "")
+        kind = next(c for c in _LEFT_OUT if c.what == what)
+        parts.append(f"; {len(paths)} {what if len(paths) == 1 else kind.plural} left out "
+                     f"({names}" + (f"; {kind.hint}" if kind.hint else "") + ")")
+    return "".join(parts)
+
+
+_LEFT_OUT = (LeftOut, EmptyFile, Redirect, NoIndex)
 
 
 def left_out_line(left_out: Counter[str]) -> str:
@@ -589,14 +626,15 @@ def with_summary(body: str, meta: dict[str, Any]) -> str:
 
 def to_document(src: SourceFile, default_scopes: list[str], *, extract: bool | None = None,
                 max_title_chars: int = 500, max_document_chars: int = 2_000_000,
-                encoding: str | None = None) -> DocumentInput:
+                encoding: str | None = None, include_noindex: bool = False) -> DocumentInput:
     """The file as a document; ``extract=False`` marks it opted out unless its front matter says.
     A title in the front matter is taken as written (the write refuses one over the limit);
     without one, the first heading's text (``heading_title``), else a plain text file's title
     line (``text_title``), else the file's name. A file
     that cannot fit ``max_document_chars`` is refused before it is read (``SourceFile.read``;
     ``encoding``: what a file that is not UTF-8 is written in). A file with no text raises
-    ``EmptyFile``."""
+    ``EmptyFile``, an HTML page that redirects at once ``Redirect``, one marked noindex
+    ``NoIndex`` (unless ``include_noindex``)."""
     text = src.read(max_document_chars, encoding)
     if src.format_suffix in RST_SUFFIXES:
         # Includes are followed inside the folder ingested (the file's own for a file).
@@ -610,6 +648,10 @@ def to_document(src: SourceFile, default_scopes: list[str], *, extract: bool | N
                            + (f": {'; '.join(includes.skipped)}" if includes.skipped else ""))
     elif src.format_suffix in HTML_SUFFIXES:
         page, body = html_document(text)  # its <title> is the title
+        if "redirect" in page:
+            raise Redirect(page.pop("redirect"))
+        if page.pop("noindex", False) and not include_noindex:
+            raise NoIndex("marked noindex (<meta name=\"robots\">)")
         meta = dict(page)
         if not body.strip() and text.strip():
             raise BadInput("no text outside its navigation, scripts and styles (an HTML page "
@@ -681,12 +723,14 @@ def ingest_paths(settings: Settings, engine: Engine, identity: Identity, paths: 
                  collection: str | None = None, scopes: list[str] | None = None,
                  sync: bool = False, skip_extraction: bool = False, gitignore: bool = True,
                  follow_links: bool = False, encoding: str | None = None,
+                 include_noindex: bool = False,
                  found: Discovered | None = None,
                  on_file: Callable[[int], None] | None = None) -> IngestSummary:
     """Ingest ``paths``; ``on_file(chunks)`` is called once per file (progress). ``found``:
     what ``discover`` already found for them (the CLI walks the folders once, to size its
-    progress bar), else they are walked here. A file with no text is left out and named in
-    ``IngestSummary.empty`` (a document written from it before stays as it was)."""
+    progress bar), else they are walked here. A file with no text, an HTML redirect page and
+    one marked noindex (unless ``include_noindex``) are left out and named in
+    ``IngestSummary.passed_over`` (a document written from one before stays as it was)."""
     started = time.monotonic()
     if found is None:
         found = discover(paths, collection, gitignore=gitignore, follow_links=follow_links)
@@ -701,7 +745,8 @@ def ingest_paths(settings: Settings, engine: Engine, identity: Identity, paths: 
         try:
             doc = to_document(src, default_scopes, extract=False if skip_extraction else None,
                               max_title_chars=settings.max_title_chars,
-                              max_document_chars=settings.max_document_chars, encoding=encoding)
+                              max_document_chars=settings.max_document_chars, encoding=encoding,
+                              include_noindex=include_noindex)
             with bound_session(engine, identity) as session:
                 result = put_document(session, doc, settings)
             chunks = result.chunks
@@ -714,8 +759,8 @@ def ingest_paths(settings: Settings, engine: Engine, identity: Identity, paths: 
                 summary.updated += 1
             else:
                 summary.unchanged += 1
-        except EmptyFile:
-            summary.empty.append(src.path)
+        except LeftOut as why:
+            summary.passed_over.setdefault(why.what, []).append(src.path)
         except EngramError as exc:
             summary.failed.append((str(src.file), str(exc)))
         if on_file:
@@ -773,6 +818,10 @@ def ingest(
     follow_links: Annotated[bool, typer.Option(
         "--follow-links", help="read the files and folders that symbolic links inside the folders "
         "point to (by default links are left out and counted)")] = False,
+    include_noindex: Annotated[bool, typer.Option(
+        "--include-noindex", help="read HTML pages whose <meta name=\"robots\"> says noindex too "
+        "(by default left out and counted: a built site's print-all page, search page, old "
+        "stubs)")] = False,
     encoding: Annotated[str | None, typer.Option(
         help="what files that are not UTF-8 are written in, e.g. cp1252 or latin-1 (UTF-8 files "
         "and files with a byte order mark are read as they are)")] = None,
@@ -809,7 +858,8 @@ def ingest(
 
             summary = ingest_paths(settings, engine, identity, paths, collection=collection,
                                    scopes=chosen, sync=sync, skip_extraction=skip_extraction,
-                                   encoding=encoding, found=found, on_file=on_file)
+                                   encoding=encoding, include_noindex=include_noindex,
+                                   found=found, on_file=on_file)
         out.print(f"{summary.files} file{'' if summary.files == 1 else 's'} in "
                   f"{summary.seconds:.1f} s: {summary.created} created, "
                   f"{summary.updated} updated, {summary.unchanged} unchanged, {summary.deleted} deleted, "
@@ -824,7 +874,7 @@ def ingest(
                   + (f"; {summary.renderings} HTML page{'s' if summary.renderings != 1 else ''} "
                      "left out, the source beside each read instead (fs.html beside fs.md)"
                      if summary.renderings else "")
-                  + empty_line(summary.empty)
+                  + passed_over_line(summary.passed_over)
                   + (f"; {summary.links} symbolic link{'s' if summary.links != 1 else ''} left "
                      "out (--follow-links reads what they point to)" if summary.links else ""))
         for where, why in summary.failed:

@@ -16,6 +16,12 @@ scripts run):
   navigation, banner, footer and search, and elements whose class or id says navigation
   (``NAV_WORDS``: Texinfo's ``div.header`` of Next/Previous/Up links, DocBook's
   ``navheader``, Sphinx's ``sphinxsidebar`` and the "¶" of its ``headerlink``, a ``toc``).
+  The page's own ``html`` and ``body`` are never furniture by their class (mdBook's ``<html
+  class="light sidebar-visible">`` says the sidebar is shown, not that the page is one), and
+  a ``<main>`` is read wherever it is, inside an element dropped for its class too (the
+  ``main`` element is the page's content by definition); nothing inside a heading is
+  dropped for its class (mdBook writes each heading's text in an ``<a class="header">``; a
+  permalink's "¶" or "#" is cut from the heading's end).
 * **Structure:** ``h1``-``h6`` become ATX headings; ``pre`` a fenced code block (its text as
   written, a ``language-x`` class kept); ``code``, ``kbd``, ``samp`` and ``tt`` inline code;
   list items ``-`` or ``1.``, indented by nesting; a table's rows one line each, cells
@@ -56,6 +62,10 @@ HEADINGS = {f"h{n}": n for n in range(1, 7)}
 INLINE_CODE = frozenset({"code", "kbd", "samp", "tt", "var"})
 _MAIN = re.compile(r"<(?:main|article)\b|\brole\s*=\s*[\"']?main\b", re.IGNORECASE)
 _SPACE = re.compile(r"\s+")
+# A <meta http-equiv="refresh"> that sends the reader on at once: "0; URL=ch19-02.html".
+_REFRESH = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*[;,]\s*(?:url\s*=\s*)?[\"']?([^\"'\s]+)",
+                      re.IGNORECASE)
+REFRESH_SECONDS = 5  # a refresh this soon is a redirect (a page reloading itself later is not)
 _WORDS = re.compile(r"[\s\-_]+")
 _CHARSET = re.compile(rb"""<meta[^>]*charset\s*=\s*["']?([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
 # A heading's permalink sign, cut from its text where the link around it has no class that
@@ -67,10 +77,13 @@ _TITLE_SEPARATOR = re.compile(r"\s+[|\-–—·:»]\s+")
 
 def html_document(text: str) -> tuple[dict[str, Any], str]:
     """(fields, body): the page's ``<title>`` as the ``title`` field (when it has one) and its
-    content as Markdown. ``_MAIN`` is a cheap look for a content element in the raw text; where
-    it matched only inside a script or a comment ("'<article>'" in a template string), the
-    parse opened none, and the page is read again whole (it read as nothing, and ingest refused
-    it as a page its scripts fill in)."""
+    content as Markdown; a page whose ``<meta http-equiv="refresh">`` sends the reader to
+    another address within ``REFRESH_SECONDS`` has that address as its ``redirect`` field (a
+    built site's stub for a moved page), one whose ``<meta name="robots">`` says ``noindex``
+    a true ``noindex`` field (ingest leaves both out). ``_MAIN`` is a cheap look for a content
+    element in the raw text; where it matched only inside a script or a comment
+    ("'<article>'" in a template string), the parse opened none, and the page is read again
+    whole (it read as nothing, and ingest refused it as a page its scripts fill in)."""
     page = _Page(only_main=_MAIN.search(text) is not None)
     page.feed(text)
     page.close()
@@ -79,7 +92,12 @@ def html_document(text: str) -> tuple[dict[str, Any], str]:
         page.feed(text)
         page.close()
     title = page.title
-    return ({"title": title} if title else {}), page.markdown()
+    fields: dict[str, Any] = {"title": title} if title else {}
+    if page.redirect:
+        fields["redirect"] = page.redirect
+    if page.noindex:
+        fields["noindex"] = True
+    return fields, page.markdown()
 
 
 def declared_charset(data: bytes) -> str | None:
@@ -102,13 +120,19 @@ def _language(attrs: dict[str, str | None]) -> str:
                  if c.startswith(("language-", "lang-", "highlight-"))), "")
 
 
-def _furniture(tag: str, attrs: dict[str, str | None]) -> bool:
-    if tag in DROPPED or "hidden" in attrs or attrs.get("aria-hidden") == "true":
-        return True
+def _furniture(tag: str, attrs: dict[str, str | None]) -> str | None:
+    """Why an element is page furniture ("element", "hidden", "role" or "class": the last a
+    guess from its class or id words), or None where it is not."""
+    if tag in DROPPED:
+        return "element"
+    if "hidden" in attrs or attrs.get("aria-hidden") == "true":
+        return "hidden"
     if (attrs.get("role") or "").strip().lower() in DROPPED_ROLES:
-        return True
+        return "role"
+    if tag in ("html", "body"):
+        return None  # their classes are the page's state ("sidebar-visible", "nav-open")
     words = {w for key in ("class", "id") for w in _WORDS.split((attrs.get(key) or "").lower())}
-    return bool(words & NAV_WORDS)
+    return "class" if words & NAV_WORDS else None
 
 
 class _Page(HTMLParser):
@@ -118,9 +142,13 @@ class _Page(HTMLParser):
         self.stack: list[str] = []
         self.open = Counter[str]()  # the stack's tags, counted: a stray end tag costs no scan
         self.dropped_at: int | None = None  # stack depth of the dropped element we are in
+        self.dropped_for = ""  # why it is dropped (``_furniture``)
+        self.suspended: list[tuple[int, int, str]] = []  # (main's depth, dropped_at, why)
         self.main_at: int | None = None  # stack depth of the content element we are in
         self.found_main = False  # whether a content element opened at all
         self.in_title = False
+        self.redirect = ""  # where a <meta> refresh sends the reader at once
+        self.noindex = False  # whether <meta name="robots"> keeps the page out of search
         self.title_parts: list[str] = []
         self.out: list[str] = []  # Markdown, block by block
         self.line: list[str] = []  # the block being written
@@ -145,12 +173,14 @@ class _Page(HTMLParser):
         ``h1`` where the title holds it ("Installing — Widget 2.1 documentation" is
         "Installing"), its first heading of any level where the title opens with it before a
         separator (Node.js's "File system | Node.js v20.20.2 Documentation" under an ``h2``
-        "File system"); without a ``<title>``, the first ``h1``."""
+        "File system"; mdBook's "What is Ownership? - The Rust Programming Language" under
+        "What Is Ownership?": letter case aside); without a ``<title>``, the first ``h1``."""
         title = _SPACE.sub(" ", "".join(self.title_parts)).strip()
         if self.first_h1 and (not title or (self.first_h1 in title and self.first_h1 != title)):
             return self.first_h1
         first = self.first_heading
-        if first and title.startswith(first) and _TITLE_SEPARATOR.match(title, len(first)):
+        if (first and title.casefold().startswith(first.casefold())
+                and _TITLE_SEPARATOR.match(title, len(first))):
             return first
         return title
 
@@ -160,14 +190,26 @@ class _Page(HTMLParser):
         found = {k.lower(): v for k, v in attrs}
         if tag == "title" and not self.title_parts and not self.open["svg"]:
             self.in_title = True  # the page's; an inline SVG icon's <title> ("Copy") is not
+        if tag == "meta" and (found.get("http-equiv") or "").lower() == "refresh":
+            self._refresh(found.get("content") or "")
+        if tag == "meta" and (found.get("name") or "").strip().lower() == "robots":
+            self.noindex = self.noindex or "noindex" in _WORDS.split(
+                (found.get("content") or "").lower().replace(",", " "))
         if tag in VOID:
             self._void(tag, found)
             return
         self.stack.append(tag)
         self.open[tag] += 1
         depth = len(self.stack)
-        if self.dropped_at is None and _furniture(tag, found):  # the head too (its title aside)
-            self.dropped_at = depth
+        if self.dropped_at is None:
+            why = _furniture(tag, found)  # the head too (its title aside)
+            if why == "class" and self.heading and self.reading:
+                why = None  # a heading's own text (mdBook's <h2><a class="header">Title</a>)
+            if why:
+                self.dropped_at, self.dropped_for = depth, why
+        elif tag == "main" and self.dropped_for == "class":  # read wherever it is
+            self.suspended.append((depth, self.dropped_at, self.dropped_for))
+            self.dropped_at = None
         if self.only_main and self.main_at is None and (
                 tag in ("main", "article") or (found.get("role") or "").lower() == "main"):
             self.main_at = depth
@@ -246,6 +288,11 @@ class _Page(HTMLParser):
 
     # -- writing ------------------------------------------------------------------------
 
+    def _refresh(self, content: str) -> None:
+        found = _REFRESH.match(content)
+        if found and float(found.group(1)) <= REFRESH_SECONDS and not found.group(2).startswith("#"):
+            self.redirect = self.redirect or found.group(2)
+
     def _void(self, tag: str, attrs: dict[str, str | None]) -> None:
         if not self.reading or _furniture(tag, attrs):
             return
@@ -265,6 +312,8 @@ class _Page(HTMLParser):
         was_reading = self.reading
         if self.dropped_at == depth:
             self.dropped_at = None
+        if self.suspended and self.suspended[-1][0] == depth:
+            _, self.dropped_at, self.dropped_for = self.suspended.pop()
         if self.main_at == depth:
             self._block()
             self.main_at = None
