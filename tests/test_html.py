@@ -167,7 +167,7 @@ def test_a_page_whose_html_class_or_heading_links_name_navigation_is_still_read(
     ``<html>`` element's ``sidebar-visible`` class dropped the whole page; once read, every
     heading was empty (its text is an ``<a class="header">``)."""
     fields, body = html_document(MDBOOK)
-    assert fields == {"title": "What Is Ownership?"}  # the title's heading, letter case aside
+    assert fields == {"title": "What is Ownership?"}  # the title's heading, letter case aside
     assert body == ("## What Is Ownership?\n\nOwnership is a set of rules that govern how a Rust "
                     "program manages memory.\n\n### Ownership Rules\n\nEach value has an owner.\n")
     # A <main> inside an element dropped for its class is read; the rest of that element is not.
@@ -225,4 +225,8 @@ def test_ingest_leaves_out_redirect_and_noindex_pages_and_names_them(
     with admin_engine.connect() as conn:
         titles = dict(conn.execute(text("select path, title from sources.documents where tenant_id = :t"),
                                    {"t": t.id}).all())
-    assert titles == {"ch04-01.html": "What Is Ownership?", "print.html": "Book"}
+    assert titles == {"ch04-01.html": "What is Ownership?", "print.html": "Book"}
+    # Inline code in the heading, none in the title.
+    assert html_document("<title>Errors with Result - The Book</title><main><h2><a class=header>"
+                         "Errors with <code>Result</code></a></h2><p>x</p></main>")[0] == {
+        "title": "Errors with Result"}

@@ -173,15 +173,17 @@ class _Page(HTMLParser):
         ``h1`` where the title holds it ("Installing — Widget 2.1 documentation" is
         "Installing"), its first heading of any level where the title opens with it before a
         separator (Node.js's "File system | Node.js v20.20.2 Documentation" under an ``h2``
-        "File system"; mdBook's "What is Ownership? - The Rust Programming Language" under
-        "What Is Ownership?": letter case aside); without a ``<title>``, the first ``h1``."""
+        "File system"), as the title writes it: letter case and inline code marks aside
+        (mdBook's "Recoverable Errors with Result - The Rust Programming Language" under
+        "Recoverable Errors with `Result`" is "Recoverable Errors with Result"); without a
+        ``<title>``, the first ``h1``."""
         title = _SPACE.sub(" ", "".join(self.title_parts)).strip()
         if self.first_h1 and (not title or (self.first_h1 in title and self.first_h1 != title)):
             return self.first_h1
-        first = self.first_heading
+        first = self.first_heading.replace("`", "")
         if (first and title.casefold().startswith(first.casefold())
                 and _TITLE_SEPARATOR.match(title, len(first))):
-            return first
+            return title[:len(first)]
         return title
 
     # -- parser events ------------------------------------------------------------------
