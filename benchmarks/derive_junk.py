@@ -108,8 +108,9 @@ def main() -> None:
 
     from orchestrator.worker.embedder import Embedder
 
-    files = sorted(args.folder.glob("**/*.md"))
-    print(f"folder {args.folder}: {len(files)} Markdown files")
+    from orchestrator.cli.ingest import discover
+
+    print(f"folder {args.folder}: {len(discover([args.folder], None).files)} files ingest reads")
     rows: dict[str, dict[str, int]] = {}
     examples: dict[str, list[str]] = {}
     with embedded_database() as (settings, admin, app, worker_url):

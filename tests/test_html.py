@@ -179,6 +179,9 @@ def test_a_page_whose_html_class_or_heading_links_name_navigation_is_still_read(
         == "Yes.\n"
     assert html_document('<h2>Setup<a class="headerlink" href="#setup">¶</a></h2>')[1] == \
         "## Setup\n"
+    # rustdoc's sign goes before the text; a heading's own leading "#" stays.
+    assert html_document('<h2 id="examples"><a class="doc-anchor" href="#examples">§</a>Examples'
+                         "</h2><h3>#include</h3>")[1] == "## Examples\n\n### #include\n"
 
 
 def test_a_redirect_and_a_noindex_page_are_marked() -> None:

@@ -71,6 +71,9 @@ _CHARSET = re.compile(rb"""<meta[^>]*charset\s*=\s*["']?([A-Za-z0-9_.:-]+)""", r
 # A heading's permalink sign, cut from its text where the link around it has no class that
 # says navigation (Node.js's "## File system#").
 _PERMALINK = re.compile(r"\s*[#¶§🔗]+$")
+# One before the heading's text (rustdoc's "§Examples"); a leading "#" is left: it can be the
+# heading's own ("#include").
+_PERMALINK_BEFORE = re.compile(r"^[¶§🔗]+\s*")
 # What stands between a page's heading and its site's name in its <title>.
 _TITLE_SEPARATOR = re.compile(r"\s+[|\-–—·:»]\s+")
 
@@ -355,7 +358,7 @@ class _Page(HTMLParser):
         if not text:
             return
         if heading:
-            words = _PERMALINK.sub("", _SPACE.sub(" ", text))
+            words = _PERMALINK_BEFORE.sub("", _PERMALINK.sub("", _SPACE.sub(" ", text)))
             if heading == 1 and not self.first_h1:
                 self.first_h1 = words
             if not self.first_heading:
