@@ -106,9 +106,8 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from recall_quality import derive_tenant, embedded_database, make_tenant
 
-    from orchestrator.worker.embedder import Embedder
-
     from orchestrator.cli.ingest import discover
+    from orchestrator.worker.embedder import Embedder
 
     print(f"folder {args.folder}: {len(discover([args.folder], None).files)} files ingest reads")
     rows: dict[str, dict[str, int]] = {}

@@ -141,6 +141,11 @@ def test_masking_a_poisoned_document_does_not_hang():
     ("Mark-sweep 130.6 (147.8)", False), ("Qard: [Qard](https://github.com/Qard)", False),
     ("readFile", False), ("os.path", False), ("quillstream==2.4.1", False), ("v1.2.3", False),
     ("--dpi`", False), ("&& make &&", False), ("README.md", False), ("12345", False),
+    # A part of a document (the Rust book's "Listing 4-3" events, "Chapter 10" laws); a name
+    # that opens with such a word, or a law's "Section 230", stays.
+    ("Listing 4-3", False), ("Chapter 10", False), ("Fig. 2.1", False), ("Appendix B", False),
+    ("Table IV", False), ("Section 3.2", False), ("Section 230", True), ("Table Mountain", True),
+    ("Page Six", True),
 ])
 def test_entity_names_must_read_as_names(name: str, ok: bool):
     assert plausible_entity(name) is ok

@@ -52,7 +52,7 @@ def test_a_page_is_its_content_as_markdown_without_its_furniture() -> None:
     assert "1. Download\n\n2. Install" in body
     assert ('```python\nimport widget\nif widget.ok():\n    print("<ok>")\nwidget.run()\n```'
             in body)
-    assert "Flag | Meaning\n\n-v | verbose output" in body
+    assert "| Flag | Meaning |\n| --- | --- |\n| -v | verbose output |" in body
     assert "A diagram of the pipeline" in body
     for furniture in ("Next:", "Navigation", "Home", "tracking", "late script", "Copyright",
                       "secret", "¶", "color: red"):
@@ -233,3 +233,28 @@ def test_ingest_leaves_out_redirect_and_noindex_pages_and_names_them(
     assert html_document("<title>Errors with Result - The Book</title><main><h2><a class=header>"
                          "Errors with <code>Result</code></a></h2><p>x</p></main>")[0] == {
         "title": "Errors with Result"}
+
+
+def test_a_data_table_is_a_markdown_table_and_a_layout_table_is_read_as_blocks() -> None:
+    """A table's rows were lines of "cell | cell" that extraction read as sentences (the Rust
+    book's operator table made "AddAssign" an organisation) with their inline code marks
+    lost; a 2000s page laid out by tables read as one line ("HomeIntroductionDocumentation
+    ...", libxslt's FAQ)."""
+    body = html_document("<table><thead><tr><th>Operator</th><th>Trait</th></tr></thead><tbody>"
+                         "<tr><td><code>+=</code></td><td><code>AddAssign</code></td></tr>"
+                         "<tr><td><p>a | b</p></td></tr></tbody></table>")[1]
+    assert body == ("| Operator | Trait |\n| --- | --- |\n| `+=` | `AddAssign` |\n"
+                    "| a \\| b |  |\n")
+    # One row or one column: cells as paragraphs.
+    assert html_document("<table><tr><td>Logo</td><td>Welcome.</td></tr></table>")[1] == \
+        "Logo\n\nWelcome.\n"
+    assert html_document("<table><tr><td>One.</td></tr><tr><td>Two.</td></tr></table>")[1] == \
+        "One.\n\nTwo.\n"
+    # A heading, a list or a table in a cell: the table lays the page out.
+    page = ("<table><tr><td><ul><li>Home</li><li>FAQ</li></ul></td><td><h2>FAQ</h2>"
+            "<ol><li><p>Compiling fails?</p><p>Use the flags.</p></li><li>Bindings?</li></ol>"
+            "<table><tr><th>k</th><th>v</th></tr><tr><td>1</td><td>2</td></tr></table>"
+            "</td></tr></table>")
+    assert html_document(page)[1] == (
+        "- Home\n\n- FAQ\n\n## FAQ\n\n1. Compiling fails?\n\n   Use the flags.\n\n"
+        "2. Bindings?\n\n| k | v |\n| --- | --- |\n| 1 | 2 |\n")

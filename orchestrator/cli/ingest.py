@@ -98,6 +98,12 @@ RST_SUFFIXES = (".rst", ".rest")
 HTML_SUFFIXES = (".html", ".htm")  # stored as Markdown too (``ingest.html``)
 SOURCE_SUFFIXES = (".md", ".markdown", ".txt", *RST_SUFFIXES)
 SUFFIXES = (*SOURCE_SUFFIXES, *HTML_SUFFIXES)
+# Files without a suffix that are text by their name, read as ``.txt`` (a project's or a
+# Debian package's README, NEWS and changelog). A licence is not among them: the same text
+# in every project.
+TEXT_NAMES = frozenset({
+    "readme", "news", "changes", "changelog", "history", "install", "faq", "todo", "bugs",
+    "authors", "contributors", "thanks", "hacking", "maintainers", "notes", "credits"})
 GZIP_SUFFIX = ".gz"
 # UTF-8 spends at most four bytes on a character: a file longer than four bytes for each
 # character a document may hold cannot fit, and is refused unread.
@@ -262,10 +268,13 @@ def _stem(file: Path) -> str:
 
 
 def format_suffix(file: Path) -> str:
-    """The suffix that says what ``file``'s text is, under a ``.gz`` (lower case)."""
+    """The suffix that says what ``file``'s text is, under a ``.gz`` (lower case); ".txt" for
+    a file without one named as text is (``TEXT_NAMES``: "README", "NEWS.gz")."""
     suffixes = [x.lower() for x in file.suffixes]
     if len(suffixes) >= 2 and suffixes[-1] == GZIP_SUFFIX:
         return suffixes[-2]
+    if not suffixes or suffixes == [GZIP_SUFFIX]:
+        return ".txt" if _stem(file).lower() in TEXT_NAMES else file.suffix.lower()
     return file.suffix.lower()
 
 
@@ -451,8 +460,8 @@ def left_out_line(left_out: Counter[str]) -> str:
     shown = ", ".join(f"{n} {suffix}" for suffix, n in kinds[:5])
     more = f" and {len(kinds) - 5} more kinds" if len(kinds) > 5 else ""
     return (f"; {total} file{'s' if total != 1 else ''} left out, not Markdown, "
-            f"reStructuredText, HTML or text ({', '.join(SUFFIXES)}, each also gzip-compressed "
-            f"as .gz): {shown}{more}")
+            f"reStructuredText, HTML or text ({', '.join(SUFFIXES)}, or a README, NEWS, "
+            f"changelog, ... without a suffix; each also gzip-compressed as .gz): {shown}{more}")
 
 
 def _list(value: Any) -> list[str]:

@@ -63,7 +63,7 @@ ENTITY_TYPES = {
 }
 # Bumped whenever the rules below change what a chunk yields, so every chunk read under
 # older rules is read again (its stale claims retracted, the new ones written).
-RULES_VERSION = "rules-24"  # 4: markup masked over the whole document (stop 25); 5: a claim's
+RULES_VERSION = "rules-25"  # 4: markup masked over the whole document (stop 25); 5: a claim's
 # sentence keeps its inline code, and a blank line ends a sentence (stop 26); 6: inline code
 # that wraps over a line break is code, MyST roles and targets are markup, no name or sentence
 # runs over two Markdown blocks, names lose trailing punctuation and a leading "E.g." (stop 27);
@@ -119,7 +119,9 @@ RULES_VERSION = "rules-24"  # 4: markup masked over the whole document (stop 25)
 # colon- or slash-separated fields is records, not prose (``quality.junk_reason``: a passwd
 # file's "root:x:0:0:root:/root:/bin/bash ...", stop 51), and a sentence naming more than
 # ``extract.CO_MENTION_LIMIT`` entities pairs none of them (a glyph table's 146,884 pairs),
-# and a plain-text table's row is masked (``quality._COLUMNS``)
+# and a plain-text table's row is masked (``quality._COLUMNS``); 25: a reference to a part
+# of a document ("Listing 4-3", "Chapter 10", "Figure 2.1", "Appendix B") is no name
+# (``quality._PART_REFERENCE``: the Rust book's 60 "Listing" events, stop 52)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 

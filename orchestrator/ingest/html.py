@@ -24,8 +24,11 @@ scripts run):
   permalink's "¶" or "#" is cut from the heading's end).
 * **Structure:** ``h1``-``h6`` become ATX headings; ``pre`` a fenced code block (its text as
   written, a ``language-x`` class kept); ``code``, ``kbd``, ``samp`` and ``tt`` inline code;
-  list items ``-`` or ``1.``, indented by nesting; a table's rows one line each, cells
-  between `` | ``; every other block (``p``, ``div``, ``dt``, ``dd``, ...) a paragraph; a
+  list items ``-`` or ``1.``, indented by nesting; a table of two rows and two columns or
+  more a Markdown (GFM) table, its first row the header (a ``|`` in a cell escaped), and a
+  table of one row or one column, or one with a heading, a list, a ``pre`` or another table in
+  a cell, which lays a page out, its cells as blocks of their own (a 2000s page's layout
+  table read as one line); every other block (``p``, ``div``, ``dt``, ``dd``, ...) a paragraph; a
   ``br`` a line break; links and emphasis their text; an image its ``alt`` text. Entities
   are decoded; whitespace outside ``pre`` is collapsed.
 """
@@ -59,6 +62,8 @@ BLOCKS = frozenset({
     "table", "thead", "tbody", "tfoot", "tr", "caption", "blockquote", "figure",
     "figcaption", "details", "summary", "address", "center", "fieldset", "legend", "hgroup"})
 HEADINGS = {f"h{n}": n for n in range(1, 7)}
+# What in a table cell says the table lays the page out rather than holds data.
+LAYOUT = frozenset({*HEADINGS, "table", "pre", "ul", "ol", "dl", "blockquote"})
 INLINE_CODE = frozenset({"code", "kbd", "samp", "tt", "var"})
 _MAIN = re.compile(r"<(?:main|article)\b|\brole\s*=\s*[\"']?main\b", re.IGNORECASE)
 _SPACE = re.compile(r"\s+")
@@ -158,11 +163,14 @@ class _Page(HTMLParser):
         self.pre: list[str] | None = None  # the raw text of the pre being read
         self.pre_language = ""
         self.code = 0  # inline code depth
-        self.lists: list[list[int]] = []  # per open list: [items so far, 1 if ordered]
+        # Per open list: [items so far, 1 if ordered, 1 once the item's marker is written].
+        self.lists: list[list[int]] = []
         self.heading = 0
         self.first_h1 = ""
         self.first_heading = ""
         self.cells: list[str] | None = None
+        # Per open table: its rows' cells so far, or None for a layout table (``LAYOUT``).
+        self.tables: list[list[list[str]] | None] = []
 
     # -- where we are -------------------------------------------------------------------
 
@@ -221,6 +229,8 @@ class _Page(HTMLParser):
             self.found_main = True
         if not self.reading:
             return
+        if tag in LAYOUT and self.cells is not None and self.tables and self.tables[-1] is not None:
+            self._layout()
         if tag in HEADINGS:
             self._block()
             self.heading = HEADINGS[tag]
@@ -231,7 +241,7 @@ class _Page(HTMLParser):
         elif tag in INLINE_CODE and self.pre is None:
             self.code += 1
             if self.code == 1:
-                self.line.append("`")
+                self._text("`")
         elif tag == "code" and self.pre is not None:  # a pre of several examples (mjs, cjs)
             if self.pre and not "".join(self.pre).endswith("\n"):
                 self.pre.append("\n")
@@ -239,16 +249,23 @@ class _Page(HTMLParser):
                 self.pre_language = _language(found)
         elif tag in ("ul", "ol"):
             self._block()
-            self.lists.append([0, 1 if tag == "ol" else 0])
+            self.lists.append([0, 1 if tag == "ol" else 0, 0])
         elif tag == "li":
             self._block()
             if self.lists:
                 self.lists[-1][0] += 1
+                self.lists[-1][2] = 0
+        elif tag == "table":
+            self._block()
+            self.tables.append([])
         elif tag == "tr":
             self._block()
-            self.cells = []
-        elif tag in ("td", "th") and self.cells is not None:
-            self.cells.append("")
+            self.cells = [] if not self.tables or self.tables[-1] is not None else None
+        elif tag in ("td", "th"):
+            if self.cells is not None:
+                self.cells.append("")
+            else:
+                self._block()  # a layout table's cell
         elif tag in BLOCKS:
             self._block()
 
@@ -273,7 +290,10 @@ class _Page(HTMLParser):
         if self.pre is not None:
             self.pre.append(data)
             return
-        text = _SPACE.sub(" ", data)
+        self._text(_SPACE.sub(" ", data))
+
+    def _text(self, text: str) -> None:
+        """Inline text into the table cell or the block being written."""
         if self.cells is not None and self.cells:
             self.cells[-1] += text
         else:
@@ -335,18 +355,55 @@ class _Page(HTMLParser):
         elif tag in INLINE_CODE and self.code:
             self.code -= 1
             if self.code == 0:
-                self.line.append("`")
+                self._text("`")
         elif tag in ("ul", "ol"):
             self._block()
             if self.lists:
                 self.lists.pop()
         elif tag == "tr":
-            cells = [_SPACE.sub(" ", c).strip() for c in (self.cells or [])]
+            cells = self._cells()
             self.cells = None
-            if any(cells):
+            rows = self.tables[-1] if self.tables else None
+            if rows is not None:
+                rows.append(cells)
+            elif any(cells):  # a row outside any table (broken markup): one line
                 self.out.append(" | ".join(cells))
+            self._block()
+        elif tag in ("td", "th") and self.cells is None:
+            self._block()  # a layout table's cell
+        elif tag == "table" and self.tables:
+            rows = self.tables.pop()
+            if rows is not None:
+                self._table(rows)
         elif tag in BLOCKS:
             self._block()
+
+    def _cells(self) -> list[str]:
+        return [re.sub(r"`\s*`", "", _SPACE.sub(" ", c)).strip() for c in (self.cells or [])]
+
+    def _layout(self) -> None:
+        """The innermost table lays the page out: its cells so far become paragraphs, and the
+        rest of it is read as blocks."""
+        rows = self.tables[-1] or []
+        self.out.extend(c for r in [*rows, self._cells()] for c in r if c)
+        self.tables[-1] = None
+        self.cells = None
+
+    def _table(self, rows: list[list[str]]) -> None:
+        """A table's rows as a Markdown table, or, for one row or one column (a layout
+        table), its cells as paragraphs."""
+        rows = [r for r in rows if any(r)]
+        width = max((len(r) for r in rows), default=0)
+        if len(rows) < 2 or width < 2:
+            self.out.extend(c for r in rows for c in r if c)
+            return
+
+        def row(cells: list[str]) -> str:
+            cells = cells + [""] * (width - len(cells))
+            return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+        self.out.append("\n".join([row(rows[0]), "|" + " --- |" * width]
+                                  + [row(r) for r in rows[1:]]))
 
     def _block(self) -> None:
         """End the block being written (its text, prefixed as a heading or list item)."""
@@ -366,11 +423,14 @@ class _Page(HTMLParser):
             if words:
                 self.out.append(f"{'#' * heading} {words}")
         elif self.lists:
-            items, ordered = self.lists[-1]
+            items, ordered, written = self.lists[-1]
             indent = "  " * (len(self.lists) - 1)
             marker = f"{items}." if ordered else "-"
             under = "\n" + indent + " " * (len(marker) + 1)  # a line break stays in the item
-            self.out.append(f"{indent}{marker} {text.replace(chr(10), under)}")
+            # The item's second paragraph is indented under its first, not a new item.
+            opener = " " * len(marker) if written else marker
+            self.lists[-1][2] = 1
+            self.out.append(f"{indent}{opener} {text.replace(chr(10), under)}")
         else:
             self.out.append(text)
 
