@@ -269,8 +269,8 @@ def test_files_that_are_not_markdown_or_text_are_counted_as_left_out(
     assert code == 0, output
     assert "1 file in" in output and "1 created" in output, output
     assert ("4 files left out, not Markdown, reStructuredText, HTML or text (.md, .markdown, "
-            ".txt, .rst, .rest, .html, .htm, or a README, NEWS, changelog, ... without a suffix; "
-            "each also gzip-compressed as .gz): 2 .png, 1 .svg, 1 (no suffix)") in " ".join(
+            ".txt, .rst, .rest, .html, .htm, or a README, NEWS, ... without a suffix; each also "
+            "gzip-compressed as .gz): 2 .png, 1 .svg, 1 (no suffix)") in " ".join(
                 output.split()), output
     assert counts(admin_engine, t)[0] == 1
     # Nothing left out: nothing said.
@@ -713,25 +713,27 @@ def test_a_heading_with_a_long_run_of_spaces_does_not_hang_ingest() -> None:
 def test_a_readme_or_changelog_without_a_suffix_is_read_as_text(
         cli_env: dict[str, str], tmp_path: Path, tenant_factory: Tenants,
         admin_engine: Engine) -> None:
-    """A project's README and NEWS, and Debian's changelog.gz, have no suffix: they were left
-    out as "(no suffix)" with the Makefile. Read as text by their names; a licence, the same
-    text in every project, and a Makefile stay out."""
+    """A project's README and NEWS (Debian's NEWS.gz) have no suffix: they were left out as
+    "(no suffix)" with the Makefile. Read as text by their names; a licence, the same text in
+    every project, a ChangeLog, mostly a dump of the version history, and a Makefile stay
+    out."""
     import gzip
 
     t = tenant_factory("team")
     root = tmp_path / "proj"
     root.mkdir()
     (root / "README").write_text("Widget\n\nWidget renders charts from CSV files.\n")
-    (root / "changelog.gz").write_bytes(gzip.compress(b"widget (2.1) stable\n\n* Faster CSV.\n"))
+    (root / "NEWS.gz").write_bytes(gzip.compress(b"widget 2.1\n\n* Faster CSV.\n"))
+    (root / "ChangeLog").write_text("2026-01-02  Ada  <ada@example.org>\n\n\t* csv.c: Faster.\n")
     (root / "LICENSE").write_text("Permission is hereby granted, free of charge.\n")
     (root / "Makefile").write_text("all:\n\tcc widget.c\n")
     found = discover([root], None)
-    assert sorted(f.path for f in found.files) == ["README", "changelog.gz"]
-    assert found.left_out == {"(no suffix)": 2}
+    assert sorted(f.path for f in found.files) == ["NEWS.gz", "README"]
+    assert found.left_out == {"(no suffix)": 3}
     code, output = run(cli_env, "ingest", str(root), "--tenant", t.org_id, "--scopes", "write:team")
     flat = " ".join(output.split())
-    assert code == 0 and "2 created" in flat and "2 files left out" in flat, output
+    assert code == 0 and "2 created" in flat and "3 files left out" in flat, output
     with admin_engine.connect() as conn:
         titles = dict(conn.execute(text("select path, title from sources.documents where tenant_id = :t"),
                                    {"t": t.id}).all())
-    assert titles == {"README": "Widget", "changelog.gz": "widget (2.1) stable"}
+    assert titles == {"README": "Widget", "NEWS.gz": "widget 2.1"}

@@ -99,11 +99,13 @@ HTML_SUFFIXES = (".html", ".htm")  # stored as Markdown too (``ingest.html``)
 SOURCE_SUFFIXES = (".md", ".markdown", ".txt", *RST_SUFFIXES)
 SUFFIXES = (*SOURCE_SUFFIXES, *HTML_SUFFIXES)
 # Files without a suffix that are text by their name, read as ``.txt`` (a project's or a
-# Debian package's README, NEWS and changelog). A licence is not among them: the same text
-# in every project.
+# Debian package's README and NEWS). Not among them: a licence, the same text in every
+# project, and a ``ChangeLog``, mostly a dump of the version history (502 under
+# /usr/share/doc, 113 MB; harfbuzz's alone 6.7 MB). A file named on the command line is
+# read whatever its name.
 TEXT_NAMES = frozenset({
-    "readme", "news", "changes", "changelog", "history", "install", "faq", "todo", "bugs",
-    "authors", "contributors", "thanks", "hacking", "maintainers", "notes", "credits"})
+    "readme", "news", "changes", "history", "install", "faq", "todo", "bugs", "authors",
+    "contributors", "thanks", "hacking", "maintainers", "notes", "credits"})
 GZIP_SUFFIX = ".gz"
 # UTF-8 spends at most four bytes on a character: a file longer than four bytes for each
 # character a document may hold cannot fit, and is refused unread.
@@ -460,8 +462,8 @@ def left_out_line(left_out: Counter[str]) -> str:
     shown = ", ".join(f"{n} {suffix}" for suffix, n in kinds[:5])
     more = f" and {len(kinds) - 5} more kinds" if len(kinds) > 5 else ""
     return (f"; {total} file{'s' if total != 1 else ''} left out, not Markdown, "
-            f"reStructuredText, HTML or text ({', '.join(SUFFIXES)}, or a README, NEWS, "
-            f"changelog, ... without a suffix; each also gzip-compressed as .gz): {shown}{more}")
+            f"reStructuredText, HTML or text ({', '.join(SUFFIXES)}, or a README, NEWS, ... "
+            f"without a suffix; each also gzip-compressed as .gz): {shown}{more}")
 
 
 def _list(value: Any) -> list[str]:
