@@ -229,6 +229,10 @@ def test_ingest_leaves_out_redirect_and_noindex_pages_and_names_them(
         titles = dict(conn.execute(text("select path, title from sources.documents where tenant_id = :t"),
                                    {"t": t.id}).all())
     assert titles == {"ch04-01.html": "What is Ownership?", "print.html": "Book"}
+    # --sync without --include-noindex: the page is no document any more, and goes.
+    code, output = run(cli_env, "ingest", str(root), "--tenant", t.org_id, "--scopes", "write:team",
+                       "--sync")
+    assert code == 0 and "1 deleted" in " ".join(output.split()), output
     # Inline code in the heading, none in the title.
     assert html_document("<title>Errors with Result - The Book</title><main><h2><a class=header>"
                          "Errors with <code>Result</code></a></h2><p>x</p></main>")[0] == {

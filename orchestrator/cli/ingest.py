@@ -741,7 +741,9 @@ def ingest_paths(settings: Settings, engine: Engine, identity: Identity, paths: 
     what ``discover`` already found for them (the CLI walks the folders once, to size its
     progress bar), else they are walked here. A file with no text, an HTML redirect page and
     one marked noindex (unless ``include_noindex``) are left out and named in
-    ``IngestSummary.passed_over`` (a document written from one before stays as it was)."""
+    ``IngestSummary.passed_over``; a document written from one before stays as it was, except
+    that ``sync`` deletes one of a redirect or noindex page (an emptied file may be a save
+    under way)."""
     started = time.monotonic()
     if found is None:
         found = discover(paths, collection, gitignore=gitignore, follow_links=follow_links)
@@ -772,6 +774,8 @@ def ingest_paths(settings: Settings, engine: Engine, identity: Identity, paths: 
                 summary.unchanged += 1
         except LeftOut as why:
             summary.passed_over.setdefault(why.what, []).append(src.path)
+            if not isinstance(why, EmptyFile):  # a redirect or noindex page is no document:
+                folders.get(src.collection, set()).discard(src.path)  # --sync deletes it
         except EngramError as exc:
             summary.failed.append((str(src.file), str(exc)))
         if on_file:
