@@ -60,6 +60,10 @@ def test_masking_keeps_offsets_and_prose_and_removes_code_urls_tables_and_logs()
     # A setext heading's underline and a thematic break are markup, the heading stays.
     setext = mask_markup("Release notes\n=============\n\nText.\n\n---\n\nMore\n----\n")
     assert "=" not in setext and "-" not in setext and "Release notes" in setext and "More" in setext
+    # Emphasis goes; an underscore between letters is none (the Rust book's "hello_cargo" read
+    # "hello cargo" in a claim).
+    assert mask_markup("Run target/debug/hello_cargo, _then_ __stop__ *now*.") == \
+        "Run target/debug/hello_cargo,  then    stop    now ."
 
 
 # Shapes that made a masking pattern scan the rest of the text from every position where it

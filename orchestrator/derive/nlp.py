@@ -121,7 +121,8 @@ RULES_VERSION = "rules-25"  # 4: markup masked over the whole document (stop 25)
 # ``extract.CO_MENTION_LIMIT`` entities pairs none of them (a glyph table's 146,884 pairs),
 # and a plain-text table's row is masked (``quality._COLUMNS``); 25: a reference to a part
 # of a document ("Listing 4-3", "Chapter 10", "Figure 2.1", "Appendix B") is no name
-# (``quality._PART_REFERENCE``: the Rust book's 60 "Listing" events, stop 52)
+# (``quality._PART_REFERENCE``: the Rust book's 60 "Listing" events), and an underscore
+# between two letters or digits is no emphasis marker ("hello_cargo", stop 52)
 
 DATE_PREDICATES = {"day": "mentioned_on", "month": "mentioned_in_month", "year": "mentioned_in_year"}
 

@@ -91,9 +91,12 @@ _CONTROL = re.compile(CONTROL_CHARACTERS)
 # A backslash escape: the backslash before ASCII punctuation ("\[", "\*", "\_") is markup
 # (a changelog's "\[[`18862e4d5d`](...)]" read "\ `18862e4d5d`" in its claims).
 _ESCAPE = re.compile(r"\\(?=[!-/:-@\[-`{-~])")
-# Line markers (a task's checkbox "- [x]" with its item's) and emphasis.
+# Line markers (a task's checkbox "- [x]" with its item's) and emphasis. An underscore
+# between two letters or digits is none (CommonMark: "hello_cargo" reads as written; blanked,
+# the Rust book's "target/debug/hello_cargo" read "hello cargo" in a claim).
 _MARKERS = re.compile(r"^[ \t]*(?:#{1,6}|[-*+]|\d+[.)]|>)[ \t]+(?:\[[ xX]\][ \t]+)?"
-                      r"|[*_~]{1,3}(?=\S)|(?<=\S)[*_~]{1,3}", re.M)
+                      r"|[*~]{1,3}(?=\S)|(?<=\S)[*~]{1,3}"
+                      r"|(?<![^\W_])_{1,3}(?=\S)|(?<=\S)_{1,3}(?![^\W_])", re.M)
 
 _CODE_CHARS = set("{}[]()<>=;`$|\\^~#@*")
 # snake_case, camelCase, a call (x.y(), a dotted name (os.path).
