@@ -262,3 +262,17 @@ def test_a_data_table_is_a_markdown_table_and_a_layout_table_is_read_as_blocks()
     assert html_document(page)[1] == (
         "- Home\n\n- FAQ\n\n## FAQ\n\n1. Compiling fails?\n\n   Use the flags.\n\n"
         "2. Bindings?\n\n| k | v |\n| --- | --- |\n| 1 | 2 |\n")
+
+
+def test_a_code_listings_line_numbers_stay_out_of_its_code() -> None:
+    """rustdoc's source pages read "1use crate::Span;": each line's number is an anchor inside
+    the ``pre`` (marked ``data-nosnippet``); Pygments puts them in a cell of their own."""
+    rustdoc = ('<pre class="rust"><code><a href=#1 id=1 data-nosnippet>1</a>use crate::Span;\n'
+               '<a href=#2 id=2 data-nosnippet>2</a>fn main() {}</code></pre>')
+    assert html_document(rustdoc)[1] == "```\nuse crate::Span;\nfn main() {}\n```\n"
+    pygments = ('<table class="highlighttable"><tr><td class="linenos"><div class="linenodiv">'
+                '<pre>1\n2</pre></div></td><td class="code"><pre>a = 1\nb = 2</pre></td></tr>'
+                "</table>")
+    assert html_document(pygments)[1] == "```\na = 1\nb = 2\n```\n"
+    assert html_document('<pre><span class="lineno">1 </span>x = 1</pre>')[1] == "```\nx = 1\n```\n"
+

@@ -13,7 +13,8 @@ scripts run):
   ``<article>``, ``role="main"``), only that is read. Navigation and chrome are dropped
   wherever they are: ``nav``, ``header``, ``footer``, ``aside``, ``form``, scripts, styles,
   ``template``, SVG, elements ``hidden`` or ``aria-hidden``, the landmark roles of
-  navigation, banner, footer and search, and elements whose class or id says navigation
+  navigation, banner, footer and search, a code listing's line numbers (``LINE_NUMBERS``,
+  ``data-nosnippet``), and elements whose class or id says navigation
   (``NAV_WORDS``: Texinfo's ``div.header`` of Next/Previous/Up links, DocBook's
   ``navheader``, Sphinx's ``sphinxsidebar`` and the "¶" of its ``headerlink``, a ``toc``).
   The page's own ``html`` and ``body`` are never furniture by their class (mdBook's ``<html
@@ -52,6 +53,11 @@ NAV_WORDS = frozenset({
     "nav", "navbar", "navigation", "navheader", "navfooter", "header", "footer", "sidebar",
     "sphinxsidebar", "sphinxsidebarwrapper", "related", "breadcrumb", "breadcrumbs",
     "headerlink", "toc", "skip", "menu"})
+# Classes of a code listing's line numbers (Pygments' ``linenos``, highlight.js's line-numbers
+# plugin), which read into the code ("1use crate::Span;"); rustdoc marks its with the
+# ``data-nosnippet`` attribute that keeps text out of search snippets, dropped too.
+LINE_NUMBERS = frozenset({"linenos", "linenodiv", "lineno", "line-number", "line-numbers",
+                          "line-numbers-rows", "hljs-ln-numbers", "hljs-ln-n"})
 # Elements that never hold content (no end tag).
 VOID = frozenset({
     "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param",
@@ -133,12 +139,14 @@ def _furniture(tag: str, attrs: dict[str, str | None]) -> str | None:
     guess from its class or id words), or None where it is not."""
     if tag in DROPPED:
         return "element"
-    if "hidden" in attrs or attrs.get("aria-hidden") == "true":
+    if "hidden" in attrs or attrs.get("aria-hidden") == "true" or "data-nosnippet" in attrs:
         return "hidden"
     if (attrs.get("role") or "").strip().lower() in DROPPED_ROLES:
         return "role"
     if tag in ("html", "body"):
         return None  # their classes are the page's state ("sidebar-visible", "nav-open")
+    if LINE_NUMBERS.intersection((attrs.get("class") or "").lower().split()):
+        return "hidden"
     words = {w for key in ("class", "id") for w in _WORDS.split((attrs.get(key) or "").lower())}
     return "class" if words & NAV_WORDS else None
 
