@@ -119,6 +119,44 @@ def test_duplicate_identity_refused(app_engine: Engine, tenant: TenantFixture) -
     assert bodies == ["original"]
 
 
+def test_two_writers_of_a_new_path_at_once_write_one_document(
+        app_engine: Engine, tenant: TenantFixture) -> None:
+    """Two ``engram ingest`` runs of one folder at once failed 41 and 44 of its 112 pages on
+    "duplicate key": both saw no document at a path and inserted. The second writer now
+    waits for the first's transaction, then finds its document: the same text is left
+    unchanged, another text updates it."""
+    import threading
+
+    ident = tenant.identity(write=("team",))
+    results: dict[str, object] = {}
+
+    def second(body: str) -> None:
+        try:
+            with bound_session(app_engine, ident) as s:
+                results[body] = put_document(s, _doc("race.md", body=body))
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            results[body] = exc
+
+    for body in ("Same text. " * 30, "Other text. " * 30):
+        first_body = "Same text. " * 30
+        results.clear()
+        with bound_session(app_engine, ident) as s:
+            s.execute(text("delete from sources.documents where path = 'race.md'"))
+        with bound_session(app_engine, ident) as s:
+            first = put_document(s, _doc("race.md", body=first_body))
+            waiter = threading.Thread(target=second, args=(body,))
+            waiter.start()
+            waiter.join(timeout=1.0)
+            assert waiter.is_alive(), "the second writer did not wait for the first"
+        waiter.join(timeout=30)
+        got = results[body]
+        assert first.created and not isinstance(got, Exception), got
+        assert got.created is False and got.changed is (body != first_body)  # type: ignore[attr-defined]
+        with bound_session(app_engine, tenant.identity(read=("team",))) as s:
+            assert list(s.execute(select(Document.body).where(Document.path == "race.md"))
+                        .scalars()) == [body]
+
+
 def test_write_without_write_scope_is_forbidden(app_engine: Engine, tenant: TenantFixture) -> None:
     with bound_session(app_engine, tenant.identity(write=("team",))) as s:
         put_document(s, _doc("shared.md", scopes=("team",), body="team text"))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import delete, func, insert, select, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
@@ -175,6 +175,7 @@ def put_document(session: Session, doc: DocumentInput, settings: Settings | None
     if denied:
         raise Forbidden(f"you may not write into scope(s) {', '.join(denied)}: a document needs "
                         "write on every scope it is shared into", sqlstate="42501")
+    lock_path(session, doc.collection, doc.path)
     here = at_path(session, doc.collection, doc.path)
     existing = next((d for d in here if sorted(d.scopes) == sorted(scope_ids)),
                     here[0] if here else None)
@@ -249,10 +250,22 @@ def _write_chunks(session: Session, document_id: uuid.UUID, body: str, title: st
     return len(spans)
 
 
+def lock_path(session: Session, collection: str, path: str) -> None:
+    """Queue behind any other write of ``(collection, path)`` in this tenant until this
+    transaction ends. Two writers of a new path (a scheduled ``engram ingest`` and one run by
+    hand, two agents) both saw no document there and inserted: the second failed on
+    "duplicate key" (41 and 44 of 112 pages in two ingests of one folder at once). The
+    second now waits, then finds the first one's document and updates it or leaves it."""
+    session.execute(text("select pg_advisory_xact_lock(hashtextextended('engram.document:' || "
+                         "auth.tenant_id()::text || ':' || :collection || '/' || :path, 0))"),
+                    {"collection": collection, "path": path})
+
+
 def delete_document(session: Session, collection: str, path: str) -> uuid.UUID:
     """Delete the documents at ``(collection, path)`` the caller may write (one per scope set);
     returns the id of the most recently updated. ``NotFound`` when there is none the caller can
     read there, ``Forbidden`` when there are only ones it may read but not write."""
+    lock_path(session, collection, path)
     here = at_path(session, collection, path)
     if not here:
         raise NotFound(f"no document at {collection}/{path} that you can read")
