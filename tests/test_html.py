@@ -276,3 +276,37 @@ def test_a_code_listings_line_numbers_stay_out_of_its_code() -> None:
     assert html_document(pygments)[1] == "```\na = 1\nb = 2\n```\n"
     assert html_document('<pre><span class="lineno">1 </span>x = 1</pre>')[1] == "```\nx = 1\n```\n"
 
+
+# A saved MediaWiki page (Wikipedia's Vector 2022 skin, trimmed): the title's h1 in the
+# content's own <header>, "[edit]" links beside headings, citation marks, the print footer,
+# categories and navigation boxes.
+WIKI = """<html class="client-js"><head><title>Ada Lovelace - Wikipedia</title></head>
+<body class="skin-vector-2022 mediawiki"><a class="mw-jump-link" href="#b">Jump to content</a>
+<header class="vector-header mw-header">Wikipedia Search</header>
+<main id="content" class="mw-body"><header class="mw-body-header vector-page-titlebar">
+<h1 id="firstHeading" class="firstHeading"><span class="mw-page-title-main">Ada Lovelace</span></h1>
+</header><div id="bodyContent"><div id="siteSub" class="noprint">From Wikipedia, the free
+encyclopedia</div><div class="mw-parser-output">
+<p>Ada Lovelace was an English mathematician.<sup id="cite_ref-1" class="reference"><a href="#c">
+<span class="cite-bracket">[</span>1<span class="cite-bracket">]</span></a></sup></p>
+<div class="mw-heading mw-heading2"><h2 id="Biography">Biography</h2><span class="mw-editsection">
+<span class="mw-editsection-bracket">[</span><a href="#e">edit</a><span class="mw-editsection-bracket">]
+</span></span></div><p>She was the only legitimate child of Lord Byron.</p>
+<div class="navbox" role="navigation"><table><tr><td>Navbox links</td></tr></table></div></div>
+<div class="printfooter" data-nosnippet="">Retrieved from "https://en.wikipedia.org/wiki/Ada"</div>
+<div id="catlinks" class="catlinks">Categories: 1815 births</div></div></main>
+<footer class="mw-footer">This page was last edited on 1 December 2026</footer></body></html>
+"""
+
+
+def test_a_saved_mediawiki_page_reads_as_its_article() -> None:
+    """Read as its article: the title's heading (inside the content's own <header>, which a
+    page's banner <header> is not), no "[edit]", no citation marks, no "Retrieved from",
+    categories, "From Wikipedia" or navigation box."""
+    assert html_document(WIKI) == ({"title": "Ada Lovelace"}, (
+        "# Ada Lovelace\n\nAda Lovelace was an English mathematician.\n\n## Biography\n\n"
+        "She was the only legitimate child of Lord Byron.\n"))
+    # Bootstrap's print-hidden utility class too; a <sup> that is no citation stays.
+    assert html_document('<main><p>E = mc<sup>2</sup>.</p><div class="d-print-none">Share'
+                         "</div></main>")[1] == "E = mc2.\n"
+

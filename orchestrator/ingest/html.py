@@ -12,11 +12,14 @@ scripts run):
 * **The page's content, not its furniture.** Where the page marks its content (``<main>``,
   ``<article>``, ``role="main"``), only that is read. Navigation and chrome are dropped
   wherever they are: ``nav``, ``header``, ``footer``, ``aside``, ``form``, scripts, styles,
-  ``template``, SVG, elements ``hidden`` or ``aria-hidden``, the landmark roles of
+  ``template``, SVG, elements ``hidden`` or ``aria-hidden`` (a ``header`` inside the content
+  element is its own, read: MediaWiki's page title), the landmark roles of
   navigation, banner, footer and search, a code listing's line numbers (``LINE_NUMBERS``,
-  ``data-nosnippet``), and elements whose class or id says navigation
+  ``data-nosnippet``), what the site's print style sheet hides (``PRINT_HIDDEN``: MediaWiki's
+  ``noprint``), a citation's superscript "[1]", and elements whose class or id says navigation
   (``NAV_WORDS``: Texinfo's ``div.header`` of Next/Previous/Up links, DocBook's
-  ``navheader``, Sphinx's ``sphinxsidebar`` and the "¶" of its ``headerlink``, a ``toc``).
+  ``navheader``, Sphinx's ``sphinxsidebar`` and the "¶" of its ``headerlink``, a ``toc``,
+  MediaWiki's ``mw-editsection`` "[edit]", ``catlinks`` and ``printfooter``).
   The page's own ``html`` and ``body`` are never furniture by their class (mdBook's ``<html
   class="light sidebar-visible">`` says the sidebar is shown, not that the page is one), and
   a ``<main>`` is read wherever it is, inside an element dropped for its class too (the
@@ -52,12 +55,15 @@ DROPPED_ROLES = frozenset({"navigation", "banner", "contentinfo", "search", "com
 NAV_WORDS = frozenset({
     "nav", "navbar", "navigation", "navheader", "navfooter", "header", "footer", "sidebar",
     "sphinxsidebar", "sphinxsidebarwrapper", "related", "breadcrumb", "breadcrumbs",
-    "headerlink", "toc", "skip", "menu"})
+    "headerlink", "toc", "skip", "menu", "editsection", "catlinks", "printfooter"})
 # Classes of a code listing's line numbers (Pygments' ``linenos``, highlight.js's line-numbers
 # plugin), which read into the code ("1use crate::Span;"); rustdoc marks its with the
 # ``data-nosnippet`` attribute that keeps text out of search snippets, dropped too.
 LINE_NUMBERS = frozenset({"linenos", "linenodiv", "lineno", "line-number", "line-numbers",
                           "line-numbers-rows", "hljs-ln-numbers", "hljs-ln-n"})
+# Classes a site's print style sheet hides (MediaWiki's ``noprint``: edit links, navigation
+# boxes; Bootstrap's ``d-print-none``): what a printed page leaves out is furniture.
+PRINT_HIDDEN = frozenset({"noprint", "no-print", "d-print-none", "hidden-print", "print-hidden"})
 # Elements that never hold content (no end tag).
 VOID = frozenset({
     "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param",
@@ -145,8 +151,11 @@ def _furniture(tag: str, attrs: dict[str, str | None]) -> str | None:
         return "role"
     if tag in ("html", "body"):
         return None  # their classes are the page's state ("sidebar-visible", "nav-open")
-    if LINE_NUMBERS.intersection((attrs.get("class") or "").lower().split()):
+    classes = (attrs.get("class") or "").lower().split()
+    if LINE_NUMBERS.intersection(classes) or PRINT_HIDDEN.intersection(classes):
         return "hidden"
+    if tag == "sup" and "reference" in classes:
+        return "hidden"  # a citation's "[1]" (MediaWiki), not text of the sentence
     words = {w for key in ("class", "id") for w in _WORDS.split((attrs.get(key) or "").lower())}
     return "class" if words & NAV_WORDS else None
 
@@ -226,6 +235,8 @@ class _Page(HTMLParser):
             why = _furniture(tag, found)  # the head too (its title aside)
             if why == "class" and self.heading and self.reading:
                 why = None  # a heading's own text (mdBook's <h2><a class="header">Title</a>)
+            elif tag == "header" and why == "element" and self.main_at is not None:
+                why = None  # the content's own header: its title (MediaWiki's h1), a byline
             if why:
                 self.dropped_at, self.dropped_for = depth, why
         elif tag == "main" and self.dropped_for == "class":  # read wherever it is
