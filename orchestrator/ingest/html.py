@@ -74,6 +74,9 @@ BLOCKS = frozenset({
     "table", "thead", "tbody", "tfoot", "tr", "caption", "blockquote", "figure",
     "figcaption", "details", "summary", "address", "center", "fieldset", "legend", "hgroup"})
 HEADINGS = {f"h{n}": n for n in range(1, 7)}
+# Lists nested deeper are indented as this deep: each item's indent grew with its depth, so a
+# page of nested lists ("<ul><li>x" 16,000 times, 144 kB) made a 256 MB document.
+MAX_LIST_DEPTH = 8
 # What in a table cell says the table lays the page out rather than holds data.
 LAYOUT = frozenset({*HEADINGS, "table", "pre", "ul", "ol", "dl", "blockquote"})
 INLINE_CODE = frozenset({"code", "kbd", "samp", "tt", "var"})
@@ -443,7 +446,7 @@ class _Page(HTMLParser):
                 self.out.append(f"{'#' * heading} {words}")
         elif self.lists:
             items, ordered, written = self.lists[-1]
-            indent = "  " * (len(self.lists) - 1)
+            indent = "  " * min(len(self.lists) - 1, MAX_LIST_DEPTH)
             marker = f"{items}." if ordered else "-"
             under = "\n" + indent + " " * (len(marker) + 1)  # a line break stays in the item
             # The item's second paragraph is indented under its first, not a new item.
