@@ -436,6 +436,11 @@ def discover(paths: list[Path], collection: str | None, *, gitignore: bool = Tru
     return found
 
 
+def _rate(per_second: float) -> str:
+    """"529", or "0.3" where a whole number would say 0."""
+    return f"{per_second:.0f}" if per_second >= 10 else f"{per_second:.1f}"
+
+
 def passed_over_line(passed_over: dict[str, list[str]], shown: int = 3) -> str:
     """"; 2 empty files left out (Untitled.md, todo.md)": the files read and left out
     (``LeftOut``), per kind, the first ``shown`` of each named."""
@@ -880,7 +885,7 @@ def ingest(
                   f"{summary.updated} updated, {summary.unchanged} unchanged, {summary.deleted} deleted, "
                   f"{len(summary.failed)} failed; {summary.chunks} "
                   f"chunk{'' if summary.chunks == 1 else 's'} written"
-                  + (f" ({summary.chunks / summary.seconds:.0f} chunks/s)"
+                  + (f" ({_rate(summary.chunks / summary.seconds)} chunks/s)"
                      if summary.chunks and summary.seconds > 0 else "")
                   + left_out_line(summary.left_out)
                   + (f"; {summary.ignored} file{'s' if summary.ignored != 1 else ''} or folder"
