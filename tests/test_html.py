@@ -314,3 +314,17 @@ def test_a_saved_mediawiki_page_reads_as_its_article() -> None:
     assert html_document('<main><p>E = mc<sup>2</sup>.</p><div class="d-print-none">Share'
                          "</div></main>")[1] == "E = mc2.\n"
 
+
+def test_a_heading_or_section_whose_id_holds_a_navigation_word_is_read() -> None:
+    """An id is often its heading's or section's slug: "using-structs-to-structure-related-data"
+    dropped the Rust book's chapter heading, and a paper's "Related work" section went whole.
+    An id says navigation only whole ("toc", "sidebar") or as a table of contents' entry
+    ("toc-Introduction-1", Texinfo's)."""
+    page = ('<main><h1 id="using-structs-to-structure-related-data">Using Structs to Structure '
+            'Related Data</h1><section id="related-work"><h2 id="related-work-h">Related work</h2>'
+            '<p>Earlier systems.</p></section><div id="toc"><p>Contents</p></div>'
+            '<ul><li><a id="toc-Introduction-1" href="#Introduction">1 Introduction</a></li></ul>'
+            "</main>")
+    assert html_document(page)[1] == ("# Using Structs to Structure Related Data\n\n"
+                                      "## Related work\n\nEarlier systems.\n")
+

@@ -17,7 +17,8 @@ scripts run):
   navigation, banner, footer and search, a code listing's line numbers (``LINE_NUMBERS``,
   ``data-nosnippet``), what the site's print style sheet hides (``PRINT_HIDDEN``: MediaWiki's
   ``noprint``), a citation's superscript "[1]", and elements whose class or id says navigation
-  (``NAV_WORDS``: Texinfo's ``div.header`` of Next/Previous/Up links, DocBook's
+  (``NAV_WORDS``, a word of the class or the whole id: Texinfo's ``div.header`` of
+  Next/Previous/Up links, DocBook's
   ``navheader``, Sphinx's ``sphinxsidebar`` and the "¶" of its ``headerlink``, a ``toc``,
   MediaWiki's ``mw-editsection`` "[edit]", ``catlinks`` and ``printfooter``).
   The page's own ``html`` and ``body`` are never furniture by their class (mdBook's ``<html
@@ -159,7 +160,13 @@ def _furniture(tag: str, attrs: dict[str, str | None]) -> str | None:
         return "hidden"
     if tag == "sup" and "reference" in classes:
         return "hidden"  # a citation's "[1]" (MediaWiki), not text of the sentence
-    words = {w for key in ("class", "id") for w in _WORDS.split((attrs.get(key) or "").lower())}
+    # A class's words ("nav-wrapper", "sphinxsidebar"), but an id only whole ("toc",
+    # "sidebar"): an id is often its heading's or section's slug, and "related-work" or
+    # "using-structs-to-structure-related-data" dropped a section or its heading.
+    # A table of contents' entries are "toc-<slug>" (Texinfo, pandoc).
+    ident = (attrs.get("id") or "").lower()
+    words = set(_WORDS.split((attrs.get("class") or "").lower()))
+    words.update((ident, _WORDS.split(ident, maxsplit=1)[0] if ident.startswith("toc") else ""))
     return "class" if words & NAV_WORDS else None
 
 
