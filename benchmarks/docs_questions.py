@@ -18,7 +18,10 @@ package ships it (``--folder /usr/share/doc/nodejs/api``, 64 pages of short sect
 third, ``benchmarks/data/node_contributing_questions.json`` (22 questions), Node.js's
 contributor guides (its ``about`` says which pages, copied into one folder), and a fourth,
 ``benchmarks/data/cmake_questions.json`` (22 questions), CMake's reference in
-reStructuredText (its command and manual pages, copied into one folder).
+reStructuredText (its command and manual pages, copied into one folder), and a fifth,
+``benchmarks/data/rust_book_questions.json`` (24 questions), the Rust book in HTML as rustup
+installs it (its top-level pages copied into one folder: 112 mdBook chapters, 83 stubs
+ingest leaves out).
 
     .venv/bin/python benchmarks/docs_questions.py [--folder PATH] [--questions FILE]
         [--shapes learned,fused] [--no-derive] [--without-summary]
