@@ -23,8 +23,11 @@ reStructuredText (its command and manual pages, copied into one folder), and a f
 installs it (its top-level pages copied into one folder: 112 mdBook chapters, 83 stubs
 ingest leaves out).
 
+``--vary SETTING=V1,V2`` asks every question again with each value of one recall setting
+(``recall_mmr_cap_discount=0.5,1.0``), a column per shape and value, on the same tenant.
+
     .venv/bin/python benchmarks/docs_questions.py [--folder PATH] [--questions FILE]
-        [--shapes learned,fused] [--no-derive] [--without-summary]
+        [--shapes learned,fused] [--no-derive] [--without-summary] [--vary SETTING=V1,V2]
 """
 
 from __future__ import annotations
@@ -92,6 +95,8 @@ def main() -> None:
     ap.add_argument("--without-summary", action="store_true",
                     help="also a tenant ingested as before stop 41: the front matter's "
                          "description left out of the body (cli.ingest.with_summary)")
+    ap.add_argument("--vary", default="", help="SETTING=V1,V2: each value of one recall "
+                    "setting, a column each (recall_mmr_cap_discount=0.5,1.0)")
     args = ap.parse_args()
     if not args.folder.is_dir():
         raise SystemExit(f"{args.folder}: no such folder (give --folder)")
@@ -111,13 +116,25 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown shapes {unknown}; known: {', '.join(PLAN_STUDY)}")
     tenants = [("", False)] + ([(", no summary", True)] if args.without_summary else [])
-    columns = [f"{shape}{tag}" for tag, _ in tenants for shape in shapes]
+    name, _, values = args.vary.partition("=")
+    variants: list[tuple[str, dict[str, Any]]] = [("", {})]
+    if args.vary:
+        from orchestrator.config import Settings
+
+        if name not in Settings.model_fields or not values:
+            raise SystemExit(f"--vary {args.vary}: give SETTING=V1,V2 with a known setting")
+        kind = type(Settings.model_fields[name].default)
+        variants = [(f" {name.removeprefix('recall_')}={v}", {name: kind(v)})
+                    for v in values.split(",")]
+    columns = [f"{shape}{label}{tag}" for tag, _ in tenants for shape in shapes
+               for label, _ in variants]
     found: dict[str, list[int | None]] = {c: [] for c in columns}
     with embedded_database() as (settings, admin, app, worker_url):
         settings = settings.model_copy(update={"rank_usage_rows": False})
         embedder = Embedder.from_settings(settings)
         worker = make_app_engine(worker_url, pool_size=1)
-        recaller = Recaller(app, settings, embedder=embedder)
+        recallers = {label: Recaller(app, settings.model_copy(update=update), embedder=embedder)
+                     for label, update in variants}
         for tag, without in tenants:
             org = f"docs-{uuid.uuid4().hex[:6]}"
             tenant_id = make_tenant(admin, org, "docs")
@@ -138,9 +155,11 @@ def main() -> None:
             spans = _spans(app, reader, questions)
             for question, page, section in questions:
                 for shape in shapes:
-                    res, _ = recaller.study(reader, question, PLAN_STUDY[shape],
-                                            budget_tokens=settings.recall_max_budget_tokens)
-                    found[f"{shape}{tag}"].append(position(res, page, spans.get((page, section))))
+                    for label, recaller in recallers.items():
+                        res, _ = recaller.study(reader, question, PLAN_STUDY[shape],
+                                                budget_tokens=settings.recall_max_budget_tokens)
+                        found[f"{shape}{label}{tag}"].append(
+                            position(res, page, spans.get((page, section))))
         worker.dispose()
     print(f"\n{len(questions)} questions ({args.questions}); position of the answering page's "
           "first excerpt, or of its answering section's where one is named (- not served)")
