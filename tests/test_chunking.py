@@ -220,6 +220,33 @@ def test_a_chunk_ends_before_a_heading_and_the_next_opens_with_it() -> None:
     assert sum(c.text.startswith("###") for c in spans) == len(spans)
 
 
+def test_a_chunk_that_goes_on_with_a_section_ends_with_it() -> None:
+    """The Rust book's "What Is Ownership?": a chunk went on with "The Stack and the Heap",
+    took in the short "### Ownership Rules" whole and ended before "### Variable Scope", so
+    the rules were served as a chunk of the stack and heap (and the per-document cap put
+    them 46th for "what are the ownership rules?"). A chunk that goes on with a section now
+    ends before the first heading in its last two thirds; one that opens with a heading
+    still packs whole short sections and ends before the last (an API reference's)."""
+    long_section = " ".join(f"Sentence {i} of the stack and the heap." for i in range(40))
+    body = ("### The Stack and the Heap\n\n" + long_section + "\n\n### Ownership Rules\n\n"
+            "Each value has an owner. There is one owner at a time.\n\n### Variable Scope\n\n"
+            + "A scope is the range within a program for which an item is valid. " * 30)
+    spans = chunk_text(body, 1200, 150)
+    _holds(body, spans)
+    assert [c.text.split("\n")[0] for c in spans if c.text.startswith("###")] == [
+        "### The Stack and the Heap", "### Ownership Rules"]
+    rules = next(c for c in spans if c.text.startswith("### Ownership Rules"))
+    assert "### Variable Scope" in rules.text  # opens a section: packs the short ones
+    assert all("### Ownership Rules" not in c.text[1:] for c in spans)
+    # A document that opens with text (a page's summary) packs its short sections as one that
+    # opens with a heading: nothing of a chunk before goes on in it.
+    intro = ("npm-ls lists installed packages. " * 12 + "\n\n### Synopsis\n\nnpm ls\n\n"
+             "### Description\n\nThis command prints the tree.\n\n### Configuration\n\n"
+             + "The depth option limits the tree. " * 40)
+    first = chunk_text(intro, 1200, 150)[0]
+    assert "### Description" in first.text and first.text.endswith("prints the tree.")
+
+
 def test_a_code_block_is_not_cut_while_a_break_outside_it_is_in_reach() -> None:
     prose = "The handle reads the file. It returns a promise that settles later.\n\n"
     code = "```js\n" + "".join(f"const x{i} = await handle.read({i});\n" for i in range(8)) + "```\n\n"

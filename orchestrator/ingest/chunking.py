@@ -1,9 +1,12 @@
 """Splitting a document body into chunks of the configured size.
 
-A chunk ends before the last heading in the last two thirds of its size, so a section
-starts a chunk with its heading (an API reference's "#### `filehandle.readLines()`" with
-its text and example, not that example at the head of the next section's chunk), and the
-next chunk starts there, with no overlap; where headings stand over that heading with nothing
+A chunk that opens the document or a heading ends before the last heading in the last two
+thirds of its size, so a section starts a chunk with its heading (an API reference's "####
+`filehandle.readLines()`" with its text and example, not that example at the head of the
+next section's chunk); a chunk that goes on with a section from the chunk before ends before
+the first heading there, with the section it goes on with (the next section's heading, "###
+Ownership Rules", opens the next chunk instead of ending one of "The Stack and the Heap");
+the next chunk starts there, with no overlap; where headings stand over that heading with nothing
 of their own (a changelog's anchor and "## Version 20.5.0" over "### Notable Changes"), the
 chunk ends before them. Without such a heading, chunks prefer to end at
 a paragraph break, then the end of a sentence or of a block's line (a line ending in a full
@@ -109,8 +112,14 @@ def _cut(body: str, start: int, limit: int, sections: list[int],
     """Where the chunk from ``start`` that may run to ``limit`` ends, and whether a section
     starts there."""
     size = limit - start
-    i = bisect.bisect_right(sections, limit) - 1
-    if i >= 0 and sections[i] > start + size // 3:
+    first = bisect.bisect_right(sections, start + size // 3)
+    last = bisect.bisect_right(sections, limit) - 1
+    if first <= last:
+        # A chunk that opens a section packs whole sections (an API reference's short ones)
+        # and ends before the last heading; one that goes on with a section from the chunk
+        # before ends with that section, before the first: its heading opens the next chunk
+        # ("### Ownership Rules" was the end of a chunk of "The Stack and the Heap").
+        i = last if _opens_section(body, start, sections) else first
         return _run_start(body, start, sections, i), True
     end = _last_break(body, start + size // 2, limit, fences)
     if end is not None:
@@ -122,6 +131,18 @@ def _cut(body: str, start: int, limit: int, sections: list[int],
         return block[0], False
     end = _last_break(body, start + size // 2, limit, [])
     return (limit if end is None else end), False
+
+
+def _opens_section(body: str, start: int, sections: list[int]) -> bool:
+    """Whether the chunk from ``start`` opens the document or a heading (after blank or
+    marker lines): it goes on with nothing from a chunk before."""
+    if not body[:start].strip():
+        return True
+    i = bisect.bisect_left(sections, start)
+    if i == len(sections):
+        return False
+    return all(not line.strip() or MARKER_LINE.fullmatch(line)
+               for line in body[start:sections[i]].splitlines())
 
 
 def _heads_only(body: str, lo: int, hi: int) -> bool:
