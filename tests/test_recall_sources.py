@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -625,11 +626,18 @@ def test_an_excerpt_names_the_sections_it_stands_under(
     assert f"Widget ChangeLog › Notable Changes #{first.chunk_id}: rank" in traced, traced
     # Its lexical terms are said to be stemmed ("releas", not a typo of "release").
     assert "lexical terms as stemmed, rarest first" in traced and " releas " in traced, traced
-    # A part cut to fit starts later in its chunk: its trail follows the headings it skipped.
+    # The chunk goes on with "Notable Changes" and ends with it: "### Commits" opens the next
+    # chunk (stop 52; it ended before the next release and held the commits).
+    assert "### Commits" not in first.text
+    assert any(text.startswith("### Commits") for text, _ in chunks)
+    # A part cut to fit starts later in its chunk: its trail follows the headings it skipped
+    # (a chunk that opens with a heading still packs short sections, so one can hold another
+    # heading; here the chunk's text with the next section after it, as such a chunk holds it).
     from orchestrator.recall.tail import part_of
 
-    at = first.text.index("### Commits") + len("### Commits\n\n")
-    part = part_of(first, at, text=first.text[at:])
+    packed = replace(first, text=first.text + "\n\n### Commits\n\n* fix release 5\n")
+    at = packed.text.index("### Commits") + len("### Commits\n\n")
+    part = part_of(packed, at, text=packed.text[at:])
     assert part.source.section_titles == ["2023-07-05, Version 1.5.0", "Commits"]
     assert part_of(first, 0, text=first.text).source == first.source
     # The API serves the trail as it is stored: GraphQL and REST (one view), MCP.
