@@ -328,3 +328,16 @@ def test_a_heading_or_section_whose_id_holds_a_navigation_word_is_read() -> None
     assert html_document(page)[1] == ("# Using Structs to Structure Related Data\n\n"
                                       "## Related work\n\nEarlier systems.\n")
 
+
+def test_inline_code_holding_a_backtick_and_backticks_in_prose_read_as_written() -> None:
+    """libxslt's "<code>CFLAGS=`xslt-config --cflags`</code>" read as broken code spans, and
+    the empty-span clean-up ate what matched "` `" or "``" anywhere: the close and open of two
+    spans side by side (merging them), TeX quotes in prose (fontconfig's "``$XDG_CACHE_HOME''")."""
+    assert html_document("<p>Use <code>CFLAGS=`xslt-config --cflags`</code> and <code>x</code>."
+                         "</p>")[1] == "Use `` CFLAGS=`xslt-config --cflags` `` and `x`.\n"
+    assert html_document("<p><code>a</code> <code>b</code>, the ``default'' dir<code></code>."
+                         "</p>")[1] == "`a` `b`, the ``default'' dir.\n"
+    assert html_document("<table><tr><th>k</th><th>v</th></tr><tr><td><code>a`b</code></td>"
+                         "<td><code></code>c</td></tr></table>")[1] == (
+        "| k | v |\n| --- | --- |\n| `` a`b `` | c |\n")
+

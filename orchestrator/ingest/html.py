@@ -190,6 +190,8 @@ class _Page(HTMLParser):
         self.pre: list[str] | None = None  # the raw text of the pre being read
         self.pre_language = ""
         self.code = 0  # inline code depth
+        # Where the open inline code's text starts: (True, in the cell) or (False, in line).
+        self.code_at: tuple[bool, int] = (False, 0)
         # Per open list: [items so far, 1 if ordered, 1 once the item's marker is written].
         self.lists: list[list[int]] = []
         self.heading = 0
@@ -271,6 +273,9 @@ class _Page(HTMLParser):
             self.code += 1
             if self.code == 1:
                 self._text("`")
+                in_cell = bool(self.cells)
+                self.code_at = (in_cell, len(self.cells[-1]) if self.cells and in_cell
+                                else len(self.line))
         elif tag == "code" and self.pre is not None:  # a pre of several examples (mjs, cjs)
             if self.pre and not "".join(self.pre).endswith("\n"):
                 self.pre.append("\n")
@@ -384,7 +389,7 @@ class _Page(HTMLParser):
         elif tag in INLINE_CODE and self.code:
             self.code -= 1
             if self.code == 0:
-                self._text("`")
+                self._close_code()
         elif tag in ("ul", "ol"):
             self._block()
             if self.lists:
@@ -407,8 +412,35 @@ class _Page(HTMLParser):
         elif tag in BLOCKS:
             self._block()
 
+    def _close_code(self) -> None:
+        """End inline code: "`x`", "`` a`b ``" where its text holds a backtick (libxslt's
+        "<code>CFLAGS=`xslt-config --cflags`</code>" read as broken code spans), nothing at
+        all where it holds no text (an icon's empty ``<code>``)."""
+        in_cell, at = self.code_at
+        if in_cell and self.cells and 0 < at <= len(self.cells[-1]):
+            cell = self.cells[-1]
+            held = cell[at:]
+            if not held.strip():
+                self.cells[-1] = cell[:at - 1] + held
+            elif "`" in held:
+                self.cells[-1] = cell[:at - 1] + "`` " + held + " ``"
+            else:
+                self.cells[-1] += "`"
+            return
+        if not in_cell and 0 < at <= len(self.line) and self.line[at - 1] == "`":
+            held = "".join(self.line[at:])
+            if not held.strip():
+                self.line[at - 1] = ""
+            elif "`" in held:
+                self.line[at - 1] = "`` "
+                self.line.append(" ``")
+            else:
+                self.line.append("`")
+            return
+        self._text("`")
+
     def _cells(self) -> list[str]:
-        return [re.sub(r"`\s*`", "", _SPACE.sub(" ", c)).strip() for c in (self.cells or [])]
+        return [_SPACE.sub(" ", c).strip() for c in (self.cells or [])]
 
     def _layout(self) -> None:
         """The innermost table lays the page out: its cells so far become paragraphs, and the
@@ -438,7 +470,7 @@ class _Page(HTMLParser):
         """End the block being written (its text, prefixed as a heading or list item)."""
         lines = [_SPACE.sub(" ", x).strip() for x in "".join(self.line).split("\n")]
         text = "\n".join(x for x in lines if x)
-        text = re.sub(r"`\s*`", "", text).strip()  # inline code that held nothing
+        text = text.strip()
         self.line = []
         heading, self.heading = self.heading, 0
         if not text:
