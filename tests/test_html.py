@@ -341,3 +341,41 @@ def test_inline_code_holding_a_backtick_and_backticks_in_prose_read_as_written()
                          "<td><code></code>c</td></tr></table>")[1] == (
         "| k | v |\n| --- | --- |\n| `` a`b `` | c |\n")
 
+
+def test_the_site_name_a_folders_pages_share_is_cut_from_their_titles(
+        tmp_path: Path, tenant_factory, cli_env: dict[str, str], admin_engine: Engine) -> None:
+    """16 of the Rust book's 112 chapters kept " - The Rust Programming Language": their
+    heading and title differ in words ("Appendix A: Keywords" under "A - Keywords - ..."). The
+    name most of a folder's pages end their titles with is cut; a page titled by it alone
+    keeps it, and a folder whose pages share no such name is left as it is."""
+    from orchestrator.ingest.html import site_name, without_site_name
+
+    heads = [f"<html><head><title>{t}</title>".encode() for t in (
+        "A - Keywords - The Book", "B - Operators - The Book", "Intro | The Book", "The Book",
+        "Other page")]
+    assert site_name(heads) == "The Book"
+    assert site_name(heads[:2]) == ""  # too few pages to say
+    others = [b"<title>x - Y</title>", b"<title>z - W</title>", b"<title>u - V</title>",
+              b"<title>w</title>"]
+    assert site_name([*heads[:3], *others]) == ""  # three of seven: not most
+    assert without_site_name("A - Keywords - The Book", "The Book") == "A - Keywords"
+    assert without_site_name("The Book", "The Book") == "The Book"
+    assert without_site_name("Handbook", "book") == "Handbook"
+
+    t = tenant_factory("team")
+    root = tmp_path / "site"
+    root.mkdir()
+    for name, title, heading in (("a.html", "A - Keywords - The Book", "Appendix A: Keywords"),
+                                 ("b.html", "Ownership - The Book", "Ownership"),
+                                 ("c.html", "Traits - The Book", "Traits in depth"),
+                                 ("index.html", "The Book", "Welcome")):
+        (root / name).write_text(f"<title>{title}</title><main><h2>{heading}</h2><p>Text of "
+                                 f"{name}.</p></main>")
+    code, output = run(cli_env, "ingest", str(root), "--tenant", t.org_id, "--scopes", "write:team")
+    assert code == 0, output
+    with admin_engine.connect() as conn:
+        titles = dict(conn.execute(text("select path, title from sources.documents where tenant_id = :t"),
+                                   {"t": t.id}).all())
+    assert titles == {"a.html": "A - Keywords", "b.html": "Ownership", "c.html": "Traits",
+                      "index.html": "The Book"}
+

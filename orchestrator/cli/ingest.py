@@ -87,7 +87,7 @@ from orchestrator.db.session import bound_session
 from orchestrator.derive.quality import inline_text, mask_fences
 from orchestrator.errors import BadInput, EngramError
 from orchestrator.ingest.documents import DocumentInput, delete_document, put_document
-from orchestrator.ingest.html import declared_charset, html_document
+from orchestrator.ingest.html import declared_charset, html_document, site_name, without_site_name
 from orchestrator.ingest.rst import Includes, rst_document
 from orchestrator.inputs import unix_lines
 from orchestrator.markdown import ATX_LINE, SETEXT_UNDERLINE, WIKILINK, headings, title_line
@@ -642,7 +642,8 @@ def with_summary(body: str, meta: dict[str, Any]) -> str:
 
 def to_document(src: SourceFile, default_scopes: list[str], *, extract: bool | None = None,
                 max_title_chars: int = 500, max_document_chars: int = 2_000_000,
-                encoding: str | None = None, include_noindex: bool = False) -> DocumentInput:
+                encoding: str | None = None, include_noindex: bool = False,
+                site: str = "") -> DocumentInput:
     """The file as a document; ``extract=False`` marks it opted out unless its front matter says.
     A title in the front matter is taken as written (the write refuses one over the limit);
     without one, the first heading's text (``heading_title``), else a plain text file's title
@@ -650,7 +651,8 @@ def to_document(src: SourceFile, default_scopes: list[str], *, extract: bool | N
     that cannot fit ``max_document_chars`` is refused before it is read (``SourceFile.read``;
     ``encoding``: what a file that is not UTF-8 is written in). A file with no text raises
     ``EmptyFile``, an HTML page that redirects at once ``Redirect``, one marked noindex
-    ``NoIndex`` (unless ``include_noindex``)."""
+    ``NoIndex`` (unless ``include_noindex``). ``site``: the name the folder's HTML pages end
+    their titles with (``html.site_name``), cut from this page's."""
     text = src.read(max_document_chars, encoding)
     if src.format_suffix in RST_SUFFIXES:
         # Includes are followed inside the folder ingested (the file's own for a file).
@@ -668,6 +670,8 @@ def to_document(src: SourceFile, default_scopes: list[str], *, extract: bool | N
             raise Redirect(page.pop("redirect"))
         if page.pop("noindex", False) and not include_noindex:
             raise NoIndex("marked noindex (<meta name=\"robots\">)")
+        if site and "title" in page:
+            page["title"] = without_site_name(page["title"], site)
         meta = dict(page)
         if not body.strip() and text.strip():
             raise BadInput("no text outside its navigation, scripts and styles (an HTML page "
@@ -735,6 +739,30 @@ def named_day(stem: str) -> datetime | None:
         return None
 
 
+def _site_names(files: list[SourceFile], head_bytes: int = 16384) -> dict[str, str]:
+    """Per collection, the name its HTML pages end their ``<title>`` with, where most share
+    one (``html.site_name``: "The Rust Programming Language"); read from each page's first
+    ``head_bytes``."""
+    import gzip
+    import zlib
+
+    heads: dict[str, list[bytes]] = {}
+    for src in files:
+        if src.format_suffix not in HTML_SUFFIXES:
+            continue
+        try:
+            if src.compressed:
+                with gzip.open(src.file, "rb") as fh:
+                    head = fh.read(head_bytes)
+            else:
+                with open(src.file, "rb") as fh:
+                    head = fh.read(head_bytes)
+        except (OSError, EOFError, gzip.BadGzipFile, zlib.error):
+            continue  # read again, and refused by name, when ingested
+        heads.setdefault(src.collection, []).append(head)
+    return {name: site for name, pages in heads.items() if (site := site_name(pages))}
+
+
 def ingest_paths(settings: Settings, engine: Engine, identity: Identity, paths: list[Path], *,
                  collection: str | None = None, scopes: list[str] | None = None,
                  sync: bool = False, skip_extraction: bool = False, gitignore: bool = True,
@@ -755,6 +783,7 @@ def ingest_paths(settings: Settings, engine: Engine, identity: Identity, paths: 
     folders = found.folders
     default_scopes = scopes if scopes is not None else (
         sorted(identity.write_scopes) if len(identity.write_scopes) == 1 else [])
+    sites = _site_names(found.files)
     summary = IngestSummary(files=len(found.files), left_out=found.left_out, ignored=found.ignored,
                             renderings=found.renderings,
                             links=sum(len(v) for v in found.links.values()))
@@ -764,7 +793,8 @@ def ingest_paths(settings: Settings, engine: Engine, identity: Identity, paths: 
             doc = to_document(src, default_scopes, extract=False if skip_extraction else None,
                               max_title_chars=settings.max_title_chars,
                               max_document_chars=settings.max_document_chars, encoding=encoding,
-                              include_noindex=include_noindex)
+                              include_noindex=include_noindex,
+                              site=sites.get(src.collection, ""))
             with bound_session(engine, identity) as session:
                 result = put_document(session, doc, settings)
             chunks = result.chunks

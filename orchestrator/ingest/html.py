@@ -97,6 +97,7 @@ _PERMALINK = re.compile(r"\s*[#¶§🔗]+$")
 _PERMALINK_BEFORE = re.compile(r"^[¶§🔗]+\s*")
 # What stands between a page's heading and its site's name in its <title>.
 _TITLE_SEPARATOR = re.compile(r"\s+[|\-–—·:»]\s+")
+_TITLE_SEPARATOR_END = re.compile(r"\s+[|\-–—·:»]\s+$")
 
 
 def html_document(text: str) -> tuple[dict[str, Any], str]:
@@ -122,6 +123,46 @@ def html_document(text: str) -> tuple[dict[str, Any], str]:
     if page.noindex:
         fields["noindex"] = True
     return fields, page.markdown()
+
+
+_TITLE_TAG = re.compile(rb"<title[^>]*>(.*?)</title", re.IGNORECASE | re.DOTALL)
+# A folder's pages share their site's name at the end of their <title> when most of them do:
+# at least this many pages, and more than half of those with a title.
+SITE_NAME_PAGES = 3
+
+
+def site_name(heads: list[bytes]) -> str:
+    """The name a folder's pages end their ``<title>`` with ("The Rust Programming Language"
+    of "A - Keywords - The Rust Programming Language"), given each page's first bytes; "" when
+    fewer than ``SITE_NAME_PAGES`` pages, or not more than half of those with a title, share
+    one."""
+    import html
+
+    ends: Counter[str] = Counter()
+    titled = 0
+    for head in heads:
+        found = _TITLE_TAG.search(head)
+        if found is None:
+            continue
+        title = _SPACE.sub(" ", html.unescape(found.group(1).decode("utf-8", "replace"))).strip()
+        titled += 1
+        parts = _TITLE_SEPARATOR.split(title)
+        if len(parts) > 1 and parts[-1]:
+            ends[parts[-1]] += 1
+    if not ends:
+        return ""
+    name, count = ends.most_common(1)[0]
+    return name if count >= SITE_NAME_PAGES and 2 * count > titled else ""
+
+
+def without_site_name(title: str, site: str) -> str:
+    """``title`` without the site's name its folder's pages end their titles with, where
+    something is left ("A - Keywords - The Rust Programming Language" is "A - Keywords")."""
+    if not site or not title.endswith(site):
+        return title
+    head = title[:len(title) - len(site)]
+    found = _TITLE_SEPARATOR_END.search(head)
+    return head[:found.start()].strip() if found and head[:found.start()].strip() else title
 
 
 def declared_charset(data: bytes) -> str | None:
