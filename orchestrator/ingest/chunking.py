@@ -133,10 +133,13 @@ def _cut(body: str, start: int, limit: int, sections: list[int],
     return (limit if end is None else end), False
 
 
+_TEXT = re.compile(r"\S")
+
+
 def _opens_section(body: str, start: int, sections: list[int]) -> bool:
     """Whether the chunk from ``start`` opens the document or a heading (after blank or
     marker lines): it goes on with nothing from a chunk before."""
-    if not body[:start].strip():
+    if _TEXT.search(body, 0, start) is None:  # nothing before it (no slice: once per chunk)
         return True
     i = bisect.bisect_left(sections, start)
     if i == len(sections):
