@@ -143,7 +143,6 @@ class Redirect(LeftOut):
 
     def __init__(self, target: str) -> None:
         super().__init__(f"a redirect to {target}")
-        self.target = target
 
 
 class NoIndex(LeftOut):
@@ -220,16 +219,24 @@ class SourceFile:
             raise BadInput(f"not {declared} text, {said} ({exc.reason} at byte "
                            f"{exc.start})") from exc
 
+    def head(self, size: int) -> bytes:
+        """The first ``size`` bytes of what the file holds (decompressed where it is gzip);
+        ``BadInput`` for a ``.gz`` that is no gzip, ``OSError`` where it cannot be read."""
+        if not self.compressed:
+            with open(self.file, "rb") as stream:
+                return stream.read(size)
+        import gzip
+        import zlib
+
+        with gzip.open(self.file, "rb") as stream:
+            try:
+                return stream.read(size)
+            except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+                raise BadInput(f"not a readable gzip file ({exc})") from exc
+
     def _bytes(self, limit: int, max_chars: int) -> bytes:
         if self.compressed:
-            import gzip
-            import zlib
-
-            with gzip.open(self.file, "rb") as stream:
-                try:
-                    data = stream.read(limit + 1)
-                except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
-                    raise BadInput(f"not a readable gzip file ({exc})") from exc
+            data = self.head(limit + 1)
             if len(data) > limit:
                 raise BadInput(f"decompresses to more than {limit:,} bytes: longer than a document "
                                f"may be ({max_chars:,} characters, max_document_chars); not read further")
@@ -295,8 +302,8 @@ class IngestSummary:
     ignored: int = 0  # files and folders .gitignore left out
     renderings: int = 0  # HTML pages left out for the source beside them
     links: int = 0  # symbolic links left out
-    # Files read and left out (``LeftOut``), by what they are: "empty file": [paths].
-    passed_over: dict[str, list[str]] = field(default_factory=dict)
+    # Files read and left out, by their kind (``LeftOut``'s subclasses): EmptyFile: [paths].
+    passed_over: dict[type[LeftOut], list[str]] = field(default_factory=dict)
     seconds: float = 0.0
     changed_ids: list[uuid.UUID] = field(default_factory=list)  # created or changed: to extract
 
@@ -441,20 +448,16 @@ def _rate(per_second: float) -> str:
     return f"{per_second:.0f}" if per_second >= 10 else f"{per_second:.1f}"
 
 
-def passed_over_line(passed_over: dict[str, list[str]], shown: int = 3) -> str:
+def passed_over_line(passed_over: dict[type[LeftOut], list[str]], shown: int = 3) -> str:
     """"; 2 empty files left out (Untitled.md, todo.md)": the files read and left out
     (``LeftOut``), per kind, the first ``shown`` of each named."""
     parts = []
-    for what, paths in passed_over.items():
+    for kind, paths in passed_over.items():
         names = ", ".join(paths[:shown]) + (f" and {len(paths) - shown} more"
                                             if len(paths) > shown else "")
-        kind = next(c for c in _LEFT_OUT if c.what == what)
-        parts.append(f"; {len(paths)} {what if len(paths) == 1 else kind.plural} left out "
+        parts.append(f"; {len(paths)} {kind.what if len(paths) == 1 else kind.plural} left out "
                      f"({names}" + (f"; {kind.hint}" if kind.hint else "") + ")")
     return "".join(parts)
-
-
-_LEFT_OUT = (LeftOut, EmptyFile, Redirect, NoIndex)
 
 
 def left_out_line(left_out: Counter[str]) -> str:
@@ -743,23 +746,14 @@ def _site_names(files: list[SourceFile], head_bytes: int = 16384) -> dict[str, s
     """Per collection, the name its HTML pages end their ``<title>`` with, where most share
     one (``html.site_name``: "The Rust Programming Language"); read from each page's first
     ``head_bytes``."""
-    import gzip
-    import zlib
-
     heads: dict[str, list[bytes]] = {}
     for src in files:
         if src.format_suffix not in HTML_SUFFIXES:
             continue
         try:
-            if src.compressed:
-                with gzip.open(src.file, "rb") as fh:
-                    head = fh.read(head_bytes)
-            else:
-                with open(src.file, "rb") as fh:
-                    head = fh.read(head_bytes)
-        except (OSError, EOFError, gzip.BadGzipFile, zlib.error):
+            heads.setdefault(src.collection, []).append(src.head(head_bytes))
+        except (OSError, BadInput):
             continue  # read again, and refused by name, when ingested
-        heads.setdefault(src.collection, []).append(head)
     return {name: site for name, pages in heads.items() if (site := site_name(pages))}
 
 
@@ -808,7 +802,7 @@ def ingest_paths(settings: Settings, engine: Engine, identity: Identity, paths: 
             else:
                 summary.unchanged += 1
         except LeftOut as why:
-            summary.passed_over.setdefault(why.what, []).append(src.path)
+            summary.passed_over.setdefault(type(why), []).append(src.path)
             if not isinstance(why, EmptyFile):  # a redirect or noindex page is no document:
                 folders.get(src.collection, set()).discard(src.path)  # --sync deletes it
         except EngramError as exc:
