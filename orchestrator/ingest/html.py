@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from html import unescape
 from html.parser import HTMLParser
 from typing import Any
 
@@ -97,7 +98,7 @@ _PERMALINK = re.compile(r"\s*[#¶§🔗]+$")
 _PERMALINK_BEFORE = re.compile(r"^[¶§🔗]+\s*")
 # What stands between a page's heading and its site's name in its <title>.
 _TITLE_SEPARATOR = re.compile(r"\s+[|\-–—·:»]\s+")
-_TITLE_SEPARATOR_END = re.compile(r"\s+[|\-–—·:»]\s+$")
+_TITLE_SEPARATOR_END = re.compile(_TITLE_SEPARATOR.pattern + "$")
 
 
 def html_document(text: str) -> tuple[dict[str, Any], str]:
@@ -136,15 +137,13 @@ def site_name(heads: list[bytes]) -> str:
     of "A - Keywords - The Rust Programming Language"), given each page's first bytes; "" when
     fewer than ``SITE_NAME_PAGES`` pages, or not more than half of those with a title, share
     one."""
-    import html
-
     ends: Counter[str] = Counter()
     titled = 0
     for head in heads:
         found = _TITLE_TAG.search(head)
         if found is None:
             continue
-        title = _SPACE.sub(" ", html.unescape(found.group(1).decode("utf-8", "replace"))).strip()
+        title = _SPACE.sub(" ", unescape(found.group(1).decode("utf-8", "replace"))).strip()
         titled += 1
         parts = _TITLE_SEPARATOR.split(title)
         if len(parts) > 1 and parts[-1]:
@@ -209,6 +208,15 @@ def _furniture(tag: str, attrs: dict[str, str | None]) -> str | None:
     words = set(_WORDS.split((attrs.get("class") or "").lower()))
     words.update((ident, _WORDS.split(ident, maxsplit=1)[0] if ident.startswith("toc") else ""))
     return "class" if words & NAV_WORDS else None
+
+
+def _code_span(held: str) -> str:
+    """Inline code's text as Markdown: "`x`"; "`` a`b ``" where it holds a backtick (libxslt's
+    "<code>CFLAGS=`xslt-config --cflags`</code>" read as broken spans); its blanks alone where
+    it holds no text (an icon's empty ``<code>``)."""
+    if not held.strip():
+        return held
+    return f"`` {held} ``" if "`" in held else f"`{held}`"
 
 
 class _Page(HTMLParser):
@@ -454,31 +462,16 @@ class _Page(HTMLParser):
             self._block()
 
     def _close_code(self) -> None:
-        """End inline code: "`x`", "`` a`b ``" where its text holds a backtick (libxslt's
-        "<code>CFLAGS=`xslt-config --cflags`</code>" read as broken code spans), nothing at
-        all where it holds no text (an icon's empty ``<code>``)."""
+        """End inline code: its text since the opening mark as a code span (``_code_span``),
+        in the table cell or the block it opened in."""
         in_cell, at = self.code_at
         if in_cell and self.cells and 0 < at <= len(self.cells[-1]):
             cell = self.cells[-1]
-            held = cell[at:]
-            if not held.strip():
-                self.cells[-1] = cell[:at - 1] + held
-            elif "`" in held:
-                self.cells[-1] = cell[:at - 1] + "`` " + held + " ``"
-            else:
-                self.cells[-1] += "`"
-            return
-        if not in_cell and 0 < at <= len(self.line) and self.line[at - 1] == "`":
-            held = "".join(self.line[at:])
-            if not held.strip():
-                self.line[at - 1] = ""
-            elif "`" in held:
-                self.line[at - 1] = "`` "
-                self.line.append(" ``")
-            else:
-                self.line.append("`")
-            return
-        self._text("`")
+            self.cells[-1] = cell[:at - 1] + _code_span(cell[at:])
+        elif not in_cell and 0 < at <= len(self.line) and self.line[at - 1] == "`":
+            self.line[at - 1:] = [_code_span("".join(self.line[at:]))]
+        else:  # what it opened in was written out meanwhile
+            self._text("`")
 
     def _cells(self) -> list[str]:
         return [_SPACE.sub(" ", c).strip() for c in (self.cells or [])]
