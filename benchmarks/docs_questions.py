@@ -123,9 +123,15 @@ def main() -> None:
 
         if name not in Settings.model_fields or not values:
             raise SystemExit(f"--vary {args.vary}: give SETTING=V1,V2 with a known setting")
-        kind = type(Settings.model_fields[name].default)
-        variants = [(f" {name.removeprefix('recall_')}={v}", {name: kind(v)})
-                    for v in values.split(",")]
+        from pydantic import TypeAdapter, ValidationError
+
+        # Parsed as the setting's type ("false" is False for a bool, which bool("false") is not).
+        parse = TypeAdapter(Settings.model_fields[name].annotation)
+        try:
+            variants = [(f" {name.removeprefix('recall_')}={v}", {name: parse.validate_python(v)})
+                        for v in values.split(",")]
+        except ValidationError as exc:
+            raise SystemExit(f"--vary {args.vary}: {exc.errors()[0]['msg']}") from None
     columns = [f"{shape}{label}{tag}" for tag, _ in tenants for shape in shapes
                for label, _ in variants]
     found: dict[str, list[int | None]] = {c: [] for c in columns}
