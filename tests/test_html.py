@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
 from orchestrator.cli.ingest import SourceFile, discover, to_document
 from orchestrator.errors import BadInput
 from orchestrator.ingest.html import html_document
 from orchestrator.markdown import section_starts
-from tests.test_ingest_cli import cli_env, run
+from tests.test_ingest_cli import cli_env, folder, run, titles
 
 __all__ = ["cli_env"]  # the CLI's environment fixture, shared with the ingest CLI's tests
 
@@ -97,12 +97,10 @@ def test_a_content_element_named_only_in_a_script_or_comment_leaves_the_body_rea
 def test_ingest_reads_html_and_leaves_out_a_rendering_beside_its_source(
         tmp_path: Path, tenant_factory, cli_env: dict[str, str], admin_engine: Engine) -> None:
     t = tenant_factory("team")
-    root = tmp_path / "api"
-    root.mkdir()
-    (root / "install.html").write_text(PAGE)
-    (root / "fs.md").write_text("# File system\n\nThe fs module.\n")
-    (root / "fs.html").write_text("<title>File system</title><p>The fs module.</p>")
-    (root / "frames.htm").write_text("<html><head><title>x</title></head><frameset></frameset></html>")
+    root = folder(tmp_path / "api", {
+        "install.html": PAGE, "fs.md": "# File system\n\nThe fs module.\n",
+        "fs.html": "<title>File system</title><p>The fs module.</p>",
+        "frames.htm": "<html><head><title>x</title></head><frameset></frameset></html>"})
     found = discover([root], None)
     assert sorted(f.path for f in found.files) == ["frames.htm", "fs.md", "install.html"]
     assert found.renderings == 1
@@ -115,10 +113,7 @@ def test_ingest_reads_html_and_leaves_out_a_rendering_beside_its_source(
     flat = " ".join(output.split())
     assert code == 1 and "2 created" in flat and "1 failed" in flat, output
     assert "1 HTML page left out, the source beside each read instead" in flat, output
-    with admin_engine.connect() as conn:
-        titles = dict(conn.execute(text("select path, title from sources.documents where tenant_id = :t"),
-                                   {"t": t.id}).all())
-    assert titles == {"install.html": "Installing", "fs.md": "File system"}
+    assert titles(admin_engine, t) == {"install.html": "Installing", "fs.md": "File system"}
 
 
 def test_unclosed_and_stray_tags_do_not_hang_the_conversion() -> None:
@@ -207,14 +202,12 @@ def test_a_redirect_and_a_noindex_page_are_marked() -> None:
 def test_ingest_leaves_out_redirect_and_noindex_pages_and_names_them(
         tmp_path: Path, tenant_factory, cli_env: dict[str, str], admin_engine: Engine) -> None:
     t = tenant_factory("team")
-    root = tmp_path / "book"
-    root.mkdir()
-    (root / "ch04-01.html").write_text(MDBOOK)
-    (root / "old-ch04.html").write_text('<meta http-equiv="refresh" content="0; URL=ch04-01.html">'
-                                        "<p>Redirecting to ch04-01.html.</p>")
-    (root / "print.html").write_text('<meta name="robots" content="noindex"><title>Book</title>'
-                                     "<main><p>Ownership is a set of rules, the whole book again."
-                                     "</p></main>")
+    root = folder(tmp_path / "book", {
+        "ch04-01.html": MDBOOK,
+        "old-ch04.html": '<meta http-equiv="refresh" content="0; URL=ch04-01.html">'
+                         "<p>Redirecting to ch04-01.html.</p>",
+        "print.html": '<meta name="robots" content="noindex"><title>Book</title>'
+                      "<main><p>Ownership is a set of rules, the whole book again.</p></main>"})
     with pytest.raises(BadInput, match="a redirect to ch04-01.html"):
         to_document(SourceFile(root / "old-ch04.html", "book", "old-ch04.html"), ["team"])
 
@@ -229,10 +222,7 @@ def test_ingest_leaves_out_redirect_and_noindex_pages_and_names_them(
     flat = " ".join(output.split())
     assert code == 0 and "1 created, 0 updated, 1 unchanged" in flat, output
     assert "noindex" not in flat and "1 HTML redirect page left out" in flat, output
-    with admin_engine.connect() as conn:
-        titles = dict(conn.execute(text("select path, title from sources.documents where tenant_id = :t"),
-                                   {"t": t.id}).all())
-    assert titles == {"ch04-01.html": "What is Ownership?", "print.html": "Book"}
+    assert titles(admin_engine, t) == {"ch04-01.html": "What is Ownership?", "print.html": "Book"}
     # --sync without --include-noindex: the page is no document any more, and goes.
     code, output = run(cli_env, "ingest", str(root), "--tenant", t.org_id, "--scopes", "write:team",
                        "--sync")
@@ -363,19 +353,14 @@ def test_the_site_name_a_folders_pages_share_is_cut_from_their_titles(
     assert without_site_name("Handbook", "book") == "Handbook"
 
     t = tenant_factory("team")
-    root = tmp_path / "site"
-    root.mkdir()
-    for name, title, heading in (("a.html", "A - Keywords - The Book", "Appendix A: Keywords"),
-                                 ("b.html", "Ownership - The Book", "Ownership"),
-                                 ("c.html", "Traits - The Book", "Traits in depth"),
-                                 ("index.html", "The Book", "Welcome")):
-        (root / name).write_text(f"<title>{title}</title><main><h2>{heading}</h2><p>Text of "
-                                 f"{name}.</p></main>")
+    root = folder(tmp_path / "site", {
+        name: f"<title>{title}</title><main><h2>{heading}</h2><p>Text of {name}.</p></main>"
+        for name, title, heading in (("a.html", "A - Keywords - The Book", "Appendix A: Keywords"),
+                                     ("b.html", "Ownership - The Book", "Ownership"),
+                                     ("c.html", "Traits - The Book", "Traits in depth"),
+                                     ("index.html", "The Book", "Welcome"))})
     code, output = run(cli_env, "ingest", str(root), "--tenant", t.org_id, "--scopes", "write:team")
     assert code == 0, output
-    with admin_engine.connect() as conn:
-        titles = dict(conn.execute(text("select path, title from sources.documents where tenant_id = :t"),
-                                   {"t": t.id}).all())
-    assert titles == {"a.html": "A - Keywords", "b.html": "Ownership", "c.html": "Traits",
-                      "index.html": "The Book"}
+    assert titles(admin_engine, t) == {"a.html": "A - Keywords", "b.html": "Ownership",
+                                       "c.html": "Traits", "index.html": "The Book"}
 

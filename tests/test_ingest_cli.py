@@ -53,6 +53,21 @@ def counts(admin_engine: Engine, t: TenantFixture) -> tuple[int, int, int]:
                      for table in ("sources.documents", "sources.chunks", "provenance.events"))
 
 
+def titles(admin_engine: Engine, t: TenantFixture) -> dict[str, str]:
+    """The tenant's documents' titles by path."""
+    with admin_engine.connect() as conn:
+        return dict(conn.execute(text("select path, title from sources.documents "  # type: ignore[arg-type]
+                                      "where tenant_id = :t"), {"t": t.id}).all())
+
+
+def folder(root: Path, files: dict[str, str]) -> Path:
+    """``root`` made, with ``files`` (name: text) written in it."""
+    root.mkdir()
+    for name, body in files.items():
+        (root / name).write_text(body)
+    return root
+
+
 def chunk_ids(admin_engine: Engine, t: TenantFixture) -> dict[str, set[str]]:
     with admin_engine.connect() as conn:
         rows = conn.execute(text(
@@ -733,7 +748,4 @@ def test_a_readme_or_changelog_without_a_suffix_is_read_as_text(
     code, output = run(cli_env, "ingest", str(root), "--tenant", t.org_id, "--scopes", "write:team")
     flat = " ".join(output.split())
     assert code == 0 and "2 created" in flat and "3 files left out" in flat, output
-    with admin_engine.connect() as conn:
-        titles = dict(conn.execute(text("select path, title from sources.documents where tenant_id = :t"),
-                                   {"t": t.id}).all())
-    assert titles == {"README": "Widget", "NEWS.gz": "widget 2.1"}
+    assert titles(admin_engine, t) == {"README": "Widget", "NEWS.gz": "widget 2.1"}
