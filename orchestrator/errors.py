@@ -94,6 +94,7 @@ _SQLSTATE_MAP: dict[str, type[EngramError]] = {
     "40P01": Conflict,  # deadlock_detected
     "55000": Conflict,  # object_not_in_prerequisite_state: e.g. a conflict already resolved
     "55P03": Conflict,  # lock_not_available
+    "55006": Conflict,  # object_in_use: a scope rows are still shared into (0093)
     "23503": BadInput,  # foreign_key_violation, and rows named that are not visible
     "23502": BadInput,  # not_null_violation
     "23514": BadInput,  # check_violation

@@ -374,15 +374,21 @@ def db_reset(
     out.print(f"embedded database deleted ({db.server.data_dir})")
 
 
+def _dba(task: str, *args: str) -> Any:
+    """``orchestrator.admin.<task>(database, *args)``; a refusal is printed and exits (2 for a
+    value that was wrong, 1 for anything else)."""
+    from orchestrator import admin
+
+    try:
+        return getattr(admin, task)(_database(), *args)
+    except EngramError as exc:
+        _fail(str(exc), exit_status(exc))
+
+
 @admin_app.command("create-tenant")
 def admin_create_tenant(org_id: str, name: Annotated[str, typer.Option()] = "") -> None:
     """Create a tenant for an organization id."""
-    from orchestrator.admin import create_tenant
-
-    try:
-        tenant = create_tenant(_database(), org_id, name or org_id)
-    except EngramError as exc:
-        _fail(str(exc), exit_status(exc))
+    tenant = _dba("create_tenant", org_id, name or org_id)
     out.print(f"tenant {org_id} created ({tenant})")
 
 
@@ -390,13 +396,68 @@ def admin_create_tenant(org_id: str, name: Annotated[str, typer.Option()] = "") 
 def admin_create_scope(org_id: str, name: str,
                        description: Annotated[str, typer.Option()] = "") -> None:
     """Create a scope in a tenant."""
-    from orchestrator.admin import create_scope
-
-    try:
-        scope = create_scope(_database(), org_id, name, description)
-    except EngramError as exc:
-        _fail(str(exc), exit_status(exc))
+    scope = _dba("create_scope", org_id, name, description)
     out.print(f"scope {name} created in {org_id} ({scope})")
+
+
+@admin_app.command("tenants")
+def admin_tenants() -> None:
+    """List the tenants: organization id, name, scopes, created."""
+    from rich.table import Table
+
+    found = _dba("tenants")
+    if not found:
+        out.print("no tenants yet: engram admin create-tenant ORG --name NAME")
+        return
+    table = Table("organization id", "name", "scopes", "created")
+    for t in found:
+        table.add_row(t.org_id, t.name, str(t.scopes), f"{t.created_at:%Y-%m-%d %H:%M}")
+    out.print(table)
+
+
+@admin_app.command("scopes")
+def admin_scopes(org_id: str) -> None:
+    """List a tenant's scopes: name, description, created (tokens grant read:NAME, write:NAME)."""
+    from rich.table import Table
+
+    found = _dba("scopes", org_id)
+    if not found:
+        out.print(f"no scopes in {org_id} yet: engram admin create-scope {org_id} NAME "
+                  "--description TEXT")
+        return
+    table = Table("scope", "description", "created")
+    for sc in found:
+        table.add_row(sc.name, sc.description, f"{sc.created_at:%Y-%m-%d %H:%M}")
+    out.print(table)
+
+
+@admin_app.command("rename-tenant")
+def admin_rename_tenant(org_id: str, name: str) -> None:
+    """Change a tenant's name (its organization id, which tokens carry, stays)."""
+    _dba("rename_tenant", org_id, name)
+    out.print(f"tenant {org_id} is named {name!r}")
+
+
+@admin_app.command("rename-scope")
+def admin_rename_scope(org_id: str, name: str, new_name: str) -> None:
+    """Rename a scope. Its rows stay in it; tokens must name the new name from now on."""
+    _dba("rename_scope", org_id, name, new_name)
+    out.print(f"scope {name} of {org_id} is now {new_name}: tokens grant it as read:{new_name} "
+              f"and write:{new_name}; a token that names {name} is refused until it is issued again")
+
+
+@admin_app.command("describe-scope")
+def admin_describe_scope(org_id: str, name: str, description: str) -> None:
+    """Set a scope's description (what it is for)."""
+    _dba("describe_scope", org_id, name, description)
+    out.print(f"scope {name} of {org_id} described")
+
+
+@admin_app.command("delete-scope")
+def admin_delete_scope(org_id: str, name: str) -> None:
+    """Delete a scope that no row is shared into (refused, naming the tables, while one is)."""
+    _dba("delete_scope", org_id, name)
+    out.print(f"scope {name} deleted from {org_id}")
 
 
 @app.command("up")

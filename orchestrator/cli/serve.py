@@ -219,8 +219,10 @@ def mcp(
     host: Annotated[str | None, typer.Option(help="address for --http")] = None,
     port: Annotated[int, typer.Option(help="port for --http")] = 8701,
 ) -> None:
-    """Serve Engram's MCP tools: stdio for the identity of ENGRAM_TOKEN, or --http. The models
-    load and every recall stage warms in the background as it starts ("MCP ready" on stderr)."""
+    """Serve Engram's MCP tools: stdio for the identity of ENGRAM_TOKEN, or --http.
+
+    The models load and every recall stage warms in the background as it starts ("MCP
+    ready" on stderr)."""
     from orchestrator.api.mcp import http_server, stdio_server
     from orchestrator.db.engine import Database, make_app_engine
     from orchestrator.errors import EngramError
