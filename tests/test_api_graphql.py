@@ -291,7 +291,7 @@ def test_printed_schema_is_committed() -> None:
 
 
 RECALL = """query($q: String!, $b: Int) { recall(question: $q, budgetTokens: $b) {
-  question budgetTokens usedTokens rendered neededTokens
+  question budgetTokens usedTokens rendered neededTokens receiptId
   evidence { text provenance scopes { name description } source { collection path title } documentId } } }"""
 
 
@@ -319,12 +319,13 @@ def test_recall_sees_only_what_the_token_may_read(api_server: ApiServer,  # noqa
     tight = api_server.gql(team_reader, RECALL, {"q": "When does the zebra migration happen?",
                                                  "b": 10})["recall"]
     assert tight["evidence"] == [] and tight["rendered"] == "" and tight["neededTokens"] > 10
+    assert tight["receiptId"] is None  # nothing served, nothing sealed
     roomy = api_server.gql(team_reader, RECALL, {"q": "When does the zebra migration happen?",
                                                  "b": tight["neededTokens"]})["recall"]
     assert roomy["evidence"] and roomy["neededTokens"] is None
     prepared = api_server.gql(
         team_reader, 'query($q: String!) { memoryPrepare(question: $q, budgetTokens: 500) { '
-        "rendered usedTokens keyedFacts { text } evidence { text kind itemTable itemId } "
+        "rendered usedTokens receiptId keyedFacts { text } evidence { text kind itemTable itemId } "
         "lessons { text } episodes { text } documents { id title path } } }",
         {"q": "When is the zebra migration?"})["memoryPrepare"]
     assert "March" in prepared["rendered"] and "secret" not in prepared["rendered"]
@@ -332,6 +333,16 @@ def test_recall_sees_only_what_the_token_may_read(api_server: ApiServer,  # noqa
     assert prepared["evidence"][0]["kind"] == "excerpt"
     assert prepared["evidence"][0]["itemTable"] == "sources.chunks"
     assert any(d["path"] for d in prepared["documents"]) and "secret" not in str(prepared)
+    # Each answer names its receipt: an auditor proves the rows and the very text served.
+    auditor = api_server.token(a.org_id, "audrey", ("read:team", "engram:auditor"))
+    check = """query($id: ID!, $r: String) { verifyReceipt(id: $id, rendered: $r) {
+                 askedBy proven ok } }"""
+    for answer in (result, prepared):
+        proof = api_server.gql(auditor, check, {"id": answer["receiptId"],
+                                                "r": answer["rendered"]})["verifyReceipt"]
+        assert proof == {"askedBy": "rita", "proven": True, "ok": True}
+        assert not api_server.gql(auditor, check, {"id": answer["receiptId"],
+                                                   "r": answer["rendered"][:-1]})["verifyReceipt"]["ok"]
     response = api_server.post(team_reader, RECALL, {"q": "   "})
     assert error_of(response)["extensions"]["code"] == "BAD_USER_INPUT"
 

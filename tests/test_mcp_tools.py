@@ -154,7 +154,7 @@ def test_every_tool_allows_and_denies(api_server: ApiServer, tenant_factory: Ten
     assert "heron" not in json.dumps(stranger.ok("recall", question="Did the heron come back?"))
     assert found["needed_tokens"] is None
     tight = reader.ok("recall", question="Did the heron come back?", budget_tokens=8)
-    assert tight["evidence"] == [] and tight["needed_tokens"] > 8
+    assert tight["evidence"] == [] and tight["needed_tokens"] > 8 and tight["receipt_id"] is None
     assert reader.ok("memory_prepare", question="Did the heron come back?",
                      budget_tokens=8)["needed_tokens"] > 8
     bundle = reader.ok("memory_prepare", question="Did the heron come back?")
@@ -249,6 +249,13 @@ def test_every_tool_allows_and_denies(api_server: ApiServer, tenant_factory: Ten
     # -- provenance, auditors only ------------------------------------------------------
     checked = auditor.ok("verify_receipt", receipt_id=receipt.group(1))
     assert checked["proven"] is True and checked["asked_by"] == "rita" and checked["evidence"]
+    # A recall's and a bundle's own receipt: what the caller got is what the receipt proves.
+    for answer in (found, bundle):
+        served = auditor.ok("verify_receipt", receipt_id=answer["receipt_id"],
+                            rendered=answer["rendered"])
+        assert served["proven"] is True and served["rendered_ok"] is True, served
+        assert auditor.ok("verify_receipt", receipt_id=answer["receipt_id"],
+                          rendered=answer["rendered"] + " ")["rendered_ok"] is False
     reader.refused("verify_receipt", "FORBIDDEN", "engram:auditor", receipt_id=receipt.group(1))
     their_auditor.refused("verify_receipt", "NOT_FOUND", receipt_id=receipt.group(1))
     traced_doc = auditor.ok("lineage", table="sources.documents", row_id={"id": docs[2]})

@@ -71,6 +71,21 @@ def test_the_cli_asks_a_running_api_server_and_says_so(cli_env, tenant_factory, 
         start = "Relevant memory for:"
         assert remote.stdout[remote.stdout.index(start):] == local.stdout[local.stdout.index(start):]
         assert "capped" not in remote.output
+        # Either path names the answer's receipt; the answer saved to a file (as `> FILE`
+        # saves it, line break and all) is proven by it, and a changed copy is not.
+        for answer in (local, remote):
+            receipt = re.search(r"receipt ([0-9a-f-]{36}) \(`engram audit receipt \1 --rendered "
+                                r"FILE` proves a saved copy of this answer\)", answer.stderr)
+            assert receipt is not None, answer.stderr
+            saved = tmp_path / "answer.txt"
+            saved.write_text(answer.stdout[answer.stdout.index(start):])
+            proof = runner.invoke(app, ["audit", "receipt", receipt[1], "--rendered", str(saved)],
+                                  env=cli_env)
+            assert proof.exit_code == 0 and "MATCHES" in proof.output, proof.output
+            saved.write_text(answer.stdout[answer.stdout.index(start):].replace("4,200", "4,100"))
+            forged = runner.invoke(app, ["audit", "receipt", receipt[1], "--rendered", str(saved)],
+                                   env=cli_env)
+            assert forged.exit_code == 1 and "rendered text given does not match" in forged.output
         traced = runner.invoke(app, ["trace", question, *who], env=env)
         assert traced.exit_code == 0 and "1. candidate pools" in traced.output, traced.output
         assert "7. rendered" in traced.output and "board.md" not in traced.output

@@ -3,11 +3,13 @@ GraphQL (``RecallResult``, ``MemoryBundle``) and REST (``POST /api/v1/memory/pre
 
 camelCase keys, ids as strings, datetimes as ``datetime`` (each transport writes them
 as ISO 8601: GraphQL's scalar, REST's JSON encoder), ``embeddingModel`` naming the
-model and activation the question was embedded with.
+model and activation the question was embedded with, ``receiptId`` the receipt sealed for
+what was served (null when nothing was).
 """
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Any
 
@@ -23,11 +25,11 @@ def evidence_view(ev: Evidence) -> dict[str, Any]:
                     "title": ev.source.title, "section": ev.source.section_titles}
                    if ev.source else None),
         "author": ev.author, "createdAt": ev.created_at, "updatedAt": ev.updated_at,
-        "documentId": str(ev.document_id) if ev.document_id else None,
-        "chunkId": str(ev.chunk_id) if ev.chunk_id else None,
+        "documentId": id_text(ev.document_id),
+        "chunkId": id_text(ev.chunk_id),
         "charStart": ev.char_start, "charEnd": ev.char_end, "kind": ev.kind,
         "occurredAt": ev.occurred_at, "endedAt": ev.ended_at, "itemTable": ev.item_table,
-        "itemId": str(ev.item_id) if ev.item_id else None, "clipped": ev.clipped,
+        "itemId": id_text(ev.item_id), "clipped": ev.clipped,
         "fact": ({"subject": ev.fact.subject, "predicate": ev.fact.predicate,
                   "object": ev.fact.object, "epistemicKind": ev.fact.epistemic_kind,
                   "perspectiveKey": ev.fact.perspective_key, "authorRole": ev.fact.author_role,
@@ -35,18 +37,23 @@ def evidence_view(ev: Evidence) -> dict[str, Any]:
     }
 
 
+def id_text(value: uuid.UUID | None) -> str | None:
+    """An id as the transports write it (text), or None."""
+    return None if value is None else str(value)
+
+
 def recall_view(result: RecallResult, embedding_model: str) -> dict[str, Any]:
     return {"question": result.question, "asker": result.asker,
             "budgetTokens": result.budget_tokens, "usedTokens": result.used_tokens,
             "rendered": result.rendered, "neededTokens": result.needed_tokens,
             "evidence": [evidence_view(e) for e in result.evidence],
-            "embeddingModel": embedding_model}
+            "embeddingModel": embedding_model, "receiptId": id_text(result.receipt_id)}
 
 
 def bundle_view(b: PreparedMemory, embedding_model: str) -> dict[str, Any]:
     return {"question": b.question, "asker": b.asker, "budgetTokens": b.budget_tokens,
             "usedTokens": b.used_tokens, "rendered": b.rendered, "neededTokens": b.needed_tokens,
-            "embeddingModel": embedding_model,
+            "embeddingModel": embedding_model, "receiptId": id_text(b.receipt_id),
             "keyedFacts": [evidence_view(e) for e in b.keyed_facts],
             "evidence": [evidence_view(e) for e in b.evidence],
             "lessons": [evidence_view(e) for e in b.lessons],

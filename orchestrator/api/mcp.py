@@ -47,6 +47,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from orchestrator.api.audit import AuditorEngine
+from orchestrator.api.bundles import id_text
 from orchestrator.api.documents import DocumentView
 from orchestrator.api.health import Warmup
 from orchestrator.auth.tokens import TokenVerifier, identity_from_claims
@@ -257,7 +258,7 @@ def _evidence(e: Evidence) -> dict[str, Any]:
     """An evidence item for a tool: its text and handles, and what GraphQL's ``Evidence`` says
     of it that an agent reasons with (who wrote it, when it happened, what a fact claims)."""
     return {"text": e.text, "provenance": str(e.provenance), "kind": e.kind,
-            "item_table": e.item_table, "item_id": str(e.item_id) if e.item_id else None,
+            "item_table": e.item_table, "item_id": id_text(e.item_id),
             "scopes": [s.name for s in e.scopes],
             "source": f"{e.source.collection}/{e.source.path}" if e.source else None,
             "section": e.source.section_titles if e.source else [],
@@ -339,7 +340,7 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
         result = engram_for().recall(question, asker=asker, budget_tokens=budget_tokens, mode=mode,
                                      session=session_id)
         return {"rendered": result.rendered, "used_tokens": result.used_tokens,
-                "needed_tokens": result.needed_tokens,
+                "needed_tokens": result.needed_tokens, "receipt_id": id_text(result.receipt_id),
                 "evidence": [_evidence(e) for e in result.evidence]}
 
     @server.tool()
@@ -353,7 +354,7 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
         bundle = engram_for().memory_prepare(question, asker=asker, budget_tokens=budget_tokens,
                                              mode=mode, session=session_id)
         return {"rendered": bundle.rendered, "used_tokens": bundle.used_tokens,
-                "needed_tokens": bundle.needed_tokens,
+                "needed_tokens": bundle.needed_tokens, "receipt_id": id_text(bundle.receipt_id),
                 **{part: [_evidence(e) for e in getattr(bundle, part)]
                    for part in ("keyed_facts", "evidence", "lessons", "episodes")},
                 "documents": [{"title": d.title, "collection": d.collection, "path": d.path,
@@ -650,7 +651,8 @@ def build_server(engram_for: Callable[[], Engram], *, auth: AuthSettings | None 
     @server.tool()
     @coded
     def verify_receipt(
-            receipt_id: Annotated[str, _said("The receipt id a recall's trace names.")],
+            receipt_id: Annotated[str, _said(
+                "The receipt_id a recall or memory_prepare answered (a trace names it too).")],
             rendered: Annotated[str | None, _said(
                 "The text the recall returned, to check it too; omitted: the evidence "
                 "only.")] = None) -> dict[str, Any]:

@@ -11,7 +11,7 @@ JSON out, and no GraphQL. The route:
    type or a value the recall refuses is a 400 naming it, and nothing runs;
 4. runs ``memory_prepare`` as the token's identity in the operations pool, and
    answers the same bundle as GraphQL's ``memoryPrepare`` (``api/bundles.py`` builds
-   both), with ``embeddingModel``.
+   both), with ``embeddingModel`` and ``receiptId``.
 
 Every error is ``{"error": {"code", "message"}}`` with the status of its code.
 ``GET /api/v1/openapi.json`` describes the route (OpenAPI 3.1, no token needed);
@@ -193,8 +193,8 @@ _SCHEMAS: dict[str, Any] = {
     "MemoryBundle": {
         "type": "object",
         "required": ["question", "asker", "budgetTokens", "usedTokens", "rendered",
-                     "neededTokens", "embeddingModel", "keyedFacts", "evidence", "lessons", "episodes",
-                     "documents"],
+                     "neededTokens", "embeddingModel", "receiptId", "keyedFacts", "evidence",
+                     "lessons", "episodes", "documents"],
         "properties": {
             "question": {"type": "string"}, "asker": _nullable("string"),
             "budgetTokens": {"type": "integer"}, "usedTokens": {"type": "integer"},
@@ -208,6 +208,11 @@ _SCHEMAS: dict[str, Any] = {
             "embeddingModel": {"type": "string",
                                "description": "The model and activation (name@generation) the "
                                               "question was embedded with."},
+            "receiptId": {**_nullable("string", format="uuid"),
+                          "description": "The receipt sealed for the bundle's rows and rendered "
+                                         "string (an auditor's `engram audit receipt ID "
+                                         "--rendered FILE` proves them). Null when nothing was "
+                                         "served."},
             **{k: {"type": "array", "items": _ref("Evidence")}
                for k in ("keyedFacts", "evidence", "lessons", "episodes")},
             "documents": {"type": "array", "items": _ref("DocumentRef")},

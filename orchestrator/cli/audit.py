@@ -253,7 +253,11 @@ def receipt_cmd(
         _fail(f"{receipt_id!r} is not a receipt id (a UUID)")
     try:
         with auditor() as conn:
-            chk = verify_receipt(conn, rid, rendered=rendered.read_text() if rendered else None)
+            text = rendered.read_text() if rendered else None
+            chk = verify_receipt(conn, rid, rendered=text)
+            if chk.rendered_ok is False and text and text.endswith("\n"):
+                # `engram recall ... > FILE` ends the printed string with a line break.
+                chk = verify_receipt(conn, rid, rendered=text[:-1])
     except OSError as exc:
         _fail(f"cannot read {rendered}: {exc.strerror}")
     except EngramError as exc:

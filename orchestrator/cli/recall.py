@@ -46,7 +46,7 @@ Local = Annotated[bool, typer.Option("--local", help="recall in this process eve
 
 _ARGS = ("$q: String!, $asker: String, $budget: Int, $mode: String, $session: String")
 _CALL = "(question: $q, asker: $asker, budgetTokens: $budget, mode: $mode, sessionId: $session)"
-_FIELDS = "rendered budgetTokens neededTokens"
+_FIELDS = "rendered budgetTokens neededTokens receiptId"
 QUERIES = {
     "recall": f"query({_ARGS}) {{ answer: recall{_CALL} {{ {_FIELDS} }} }}",
     "prepare": f"query({_ARGS}) {{ answer: memoryPrepare{_CALL} {{ {_FIELDS} }} }}",
@@ -136,7 +136,8 @@ def _run(question: str, token: str | None, org: str | None, user: str, read: str
         if answer is not None:
             err.print(f"answered by the API at {url} (its models and plans; nothing loaded here)")
             _show(what, answer.get("text"), answer["rendered"],
-                  nothing_served(answer.get("neededTokens"), answer.get("budgetTokens")))
+                  nothing_served(answer.get("neededTokens"), answer.get("budgetTokens")),
+                  answer.get("receiptId"))
             return
         err.print(f"the API at {url} stopped answering; recalling in this process", style="yellow")
     _in_process(settings, question, token, org, user, " ".join(scopes), asker, budget, mode, what,
@@ -162,20 +163,24 @@ def _in_process(settings: Settings, question: str, token: str | None, org: str |
             if what == "prepare":
                 bundle, trace = recaller.prepare(identity, question, asker, budget, mode, session,
                                                  "cli")
-                rendered = bundle.rendered
+                rendered, receipt = bundle.rendered, bundle.receipt_id
             else:
                 result, trace = recaller.trace(identity, question, asker, budget, mode, session, "cli")
-                rendered = result.rendered
+                rendered, receipt = result.rendered, result.receipt_id
             why = nothing_served(trace.needed_tokens, trace.budget_tokens)
             recaller.settle()  # the receipt's chain event, before this process ends
         finally:
             engine.dispose()
     except EngramError as exc:
         _fail(str(exc), exit_status(exc))
-    _show(what, trace.format(), rendered, why)
+    _show(what, trace.format(), rendered, why, None if receipt is None else str(receipt))
 
 
-def _show(what: str, trace: str | None, rendered: str, why: str) -> None:
+def _show(what: str, trace: str | None, rendered: str, why: str, receipt: str | None) -> None:
+    """The answer on stdout; its receipt on stderr, with how to check the printed text."""
+    if receipt:
+        err.print(f"receipt {receipt} (`engram audit receipt {receipt} --rendered FILE` proves "
+                  "a saved copy of this answer)")
     out.print(shown(trace if what == "trace" else None, rendered, why))
 
 

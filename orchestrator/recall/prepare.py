@@ -70,6 +70,8 @@ class PreparedMemory:
     rendered: str = ""
     # As ``RecallResult.needed_tokens``: nothing fit, the budget that serves the first item.
     needed_tokens: int | None = None
+    # As ``RecallResult.receipt_id``.
+    receipt_id: uuid.UUID | None = None
 
     def served_rows(self) -> list[tuple[str, uuid.UUID]]:
         rows = served_rows(self.keyed_facts + self.evidence + self.lessons + self.episodes)

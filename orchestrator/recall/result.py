@@ -134,6 +134,9 @@ class RecallResult:
     # Evidence matched but none fit the budget: the smallest budget that serves the first
     # item (``excerpt.least_budget``); None when something was served or nothing matched.
     needed_tokens: int | None = None
+    # The receipt sealed in the recall's transaction (``engram audit receipt``); None when
+    # nothing was served or receipts are off.
+    receipt_id: uuid.UUID | None = None
 
     def served_rows(self) -> list[tuple[str, uuid.UUID]]:
         return served_rows(self.evidence)
