@@ -208,7 +208,27 @@ def test_cli_sweep_dry_run_then_apply(cli_env: dict[str, str], admin_engine: Eng
     assert bad.exit_code == 2 and "exactly one" in bad.output
     pol = runner.invoke(app, ["lifecycle", "policy", "journal", "--archive-after-days", "5", *who],
                         env=cli_env)
-    assert pol.exit_code == 0, pol.output
+    assert pol.exit_code == 0 and "no document you can read" not in pol.output, pol.output
+    # A policy over a collection nobody wrote into (a typo) is set, and said to hold nothing.
+    typo = runner.invoke(app, ["lifecycle", "policy", "jornal", "--archive-after-days", "5", *who],
+                         env=cli_env)
+    assert typo.exit_code == 0
+    assert "no document you can read is in collection 'jornal' yet: check the name" in typo.output
+    listed = runner.invoke(app, ["lifecycle", "policies", *who], env=cli_env, terminal_width=200)
+    assert listed.exit_code == 0, listed.output
+
+    def rows(output: str) -> dict[str, list[str]]:
+        return {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:4]]
+                for line in output.splitlines() if line.count("│") == 4}
+
+    # notes: a.md, b.md, used.md (archived) and pinned.md; exec.md is the exec scope's.
+    assert rows(listed.output) == {"jornal": ["5", "0"], "journal": ["5", "1"],
+                                   "notes": ["30", "4"]}, listed.output
+    # The policies are the tenant's; the counts are what the caller can read.
+    execs = runner.invoke(app, ["lifecycle", "policies", "--tenant", t.org_id, "--scopes",
+                                "write:exec"], env=cli_env, terminal_width=200)
+    assert rows(execs.output) == {"jornal": ["5", "0"], "journal": ["5", "0"],
+                                  "notes": ["30", "1"]}, execs.output
 
 
 def test_archive_and_unarchive_by_hand(app_engine: Engine, admin_engine: Engine,

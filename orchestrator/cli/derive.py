@@ -141,8 +141,39 @@ def policy(
         return
     assert archive_after_days is not None
     days = archive_after_days
-    _run(token, tenant, user, scopes, lambda s: lifecycle.set_policy(s, collection, days))
+
+    def set_policy(s: Session) -> int:
+        lifecycle.set_policy(s, collection, days)
+        return lifecycle.collection_documents(s, [collection])[collection]
+
+    held = _run(token, tenant, user, scopes, set_policy)
     out.print(f"{collection}: archive after {days} days without use")
+    if not held:
+        out.print(f"(no document you can read is in collection {collection!r} yet: check the "
+                  "name; `engram lifecycle policies` lists the policies and their documents)",
+                  style="yellow")
+
+
+@lifecycle_app.command("policies")
+def policies(token: Token = None, tenant: Tenant = None, user: User = "dev",
+             scopes: Scopes = None) -> None:
+    """List the tenant's lifecycle policies and how many documents you can read in each."""
+    from rich.table import Table
+
+    def listing(s: Session) -> list[tuple[lifecycle.Policy, int]]:
+        found = lifecycle.policies(s)
+        held = lifecycle.collection_documents(s, [p.collection for p in found])
+        return [(p, held[p.collection]) for p in found]
+
+    found = _run(token, tenant, user, scopes, listing)
+    if not found:
+        out.print("no lifecycle policies: engram lifecycle policy COLLECTION "
+                  "--archive-after-days N")
+        return
+    table = Table("collection", "archive after (days without use)", "documents you can read")
+    for p, held in found:
+        table.add_row(p.collection, str(p.archive_after_days), str(held))
+    out.print(table)
 
 
 def _document_id(value: str) -> uuid.UUID:

@@ -94,6 +94,15 @@ def policies(session: Session) -> list[Policy]:
     return [Policy(c, d) for c, d in rows]
 
 
+def collection_documents(session: Session, collections: Sequence[str]) -> dict[str, int]:
+    """How many documents of each of ``collections`` the caller can read, archived ones
+    included (a policy over none is likely a misspelt collection)."""
+    rows = session.execute(select(Document.collection, func.count())
+                           .where(Document.collection.in_(collections))
+                           .group_by(Document.collection)).all()
+    return dict.fromkeys(collections, 0) | {str(c): int(n) for c, n in rows}
+
+
 def _writable() -> ColumnElement[bool]:
     # Only rows the caller may write: otherwise a dry run would list documents
     # that --apply could not archive, and the two would disagree.
