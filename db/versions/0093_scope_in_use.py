@@ -29,6 +29,7 @@ Revises: 0092_client_connection_check
 
 from __future__ import annotations
 
+import sqlalchemy as sa
 from alembic import op
 
 revision = "0093_scope_in_use"
@@ -102,6 +103,13 @@ def upgrade() -> None:
     op.execute(HOLDERS_SQL)
     op.execute("alter function auth.scope_holders(uuid, uuid) owner to engram_verifier")
     op.execute("revoke create on schema auth from engram_verifier")
+    if op.get_bind().execute(sa.text(
+            "select exists (select 1 from pg_extension where extname = 'citus')")).scalar():
+        # auth.scopes is distributed (0071): Citus creates a trigger on its shards only when
+        # told to, as 0071 does for the others (the trigger reads its own tenant's rows).
+        op.execute("reset role")
+        op.execute("set local citus.enable_unsafe_triggers = on")
+        op.execute("set role engram_owner")
     op.execute(GUARD_SQL)
 
 
