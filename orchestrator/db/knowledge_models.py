@@ -510,6 +510,8 @@ class Observation(_Summarised, _Embedded, Base):
                         name="ck_observations_observation_key_length"),
         Index("uq_observations_tenant_id_observation_key", "tenant_id", "observation_key",
               unique=True, postgresql_where=sql_text("observation_key is not null")),
+        # What a withdrawn claim was drawn into (memory.withdraw_derived, 0094).
+        Index("ix_observations_source_claim_ids", "source_claim_ids", postgresql_using="gin"),
         *_ann_indexes("observations"),
         {"schema": "memory"},
     )
