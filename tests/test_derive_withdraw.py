@@ -101,6 +101,10 @@ def test_a_document_moved_to_a_narrower_audience_takes_what_was_derived_from_it(
     _put(app_engine, t, "falcon.md", BODY, ("exec",))
     assert _derived(app_engine, t, "team", "Zephyr") == []
     assert _derived(app_engine, t, "team", "Priya") == []
+    with bound_session(app_engine, t.identity("bob", read=("team",))) as s:  # by id, too
+        kept = s.execute(text("select ct.text from knowledge.fact_claim c join knowledge.fact_content"
+                              " ct on ct.tenant_id = c.tenant_id and ct.id = c.content_id")).scalars()
+        assert not [x for x in kept if "Zephyr" in x or "Falcon" in x]
     team = Recaller(app_engine, settings, embedder=embedder).recall(
         t.identity("bob", read=("team",)), "What is Project Falcon? Who acquires Zephyr Robotics?")
     served = "\n".join(e.text for e in team.evidence)

@@ -31,7 +31,9 @@ the rule holds until the chunk's set narrows (loses a scope); widening keeps it.
   at the next run); the communities that hold an entity of the chunk's claims, and every
   community above them; the profiles of those entities; the observations drawn from those
   claims; the decision recorded from the chunk's document. The next derive run builds what
-  the rows still readable in each scope set support.
+  the rows still readable in each scope set support. On a move (not a delete) the extracted
+  claims outside the new set are deleted too: a superseded claim keeps its text, and
+  ``claim(id)`` serves a readable claim current or not.
 * ``memory.tg_chunks__withdraw_derived`` runs it before a chunk is deleted with its
   document, and before a chunk's scope set narrows. A chunk deleted while its document
   stays (an edit replacing its chunks) keeps the audience: its summaries are refreshed by
@@ -139,6 +141,13 @@ begin
 {communities}
         delete from memory.profiles
          where tenant_id = p_tenant and subject_entity_id = any(v_entities)
+           and not (scopes <@ p_readers);
+    end if;
+    if cardinality(v_claims) > 0 and cardinality(p_readers) > 0 then
+        -- Moved, not deleted: the extracted claims the old readers could fetch by id (a
+        -- superseded claim keeps its text) go; the extractor writes them into the new set.
+        delete from knowledge.fact_claim
+         where tenant_id = p_tenant and id = any(v_claims) and author_role = 'extractor'
            and not (scopes <@ p_readers);
     end if;
     if cardinality(v_claims) > 0 then
