@@ -177,8 +177,9 @@ def _in_process(settings: Settings, question: str, token: str | None, org: str |
 
 
 def _show(what: str, trace: str | None, rendered: str, why: str, receipt: str | None) -> None:
-    """The answer on stdout; its receipt on stderr, with how to check the printed text."""
-    if receipt:
+    """The answer on stdout; a recall's or bundle's receipt on stderr, with how to check the
+    printed text (a trace names its receipt among its side effects)."""
+    if receipt and what != "trace":
         err.print(f"receipt {receipt} (`engram audit receipt {receipt} --rendered FILE` proves "
                   "a saved copy of this answer)")
     out.print(shown(trace if what == "trace" else None, rendered, why))
