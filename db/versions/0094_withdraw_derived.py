@@ -192,7 +192,8 @@ end
 $$;
 comment on function memory.tg_chunks__withdraw_derived() is
     'Before a chunk leaves its readers (deleted with its document, or its scope set narrows): '
-    'what was derived from it in its scope set is withdrawn (memory.withdraw_derived).';
+    'what was derived from it and is shared outside its readers now is withdrawn '
+    '(memory.withdraw_derived).';
 revoke all on function memory.tg_chunks__withdraw_derived() from public;
 
 create trigger tg_chunks__withdraw_derived before delete or update of scopes on sources.chunks
