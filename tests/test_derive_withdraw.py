@@ -105,6 +105,8 @@ def test_a_document_moved_to_a_narrower_audience_takes_what_was_derived_from_it(
         kept = s.execute(text("select ct.text from knowledge.fact_claim c join knowledge.fact_content"
                               " ct on ct.tenant_id = c.tenant_id and ct.id = c.content_id")).scalars()
         assert not [x for x in kept if "Zephyr" in x or "Falcon" in x]
+        names = s.execute(text("select canonical_name from knowledge.entities")).scalars()
+        assert not [x for x in names if "Zephyr" in x or "Falcon" in x or "Priya" in x]
     team = Recaller(app_engine, settings, embedder=embedder).recall(
         t.identity("bob", read=("team",)), "What is Project Falcon? Who acquires Zephyr Robotics?")
     served = "\n".join(e.text for e in team.evidence)

@@ -32,8 +32,10 @@ the rule holds until the chunk's set narrows (loses a scope); widening keeps it.
   community above them; the profiles of those entities; the observations drawn from those
   claims; the decision recorded from the chunk's document. The next derive run builds what
   the rows still readable in each scope set support. On a move (not a delete) the extracted
-  claims outside the new set are deleted too: a superseded claim keeps its text, and
-  ``claim(id)`` serves a readable claim current or not.
+  claims outside the new set are deleted too (a superseded claim keeps its text, and
+  ``claim(id)`` serves a readable claim current or not), and so are the entities only they
+  named (the name came from the chunk; an entity a note aliases, or that a row the writer
+  cannot read still names, stays).
 * ``memory.tg_chunks__withdraw_derived`` runs it before a chunk is deleted with its
   document, and before a chunk's scope set narrows. A chunk deleted while its document
   stays (an edit replacing its chunks) keeps the audience: its summaries are refreshed by
@@ -149,6 +151,24 @@ begin
         delete from knowledge.fact_claim
          where tenant_id = p_tenant and id = any(v_claims) and author_role = 'extractor'
            and not (scopes <@ p_readers);
+        -- An entity that only those claims named, and no note aliases, goes with them: its
+        -- name came from the chunk. One still named by a row the writer cannot read stays.
+        begin
+            delete from knowledge.entities e
+             where e.tenant_id = p_tenant and e.id = any(v_entities) and e.merged_into is null
+               and e.given_aliases = '{}'::jsonb and not (e.scopes <@ p_readers)
+               and not exists (select 1 from knowledge.fact_claim c
+                                where c.tenant_id = p_tenant
+                                  and (c.subject_id = e.id or c.object_id = e.id))
+               and not exists (select 1 from knowledge.entities m
+                                where m.tenant_id = p_tenant and m.merged_into = e.id)
+               and not exists (select 1 from memory.profiles f
+                                where f.tenant_id = p_tenant and f.subject_entity_id = e.id)
+               and not exists (select 1 from memory.observations o
+                                where o.tenant_id = p_tenant and o.subject_entity_id = e.id);
+        exception when foreign_key_violation then
+            null;
+        end;
     end if;
     if cardinality(v_claims) > 0 then
         delete from memory.observations

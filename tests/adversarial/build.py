@@ -75,8 +75,27 @@ def build_world(seed: int, server: ApiServer, tenants: Callable[..., TenantFixtu
         QueueWorker(worker, embedder, settings, tenants=ids).drain()
     finally:
         worker.dispose()
+    # Then documents leave readers after everything was derived from them (0094): no derive
+    # run follows, so what their old readers are shown is what the move itself left.
+    for tenant in world.tenants:
+        _narrow(rng, server, tenant)
     world.load_rows(admin_engine)
     return world
+
+
+def _narrow(rng: random.Random, server: ApiServer, tenant: Tenant) -> None:
+    """Move two documents of the tenant into a narrower scope set: one keeps one of its two
+    scopes, one goes to a scope it was not in."""
+    everything = Writer(server, tenant.org, "builder", (), tuple(SCOPES))
+    pairs = [d for d in tenant.documents.values() if len(d["scopes"]) == 2]
+    singles = [d for d in tenant.documents.values() if len(d["scopes"]) == 1]
+    moves = ([(rng.choice(pairs), None)] if pairs else []) + ([(rng.choice(singles), "elsewhere")]
+                                                              if singles else [])
+    for doc, how in moves:
+        scopes = ([rng.choice(doc["scopes"])] if how is None else
+                  [rng.choice([s for s in SCOPES if s not in doc["scopes"]])])
+        doc["scopes"] = scopes
+        everything.gql(UPSERT, {"i": doc})
 
 
 def _tenant(world: World, rng: random.Random, secrets: Secrets, server: ApiServer,
@@ -119,6 +138,7 @@ def _tenant(world: World, rng: random.Random, secrets: Secrets, server: ApiServe
             doc.update(kind="decision", metadata={"category": "launch", "outcome": secrets.word()})
         did = everything.gql(UPSERT, {"i": doc})["upsertDocument"]["document"]["id"]
         tenant.paths.append(("notes", path))
+        tenant.documents[path] = doc
         hold("sources.documents", did, scopes, path, doc["title"], doc["body"],
              str(doc.get("metadata", {}).get("outcome", "")))
 

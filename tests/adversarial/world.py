@@ -89,6 +89,8 @@ class Tenant:
     scopes: list[str]
     paths: list[tuple[str, str]] = field(default_factory=list)
     entities: list[tuple[str, str]] = field(default_factory=list)  # (type, name)
+    # Each document's input as written (for moving it later), by path.
+    documents: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -151,12 +153,18 @@ class World:
                     "where tenant_id = any(:t)"), {"t": list(orgs)}):
                 found.append(Row("knowledge.conflicts", str(rid), orgs[tid], scopes(sc),
                                  parties=(str(a), str(b), str(subject))))
+        # A row of these tables that is gone (a deleted document's chunks, a withdrawn
+        # summary) is gone from the model too; a moved row holds its words in its new scopes.
+        reloaded = {*OVERLAP_TABLES, "memory.working_memory", "memory.episodes",
+                    "knowledge.conflicts"}
+        rows = {i: r for i, r in self.rows.items() if r.table not in reloaded}
         for row in found:
             known = self.rows.get(row.id)
-            self.rows[row.id] = Row(row.table, row.id, row.org, row.scopes,
-                                    known.words if known else frozenset(), row.owner, row.parties)
+            rows[row.id] = Row(row.table, row.id, row.org, row.scopes,
+                               known.words if known else frozenset(), row.owner, row.parties)
+        self.rows = rows
         for w, holders in list(self.holders.items()):
-            self.holders[w] = [self.rows.get(r.id, r) for r in holders]
+            self.holders[w] = [rows[r.id] for r in holders if r.id in rows]
 
 
 @dataclass
