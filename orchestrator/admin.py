@@ -40,6 +40,9 @@ class ScopeRow:
     name: str
     description: str
     created_at: datetime
+    # The tables holding rows shared into the scope (``auth.scope_holders``, names only):
+    # empty when ``delete-scope`` would delete it.
+    holders: tuple[str, ...] = ()
 
 
 def _refuse(*found: str | None) -> None:
@@ -128,9 +131,11 @@ def scopes(db: Database, org_id: str) -> list[ScopeRow]:
     """The scopes of the tenant of ``org_id``, by name."""
     with dba_connection(db) as conn:
         tenant = tenant_id(conn, org_id)
-        rows = conn.execute(select(Scope.name, Scope.description, Scope.created_at)
+        rows = conn.execute(select(Scope.name, Scope.description, Scope.created_at,
+                                   func.auth.scope_holders(tenant, Scope.id))
                             .where(Scope.tenant_id == tenant).order_by(Scope.name)).all()
-    return [ScopeRow(*row) for row in rows]
+    return [ScopeRow(name, description, created, tuple(holders or ()))
+            for name, description, created, holders in rows]
 
 
 def _scope(conn: Connection, org_id: str, name: str) -> Any:

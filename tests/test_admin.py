@@ -183,6 +183,9 @@ def test_a_scope_that_rows_are_shared_into_is_not_deleted(
             f"scope '{name}' of organization '{org}' still holds rows (in sources.chunks, "
             "sources.documents): deleting it would leave them readable by no one; have their "
             "writers delete them or share them into another scope first")
+    held = {s.name: s.holders for s in scopes(db, org)}
+    assert held == {"exec": ("sources.chunks", "sources.documents"),
+                    "spare": (), "team": ("sources.chunks", "sources.documents")}
     delete_scope(db, org, "spare")
     assert [s.name for s in scopes(db, org)] == ["exec", "team"]
     assert _paths(app_engine, org, "team") == ["board.md", "plan.md"]
@@ -212,3 +215,7 @@ def test_the_listing_commands_and_a_refused_delete_on_the_command_line(
     assert renamed.exit_code == 0 and "a token that names team is refused" in renamed.output
     shown = runner.invoke(cli.app, ["admin", "scopes", org], terminal_width=200)
     assert shown.exit_code == 0 and "crew" in shown.output and "team" not in shown.output
+    assert "sources.chunks, sources.documents" in shown.output
+    assert runner.invoke(cli.app, ["admin", "create-scope", org, "spare"]).exit_code == 0
+    spare = runner.invoke(cli.app, ["admin", "scopes", org], terminal_width=200)
+    assert "none (delete-scope would delete it)" in spare.output, spare.output

@@ -417,7 +417,7 @@ def admin_tenants() -> None:
 
 @admin_app.command("scopes")
 def admin_scopes(org_id: str) -> None:
-    """List a tenant's scopes: name, description, created (tokens grant read:NAME, write:NAME)."""
+    """List a tenant's scopes: name, description, created, the tables holding their rows."""
     from rich.table import Table
 
     found = _dba("scopes", org_id)
@@ -425,9 +425,10 @@ def admin_scopes(org_id: str) -> None:
         out.print(f"no scopes in {org_id} yet: engram admin create-scope {org_id} NAME "
                   "--description TEXT")
         return
-    table = Table("scope", "description", "created")
+    table = Table("scope", "description", "created", "rows shared into it")
     for sc in found:
-        table.add_row(sc.name, sc.description, f"{sc.created_at:%Y-%m-%d %H:%M}")
+        table.add_row(sc.name, sc.description, f"{sc.created_at:%Y-%m-%d %H:%M}",
+                      ", ".join(sc.holders) or "none (delete-scope would delete it)")
     out.print(table)
 
 
