@@ -296,7 +296,8 @@ RECALL = """query($q: String!, $b: Int) { recall(question: $q, budgetTokens: $b)
 
 
 def test_recall_sees_only_what_the_token_may_read(api_server: ApiServer,  # noqa: F811
-                                                  tenant_factory: Tenants) -> None:
+                                                  tenant_factory: Tenants,
+                                                  app_engine: Engine) -> None:
     a, b = tenant_factory("team", "board"), tenant_factory("team")
     wa = writer(api_server, a)
     upsert(api_server, wa, "zebra.md", title="Zebra migration",
@@ -333,7 +334,12 @@ def test_recall_sees_only_what_the_token_may_read(api_server: ApiServer,  # noqa
     assert prepared["evidence"][0]["kind"] == "excerpt"
     assert prepared["evidence"][0]["itemTable"] == "sources.chunks"
     assert any(d["path"] for d in prepared["documents"]) and "secret" not in str(prepared)
-    # Each answer names its receipt: an auditor proves the rows and the very text served.
+    # Each answer names its receipt: an auditor proves the rows and the very text served
+    # (chained now, not by the server's background thread: twice is a no-op).
+    from orchestrator.audit.receipts import chain_receipts
+
+    with app_engine.begin() as conn:
+        chain_receipts(conn)
     auditor = api_server.token(a.org_id, "audrey", ("read:team", "engram:auditor"))
     check = """query($id: ID!, $r: String) { verifyReceipt(id: $id, rendered: $r) {
                  askedBy proven ok } }"""

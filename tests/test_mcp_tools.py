@@ -86,8 +86,8 @@ def tools_for(api_server: ApiServer, app_engine: Engine  # noqa: F811
 
 @pytest.mark.slow
 def test_every_tool_allows_and_denies(api_server: ApiServer, tenant_factory: Tenants,  # noqa: F811
-                                      admin_engine: Engine, tools_for: Any, test_db: Any,
-                                      embedder: Any) -> None:  # noqa: F811
+                                      admin_engine: Engine, app_engine: Engine, tools_for: Any,
+                                      test_db: Any, embedder: Any) -> None:  # noqa: F811
     t, other = tenant_factory("team", "board"), tenant_factory("team", "lab")
     define_shape(admin_engine, t.id, "lives_in", max_count=1)
     define_shape(admin_engine, t.id, "level", allowed_values=["junior", "senior"])
@@ -249,7 +249,12 @@ def test_every_tool_allows_and_denies(api_server: ApiServer, tenant_factory: Ten
     # -- provenance, auditors only ------------------------------------------------------
     checked = auditor.ok("verify_receipt", receipt_id=receipt.group(1))
     assert checked["proven"] is True and checked["asked_by"] == "rita" and checked["evidence"]
-    # A recall's and a bundle's own receipt: what the caller got is what the receipt proves.
+    # A recall's and a bundle's own receipt: what the caller got is what the receipt proves
+    # (chained now, not by the recaller's background thread: twice is a no-op).
+    from orchestrator.audit.receipts import chain_receipts
+
+    with app_engine.begin() as conn:
+        chain_receipts(conn)
     for answer in (found, bundle):
         served = auditor.ok("verify_receipt", receipt_id=answer["receipt_id"],
                             rendered=answer["rendered"])

@@ -72,7 +72,12 @@ def test_the_cli_asks_a_running_api_server_and_says_so(cli_env, tenant_factory, 
         assert remote.stdout[remote.stdout.index(start):] == local.stdout[local.stdout.index(start):]
         assert "capped" not in remote.output
         # Either path names the answer's receipt; the answer saved to a file (as `> FILE`
-        # saves it, line break and all) is proven by it, and a changed copy is not.
+        # saves it, line break and all) is proven by it, and a changed copy is not. The
+        # server chains its receipts in the background: chain them now (twice is a no-op).
+        from orchestrator.audit.receipts import chain_receipts
+
+        with app_engine.begin() as conn:
+            chain_receipts(conn)
         for answer in (local, remote):
             receipt = re.search(r"receipt ([0-9a-f-]{36}) \(`engram audit receipt \1 --rendered "
                                 r"FILE` proves a saved copy of this answer\)", answer.stderr)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -136,6 +136,12 @@ class ReceiptCheck:
     rendered_ok: bool | None
     queued: bool = False  # sealed, its chain event still in provenance.receipt_queue
     seal: bytes = b""  # the stored receipt_hash
+    rendered_hash: bytes = b""  # the stored sha256 of the rendered string
+
+    def with_rendered(self, rendered: str) -> ReceiptCheck:
+        """The check with ``rendered`` compared to what the recall rendered (no database
+        read: the receipt's hash is here)."""
+        return replace(self, rendered_ok=_sha(rendered) == self.rendered_hash)
 
     @property
     def proven(self) -> bool:
@@ -204,13 +210,15 @@ def verify_receipt(conn: Executor, receipt_id: uuid.UUID, *, rendered: str | Non
                                         bool(row.in_chain)))
     except DBAPIError as exc:
         raise translate(exc) from exc
-    return ReceiptCheck(
+    check = ReceiptCheck(
         r.id, r.tenant_id, r.asked_by, r.asked_at,
         seal_ok=bytes(r.resealed) == bytes(r.receipt_hash),
         chain_ok=r.chained is not None and r.current_version is not None
         and bytes(r.chained) == bytes(r.current_version),
         evidence=checks,
-        rendered_ok=None if rendered is None else _sha(rendered) == bytes(r.rendered_hash),
+        rendered_ok=None,
         queued=bool(r.queued),
         seal=bytes(r.receipt_hash),
+        rendered_hash=bytes(r.rendered_hash),
     )
+    return check if rendered is None else check.with_rendered(rendered)

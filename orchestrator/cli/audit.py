@@ -257,7 +257,7 @@ def receipt_cmd(
             chk = verify_receipt(conn, rid, rendered=text)
             if chk.rendered_ok is False and text and text.endswith("\n"):
                 # `engram recall ... > FILE` ends the printed string with a line break.
-                chk = verify_receipt(conn, rid, rendered=text[:-1])
+                chk = chk.with_rendered(text[:-1])
     except OSError as exc:
         _fail(f"cannot read {rendered}: {exc.strerror}")
     except EngramError as exc:
