@@ -52,18 +52,31 @@ from __future__ import annotations
 
 from alembic import op
 
-from orchestrator.db.migrate import released_sql
+from orchestrator.db.migrate import patched, released_sql
 
 revision = "0094_withdraw_derived"
 down_revision = "0093_scope_in_use"
 branch_labels = None
 depends_on = None
 
-RETRACT_SQL = """
-create or replace function memory.tg_chunks__retract_extractions() returns trigger
-    language plpgsql security definer
-    set search_path = pg_catalog, pg_temp
-as $$
+# 0018's retraction trigger and its function, as released; this revision patches them.
+def _retraction() -> str:
+    return released_sql("0018_extraction", "UPGRADE_SQL",
+                        "create function memory.tg_chunks__retract_extractions",
+                        "create function knowledge.intern_contents")
+
+
+# (anchor in 0018's text, what it becomes): also on an update of the scopes that narrows
+# them, and then only the claims of a record whose scope set the chunk left.
+RETRACT_PATCHES = (
+    ("create function memory.tg_chunks__retract_extractions",
+     "create or replace function memory.tg_chunks__retract_extractions"),
+    ("""as $$
+begin
+    if auth.tenant_id() is distinct from old.tenant_id then
+        return old;
+    end if;
+""", """as $$
 declare
     v_kept record := case when tg_op = 'DELETE' then old else new end;
 begin
@@ -73,24 +86,23 @@ begin
     if tg_op = 'UPDATE' and old.scopes <@ new.scopes then
         return v_kept;  -- every reader of the old scope set still reads the chunk
     end if;
-    update knowledge.fact_claim c set superseded_at = now()
-      from memory.extractions e
-     where e.tenant_id = old.tenant_id and e.chunk_id = old.id
+"""),
+    ("""     where e.tenant_id = old.tenant_id and e.chunk_id = old.id
+""", """     where e.tenant_id = old.tenant_id and e.chunk_id = old.id
        and (tg_op = 'DELETE' or not (e.scopes <@ new.scopes))
-       and c.tenant_id = e.tenant_id and c.id = any(e.claim_ids) and c.superseded_at is null
-       and c.author_role = 'extractor' and c.scopes @> e.scopes and c.scopes <@ e.scopes;
-    return v_kept;
-end
-$$;
-comment on function memory.tg_chunks__retract_extractions() is
-    'Before a chunk is deleted, or its scope set narrows: the claims extracted from it stop '
-    'being current (superseded_at); SECURITY DEFINER so a drifted scope set cannot keep them '
-    'alive; bound tenant only.';
+"""),
+    ("""c.scopes <@ e.scopes;
+    return old;""", """c.scopes <@ e.scopes;
+    return v_kept;"""),
+    ("'Before a chunk is deleted: the claims extracted from it stop being current",
+     "'Before a chunk is deleted, or its scope set narrows: the claims extracted from it stop "
+     "'\n    'being current"),
+    ("create trigger tg_chunks__retract_extractions before delete on sources.chunks",
+     "drop trigger tg_chunks__retract_extractions on sources.chunks;\n"
+     "create trigger tg_chunks__retract_extractions before delete or update of scopes "
+     "on sources.chunks"),
+)
 
-drop trigger tg_chunks__retract_extractions on sources.chunks;
-create trigger tg_chunks__retract_extractions before delete or update of scopes on sources.chunks
-    for each row execute function memory.tg_chunks__retract_extractions();
-"""
 
 # A tree's rows that match, and every row above them, deleted; the rows below lose their
 # parent (and join a tree again at the next run). RAPTOR nodes and communities alike.
@@ -223,7 +235,7 @@ create trigger tg_chunks__withdraw_derived before delete or update of scopes on 
 
 
 def upgrade() -> None:
-    op.execute(RETRACT_SQL)
+    op.execute(patched(_retraction(), RETRACT_PATCHES, "0018's retraction trigger"))
     op.execute(WITHDRAW_SQL)
 
 
@@ -234,7 +246,4 @@ def downgrade() -> None:
     op.execute("drop index memory.ix_observations_source_claim_ids")
     op.execute("drop trigger tg_chunks__retract_extractions on sources.chunks")
     # 0018's function and trigger (on delete only), over the function this revision replaced.
-    op.execute(released_sql("0018_extraction", "UPGRADE_SQL",
-                            "create function memory.tg_chunks__retract_extractions",
-                            "create function knowledge.intern_contents").replace(
-        "create function", "create or replace function", 1))
+    op.execute(patched(_retraction(), RETRACT_PATCHES[:1], "0018's retraction function"))
