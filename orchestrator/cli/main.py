@@ -9,7 +9,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, Concatenate, NoReturn, ParamSpec, TypeVar
 
 import typer
 from typer.core import TyperGroup
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
     from typer._click.core import Command  # typer's own click
 
     from orchestrator.db.engine import Database
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 # The commands and command groups of their own modules, imported when one runs (or when the
 # help lists them): `engram recall` imports the recall command and what it asks the API
@@ -374,13 +378,11 @@ def db_reset(
     out.print(f"embedded database deleted ({db.server.data_dir})")
 
 
-def _dba(task: str, *args: str) -> Any:
-    """``orchestrator.admin.<task>(database, *args)``; a refusal is printed and exits (2 for a
-    value that was wrong, 1 for anything else)."""
-    from orchestrator import admin
-
+def _dba(task: Callable[Concatenate[Database, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``task(database, *args)`` (an ``orchestrator.admin`` function); a refusal is printed
+    and exits (2 for a value that was wrong, 1 for anything else)."""
     try:
-        return getattr(admin, task)(_database(), *args)
+        return task(_database(), *args, **kwargs)
     except EngramError as exc:
         _fail(str(exc), exit_status(exc))
 
@@ -388,7 +390,9 @@ def _dba(task: str, *args: str) -> Any:
 @admin_app.command("create-tenant")
 def admin_create_tenant(org_id: str, name: Annotated[str, typer.Option()] = "") -> None:
     """Create a tenant for an organization id."""
-    tenant = _dba("create_tenant", org_id, name or org_id)
+    from orchestrator import admin
+
+    tenant = _dba(admin.create_tenant, org_id, name or org_id)
     out.print(f"tenant {org_id} created ({tenant})")
 
 
@@ -396,7 +400,9 @@ def admin_create_tenant(org_id: str, name: Annotated[str, typer.Option()] = "") 
 def admin_create_scope(org_id: str, name: str,
                        description: Annotated[str, typer.Option()] = "") -> None:
     """Create a scope in a tenant."""
-    scope = _dba("create_scope", org_id, name, description)
+    from orchestrator import admin
+
+    scope = _dba(admin.create_scope, org_id, name, description)
     out.print(f"scope {name} created in {org_id} ({scope})")
 
 
@@ -405,7 +411,9 @@ def admin_tenants() -> None:
     """List the tenants: organization id, name, scopes, created."""
     from rich.table import Table
 
-    found = _dba("tenants")
+    from orchestrator import admin
+
+    found = _dba(admin.tenants)
     if not found:
         out.print("no tenants yet: engram admin create-tenant ORG --name NAME")
         return
@@ -420,7 +428,9 @@ def admin_scopes(org_id: str) -> None:
     """List a tenant's scopes: name, description, created, the tables holding their rows."""
     from rich.table import Table
 
-    found = _dba("scopes", org_id)
+    from orchestrator import admin
+
+    found = _dba(admin.scopes, org_id)
     if not found:
         out.print(f"no scopes in {org_id} yet: engram admin create-scope {org_id} NAME "
                   "--description TEXT")
@@ -435,14 +445,18 @@ def admin_scopes(org_id: str) -> None:
 @admin_app.command("rename-tenant")
 def admin_rename_tenant(org_id: str, name: str) -> None:
     """Change a tenant's name (its organization id, which tokens carry, stays)."""
-    _dba("rename_tenant", org_id, name)
+    from orchestrator import admin
+
+    _dba(admin.rename_tenant, org_id, name)
     out.print(f"tenant {org_id} is named {name!r}")
 
 
 @admin_app.command("rename-scope")
 def admin_rename_scope(org_id: str, name: str, new_name: str) -> None:
     """Rename a scope. Its rows stay in it; tokens must name the new name from now on."""
-    _dba("rename_scope", org_id, name, new_name)
+    from orchestrator import admin
+
+    _dba(admin.rename_scope, org_id, name, new_name)
     out.print(f"scope {name} of {org_id} is now {new_name}: tokens grant it as read:{new_name} "
               f"and write:{new_name}; a token that names {name} is refused until it is issued again")
 
@@ -450,14 +464,18 @@ def admin_rename_scope(org_id: str, name: str, new_name: str) -> None:
 @admin_app.command("describe-scope")
 def admin_describe_scope(org_id: str, name: str, description: str) -> None:
     """Set a scope's description (what it is for)."""
-    _dba("describe_scope", org_id, name, description)
+    from orchestrator import admin
+
+    _dba(admin.describe_scope, org_id, name, description)
     out.print(f"scope {name} of {org_id} described")
 
 
 @admin_app.command("delete-scope")
 def admin_delete_scope(org_id: str, name: str) -> None:
     """Delete a scope that no row is shared into (refused, naming the tables, while one is)."""
-    _dba("delete_scope", org_id, name)
+    from orchestrator import admin
+
+    _dba(admin.delete_scope, org_id, name)
     out.print(f"scope {name} deleted from {org_id}")
 
 
