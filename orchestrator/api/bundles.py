@@ -17,6 +17,11 @@ from orchestrator.recall import Evidence, RecallResult
 from orchestrator.recall.prepare import PreparedMemory
 
 
+def id_text(value: uuid.UUID | None) -> str | None:
+    """An id as the transports write it (text), or None."""
+    return None if value is None else str(value)
+
+
 def evidence_view(ev: Evidence) -> dict[str, Any]:
     return {
         "text": ev.text, "provenance": str(ev.provenance),
@@ -35,11 +40,6 @@ def evidence_view(ev: Evidence) -> dict[str, Any]:
                   "perspectiveKey": ev.fact.perspective_key, "authorRole": ev.fact.author_role,
                   "factKey": ev.fact.fact_key, "asOf": ev.fact.as_of} if ev.fact else None),
     }
-
-
-def id_text(value: uuid.UUID | None) -> str | None:
-    """An id as the transports write it (text), or None."""
-    return None if value is None else str(value)
 
 
 def recall_view(result: RecallResult, embedding_model: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 
 class Provenance(StrEnum):
@@ -103,7 +103,13 @@ class Evidence:
 
 
 class Served(Protocol):
-    """What a recall served, for its receipt and the facts' access counters."""
+    """What a recall served, for its receipt and the facts' access counters: a dataclass
+    (``RecallResult``, ``PreparedMemory``) whose ``receipt_id`` the recall sets."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @property
+    def receipt_id(self) -> uuid.UUID | None: ...
 
     @property
     def question(self) -> str: ...

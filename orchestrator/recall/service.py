@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 from sqlalchemy import Connection, CursorResult, Engine, event, func, select, text
@@ -629,7 +629,7 @@ class Recaller:
                 self._side_effects(session, identity, result, trace)
             trace.side_effect_statements = len(sent)
             if trace.receipt_id is not None:  # the caller's handle on what it was served
-                result = cast(R, replace(cast(Any, result), receipt_id=trace.receipt_id))
+                result = replace(result, receipt_id=trace.receipt_id)
             if s.rank_usage_rows:
                 from orchestrator.recall.learning import usage_params
 
