@@ -349,6 +349,10 @@ def test_recall_sees_only_what_the_token_may_read(api_server: ApiServer,  # noqa
         assert proof == {"askedBy": "rita", "proven": True, "ok": True}
         assert not api_server.gql(auditor, check, {"id": answer["receiptId"],
                                                    "r": answer["rendered"][:-1]})["verifyReceipt"]["ok"]
+        # Another tenant's auditor is told no such receipt exists, as for any unknown id.
+        theirs = api_server.token(b.org_id, "otto", ("read:team", "engram:auditor"))
+        refused = api_server.post(theirs, check, {"id": answer["receiptId"], "r": None})
+        assert error_of(refused)["extensions"]["code"] == "NOT_FOUND"
     response = api_server.post(team_reader, RECALL, {"q": "   "})
     assert error_of(response)["extensions"]["code"] == "BAD_USER_INPUT"
 

@@ -232,6 +232,7 @@ def _lists(p: Probe) -> Iterable[str]:
 @surface("graphql recall")
 def _recall(p: Probe) -> Iterable[str]:
     yield p.gql("query($q: String!) { recall(question: $q, budgetTokens: 4000) { rendered usedTokens "
+                "receiptId "
                 f"evidence {{ {EVIDENCE} }} }} }}", {"q": p.question})
 
 
@@ -252,6 +253,7 @@ def _recall_part(p: Probe) -> Iterable[str]:
 @surface("graphql memoryPrepare")
 def _prepare(p: Probe) -> Iterable[str]:
     yield p.gql("query($q: String!) { memoryPrepare(question: $q, budgetTokens: 4000) { rendered "
+                "receiptId "
                 f"keyedFacts {{ {EVIDENCE} }} evidence {{ {EVIDENCE} }} lessons {{ {EVIDENCE} }} "
                 f"episodes {{ {EVIDENCE} }} documents {{ id title collection path }} }} }}",
                 {"q": p.question})
